@@ -1,0 +1,62 @@
+"""The `sfc` command line: a thin layer that parses, calls the library and formats the result.
+
+Exit codes mean one thing each: 0 ok, 1 the input is invalid or the run failed, 2 usage
+(unusable arguments, an unreadable file).
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
+
+app = typer.Typer(
+    name="sfc",
+    help="Run and inspect IEC 61131-3 Sequential Function Chart recipes.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"sfc {version('microdcs-sfc')}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def main(
+    _version_flag: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """Run and inspect IEC 61131-3 Sequential Function Chart recipes."""
+
+
+@app.command()
+def schema(
+    name: Annotated[
+        str | None, typer.Argument(help="A schema name from the list, e.g. recipe_v1_1_0.")
+    ] = None,
+) -> None:
+    """List the wire schemas, or print one."""
+    available = sorted(p.stem for p in SCHEMAS.glob("*.json"))
+    if name is None:
+        for stem in available:
+            typer.echo(stem)
+        return
+    stem = name.removesuffix(".json")
+    if stem not in available:
+        typer.echo(f"unknown schema {name!r}; known: {', '.join(available)}", err=True)
+        raise typer.Exit(2)
+    typer.echo((SCHEMAS / f"{stem}.json").read_text(encoding="utf-8"), nl=False)
+
+
+# Each command group lives in its own module and registers itself on `app`.
+from cli import commands  # noqa: E402, F401

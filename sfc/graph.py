@@ -1,0 +1,221 @@
+"""The graph: a recipe that built, with every index evolve needs, computed once and reused.
+
+`build()` (sfc/build.py) validates a recipe and only then calls `index()` here, so
+`index()` may assume a valid chart: every reference resolves, priorities are unique,
+every divergence has sequences.
+
+Names follow IEC 61131-3: steps, transitions, action blocks, divergences and their
+sequences. A *node* is a step or a divergence; transitions connect nodes. Inside a sequence
+steps follow each other without transitions; the transitions of a divergence are its
+selection transitions (divergence -> first step of a sequence, selection only) and its
+exits (divergence -> anything else, cleared at the convergence).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from msgspec import UNSET
+
+from generated.recipe_v1_1_0 import Recipe
+
+TRUE = "true"
+"""The condition of a default transition."""
+
+RESERVED_OUTCOMES = ("timeout", "error")
+"""Outcomes the core gives itself: attempts used up, and a failure reported."""
+
+DEFAULT_OUTCOME = "done"
+"""The outcome of a push response that names none."""
+
+
+@dataclass(frozen=True, slots=True)
+class EquipmentCommandSpec:
+    """A hold or restart command of an action with ISA-88 hold logic."""
+
+    type_id: str
+    timeout_ms: int
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ActionSpec:
+    index: int
+    name: str
+    step: str
+    push: bool
+    """True for push_command (send and wait for the answer), False for pull_event (await)."""
+    type_id: str
+    timeout_ms: int
+    max_attempts: int | None
+    """None: the snapshot's default applies."""
+    parameters: dict[str, Any]
+    subject: str | None
+    """Selector.Subject, with {jobId} still in it; pull events only."""
+    correlation_id: str | None
+    """Selector.CorrelationId, with {jobId} still in it; pull events only."""
+    hold: EquipmentCommandSpec | None
+    restart: EquipmentCommandSpec | None
+
+
+@dataclass(frozen=True, slots=True)
+class TransitionSpec:
+    index: int
+    source: str
+    target: str
+    condition: str
+    priority: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.source} -> {self.target} [{self.condition}]"
+
+
+@dataclass(frozen=True, slots=True)
+class DivergenceSpec:
+    name: str
+    kind: Literal["simultaneous", "selection"]
+    sequences: tuple[tuple[str, ...], ...]
+    entries: tuple[TransitionSpec, ...]
+    """Selection transitions, by priority; entries[i] picks the sequence `entry_sequence[i]`."""
+    entry_sequence: tuple[int, ...]
+    exits: tuple[TransitionSpec, ...]
+    """Transitions cleared at the convergence, by priority."""
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a step sits inside a divergence."""
+
+    divergence: str
+    sequence: int
+    index: int
+    last: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Graph:
+    recipe_hash: str
+    dataschema: str
+    initial: str
+    steps: tuple[str, ...]
+    """Step names in recipe order."""
+    actions: dict[str, ActionSpec]
+    """Action blocks by name, in recipe order."""
+    step_actions: dict[str, tuple[ActionSpec, ...]]
+    """The action blocks of each step (every step has an entry, possibly empty)."""
+    transitions: tuple[TransitionSpec, ...]
+    outgoing: dict[str, tuple[TransitionSpec, ...]]
+    """Transitions leaving each top-level step, by priority (every step outside a sequence has an entry)."""
+    divergences: dict[str, DivergenceSpec]
+    position: dict[str, Position]
+    """Steps inside sequences."""
+    waits_by_type: dict[str, tuple[ActionSpec, ...]] = field(default_factory=dict)
+    """Pull-event actions by the type id they await."""
+
+    def is_divergence(self, name: str) -> bool:
+        return name in self.divergences
+
+    def sequence_actions(self, divergence: str, sequences: list[int]) -> list[ActionSpec]:
+        """The action blocks of the given sequences of a divergence, in sequence order."""
+        spec = self.divergences[divergence]
+        return [a for i in sequences for step in spec.sequences[i] for a in self.step_actions[step]]
+
+
+def _opt(value: Any, default: Any = None) -> Any:
+    return default if value is UNSET else value
+
+
+def _equipment(cmd: Any) -> EquipmentCommandSpec | None:
+    if cmd is UNSET:
+        return None
+    return EquipmentCommandSpec(
+        type_id=cmd.type_id,
+        timeout_ms=cmd.timeout_seconds * 1000,
+        parameters=_opt(cmd.parameters, {}),
+    )
+
+
+def _by_priority(ts: list[TransitionSpec]) -> tuple[TransitionSpec, ...]:
+    return tuple(sorted(ts, key=lambda t: (t.priority, t.index)))
+
+
+def index(recipe: Recipe, recipe_hash: str, dataschema: str) -> Graph:
+    """Compute the indexes of a recipe that passed validation."""
+    steps = tuple(s.name for s in recipe.steps)
+    initial = next(s.name for s in recipe.steps if _opt(s.initial, False))
+
+    actions: dict[str, ActionSpec] = {}
+    step_actions: dict[str, list[ActionSpec]] = {s: [] for s in steps}
+    waits: dict[str, list[ActionSpec]] = {}
+    for i, a in enumerate(recipe.actions):
+        selector = _opt(a.selector)
+        spec = ActionSpec(
+            index=i,
+            name=a.name,
+            step=a.step,
+            push=a.interaction == "push_command",
+            type_id=a.type_id,
+            timeout_ms=a.timeout_seconds * 1000,
+            max_attempts=_opt(a.max_attempts),
+            parameters=_opt(a.parameters, {}),
+            subject=None if selector is None else _opt(selector.subject),
+            correlation_id=None if selector is None else _opt(selector.correlation_id),
+            hold=_equipment(a.hold),
+            restart=_equipment(a.restart),
+        )
+        actions[a.name] = spec
+        step_actions[a.step].append(spec)
+        if not spec.push:
+            waits.setdefault(spec.type_id, []).append(spec)
+
+    transitions = tuple(
+        TransitionSpec(
+            index=i,
+            source=t.source,
+            target=t.target,
+            condition=t.condition,
+            priority=_opt(t.priority, 0),
+        )
+        for i, t in enumerate(recipe.transitions)
+    )
+    by_source: dict[str, list[TransitionSpec]] = {}
+    for t in transitions:
+        by_source.setdefault(t.source, []).append(t)
+
+    position: dict[str, Position] = {}
+    divergences: dict[str, DivergenceSpec] = {}
+    for d in _opt(recipe.branches, []):
+        sequences = tuple(tuple(seq) for seq in d.branches)
+        firsts = {seq[0]: i for i, seq in enumerate(sequences)}
+        for si, seq in enumerate(sequences):
+            for pi, step in enumerate(seq):
+                position[step] = Position(d.name, si, pi, pi == len(seq) - 1)
+        own = _by_priority(by_source.get(d.name, []))
+        entries = (
+            tuple(t for t in own if t.target in firsts) if d.type == "selection" else ()
+        )
+        divergences[d.name] = DivergenceSpec(
+            name=d.name,
+            kind="selection" if d.type == "selection" else "simultaneous",
+            sequences=sequences,
+            entries=entries,
+            entry_sequence=tuple(firsts[t.target] for t in entries),
+            exits=tuple(t for t in own if t not in entries),
+        )
+
+    outgoing = {s: _by_priority(by_source.get(s, [])) for s in steps if s not in position}
+    return Graph(
+        recipe_hash=recipe_hash,
+        dataschema=dataschema,
+        initial=initial,
+        steps=steps,
+        actions=actions,
+        step_actions={s: tuple(a) for s, a in step_actions.items()},
+        transitions=transitions,
+        outgoing=outgoing,
+        divergences=divergences,
+        position=position,
+        waits_by_type={t: tuple(a) for t, a in waits.items()},
+    )
