@@ -91,6 +91,12 @@ class SfcState(Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=Tr
     started_at: StartedAt | None = field(name="startedAt")
     held_at: HeldAt | None = field(name="heldAt")
     fault: Fault | None
+    outcomes: Annotated[
+        list[str], Meta(description="The outcomes of the last step, once the job completed.")
+    ]
+    cancel_reason: (
+        Annotated[str, Meta(description="Why the job was cancelled, once it was.")] | None
+    ) = field(name="cancelReason")
     log: Annotated[
         list[LogEntry],
         Meta(description="What was decided, newest last, at most 200 entries.", max_length=200),
