@@ -1,0 +1,866 @@
+"""The evolution of the chart: one pure function.
+
+    evolve(graph, state, snapshot, event) -> StepResult(state, continuation, commands, disposition, reason)
+
+Everything that changes a job's state lives in this module. It reads no clock (time arrives
+as `event.at`, epoch milliseconds), does no I/O, and draws no random numbers: every command
+id is `{actionKey}#{sequence}` with the counter kept in the state, so replaying the same
+events on the same state gives byte-identical results.
+
+Theory of operation
+-------------------
+An evaluation has two phases.
+
+1. The event is *applied* by its handler (see `_HANDLERS` at the end). A handler records an
+   outcome on an action block, moves deadlines, starts, holds, releases or cancels the job,
+   and says what became of the event: applied, absorbed (a duplicate, a late answer,
+   nothing to do) or rejected (it contradicts the chart: another job, an unknown action, a
+   response to a wait). Absorbed and rejected events leave the state untouched.
+2. The chart then *evolves* until nothing changes (`_Evaluation.evolve`): an active step
+   whose action blocks all have an outcome is cleared, the transition it enables fires, the
+   node it leads to is entered, and entering a step starts its action blocks. A step without
+   actions is done at once, so it is passed through in the same loop. The loop ends when
+   every active step waits for something, the job is held, or the job ended.
+
+Where each rule lives
+---------------------
+- entering a step or a divergence .......................... `_enter`, `_enter_step`
+- starting an action block (push command or await) ......... `_start_action`
+- a step's and a divergence's outcome set .................. `_outcomes_of`
+- which transition fires ................................... `_select`
+- sequences, convergence ................................... `_clear`, `_fire`
+- deadlines that count, expiry, re-dispatch, attempts ...... `_due`, `_expire`, `_redispatch`
+- matching answers to the command they answer .............. `_on_answer`
+- equipment hold and restart (ISA-88) ...................... `_send_hold`, `_on_hold_answer`, `_restart`
+- job hold and release ..................................... `_on_hold`, `_on_release`
+- ending the job ........................................... `_complete`, `_fault`, `_on_cancel`
+- the propagation limit .................................... `_spend`
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Literal
+
+from msgspec import UNSET
+from msgspec.structs import replace
+
+from generated.command_v1_0 import CancelWork, Command, StartWork, WorkSelector
+from generated.event_v1_0 import (
+    ActionCompleted,
+    ActionFailed,
+    Cancel,
+    EventReceived,
+    Hold,
+    Release,
+    Resume,
+    Start,
+    Tick,
+)
+from generated.snapshot_v1_0 import Snapshot
+from generated.state_v1_3 import ActionRecord, DivergenceRecord, Fault, LogEntry, SfcState
+from generated.step_result_v1_0 import (
+    Cancelled,
+    Complete,
+    Continuation,
+    Defer,
+    FaultContinuation,
+    StepResult,
+)
+from sfc.graph import RESERVED_OUTCOMES, TRUE, ActionSpec, Graph, TransitionSpec
+
+STATE_FORMAT: Literal["1.3"] = "1.3"
+PROPAGATION_LIMIT = 10_000
+"""Most dispatches, and most step entries, in one evaluation; beyond it the job faults."""
+LOG_LIMIT = 200
+"""Most entries in the state's decision log; the oldest go first."""
+DEFAULT_MAX_ATTEMPTS = 3
+
+Disposition = Literal["applied", "absorbed", "rejected"]
+FaultCode = Literal["timeout", "error", "no_transition", "propagation_limit"]
+ENDED = ("completed", "faulted", "cancelled")
+
+_DEFER = Defer()
+_DEFAULT_SNAPSHOT = Snapshot()
+
+
+class _PropagationLimit(Exception):
+    """Raised inside one evaluation when it dispatches or enters too much; caught by evolve."""
+
+
+def new_state(graph: Graph, job_id: str, scope: str) -> SfcState:
+    """The state of a job that has not started; a `start` event enters the initial step."""
+    return SfcState(
+        format=STATE_FORMAT,
+        job_id=job_id,
+        scope=scope,
+        recipe_hash=graph.recipe_hash,
+        status="ready",
+        active_steps=[],
+        divergences=[],
+        actions={},
+        sequence=0,
+        started_at=None,
+        held_at=None,
+        fault=None,
+        outcomes=[],
+        cancel_reason=None,
+        log=[],
+    )
+
+
+def _due(rec: ActionRecord, held: bool) -> tuple[int | None, int | None]:
+    """The deadlines of one action record that count now: (work deadline, hold deadline).
+
+    A hold command runs against its own deadline, also while the job is held. The work's
+    deadline does not run while the job is held, nor while its hold command is unanswered.
+    """
+    hold_deadline = rec.hold_deadline if rec.hold == "open" else None
+    if held or rec.status != "open" or rec.hold == "open":
+        return None, hold_deadline
+    return rec.deadline, hold_deadline
+
+
+def next_deadline(state: SfcState) -> int | None:
+    """When the host must send the next tick: the earliest deadline that counts, or None."""
+    if state.status != "running":
+        return None
+    held = state.held_at is not None
+    best: int | None = None
+    for rec in state.actions.values():
+        for d in _due(rec, held):
+            if d is not None and (best is None or d < best):
+                best = d
+    return best
+
+
+def evolve(graph: Graph, state: SfcState, snapshot: Snapshot | None, event: Any) -> StepResult:
+    """Apply one event to a job and let the chart evolve. Pure; never raises."""
+    snapshot = _DEFAULT_SNAPSHOT if snapshot is None else snapshot
+    handler = _HANDLERS.get(type(event))
+    if handler is None:
+        return _unchanged(state, "rejected", f"not an event: {type(event).__name__}")
+    if state.recipe_hash != graph.recipe_hash:
+        return _unchanged(
+            state,
+            "rejected",
+            f"the state is pinned to recipe {state.recipe_hash[:12]}, not {graph.recipe_hash[:12]}",
+        )
+    misfit = _misfit(graph, state)
+    if misfit is not None:
+        return _unchanged(state, "rejected", f"the state does not fit the recipe: {misfit}")
+    if state.status in ENDED:
+        return _unchanged(state, "absorbed", f"the job has already {_ended_words(state)}")
+
+    ev = _Evaluation(graph, state, snapshot, event.at)
+    try:
+        disposition, reason = handler(ev, event)
+        if disposition != "applied":
+            return _unchanged(state, disposition, reason)
+        ev.evolve()
+    except _PropagationLimit:
+        return _propagation_fault(graph, state, event.at)
+    return StepResult(
+        state=ev.result_state(),
+        continuation=_continuation(ev.status, ev.outcomes, ev.fault, ev.cancel_reason),
+        commands=ev.commands,
+        disposition="applied",
+        reason=reason,
+    )
+
+
+# --------------------------------------------------------------------------- the evaluation
+
+
+class _Evaluation:
+    """The working copy of one job during one evaluation; `result_state()` freezes it again."""
+
+    def __init__(self, graph: Graph, state: SfcState, snapshot: Snapshot, at: int) -> None:
+        self.g = graph
+        self.prior = state
+        self.at = at
+        self.job = state.job_id
+        self.max_attempts_default = (
+            DEFAULT_MAX_ATTEMPTS if snapshot.max_attempts is UNSET else int(snapshot.max_attempts)
+        )
+        self.live_work: list[str] = [] if snapshot.live_work is UNSET else snapshot.live_work
+        self.status = state.status
+        self.active: dict[str, None] = dict.fromkeys(state.active_steps)
+        self.divergences = {d.name: d for d in state.divergences}
+        self.actions = dict(state.actions)
+        self.sequence = state.sequence
+        self.started_at = state.started_at
+        self.held_at = state.held_at
+        self.fault = state.fault
+        self.outcomes = state.outcomes
+        self.cancel_reason = state.cancel_reason
+        self.commands: list[Command] = []
+        self.decisions: list[LogEntry] = []
+        self.worklist: deque[str] = deque()
+        self.dispatched = 0
+        self.entered = 0
+
+    # -- bookkeeping
+
+    def note(self, decision: str) -> None:
+        self.decisions.append(LogEntry(at=self.at, decision=decision))
+
+    def key(self, action: str) -> str:
+        return f"{self.job}:{action}"
+
+    def new_command_id(self, action: str) -> str:
+        self.sequence += 1
+        return f"{self.job}:{action}#{self.sequence}"
+
+    def max_attempts(self, spec: ActionSpec) -> int:
+        return self.max_attempts_default if spec.max_attempts is None else spec.max_attempts
+
+    def _spend(self, dispatches: int = 0, entries: int = 0) -> None:
+        self.dispatched += dispatches
+        self.entered += entries
+        if self.dispatched > PROPAGATION_LIMIT or self.entered > PROPAGATION_LIMIT:
+            raise _PropagationLimit
+
+    def set(self, name: str, **changes: Any) -> ActionRecord:
+        rec = replace(self.actions[name], **changes)
+        self.actions[name] = rec
+        return rec
+
+    def start_work(self, spec: ActionSpec, rec: ActionRecord, work: str) -> None:
+        """Emit the startWork of an action's open command as the record describes it."""
+        command_id: str | None
+        if work == "hold":
+            assert spec.hold is not None and rec.hold_command_id is not None
+            type_id, params = spec.hold.type_id, spec.hold.parameters
+            command_id, deadline = rec.hold_command_id, rec.hold_deadline
+        else:
+            command_id, deadline, type_id = rec.command_id, rec.deadline, rec.type_id
+            params = (
+                spec.restart.parameters
+                if work == "restart" and spec.restart is not None
+                else spec.parameters
+            )
+        assert command_id is not None and deadline is not None
+        self._spend(dispatches=1)
+        self.commands.append(
+            StartWork(
+                work=work,  # type: ignore[arg-type]
+                action_key=self.key(spec.name),
+                command_id=command_id,
+                type_id=type_id,
+                attempt=rec.attempt,
+                round=rec.round,
+                deadline=deadline,
+                parameters=params,
+                selector=self._selector(spec) if work == "await" else None,
+            )
+        )
+
+    def cancel_work(self, action: str, command_id: str | None, reason: str) -> None:
+        if command_id is not None:
+            self.commands.append(
+                CancelWork(action_key=self.key(action), command_id=command_id, reason=reason)
+            )
+
+    def _selector(self, spec: ActionSpec) -> WorkSelector | None:
+        if spec.subject is None and spec.correlation_id is None:
+            return None
+        return WorkSelector(
+            subject=None if spec.subject is None else spec.subject.replace("{jobId}", self.job),
+            correlation_id=None
+            if spec.correlation_id is None
+            else spec.correlation_id.replace("{jobId}", self.job),
+        )
+
+    def open_work(self) -> list[tuple[str, ActionRecord]]:
+        return [(n, r) for n, r in self.actions.items() if r.status == "open"]
+
+    def withdraw_all(self, reason: str) -> None:
+        """cancelWork for every open command and every unanswered hold command."""
+        for name, rec in self.open_work():
+            if rec.hold != "held":  # a held attempt was withdrawn already
+                self.cancel_work(name, rec.command_id, reason)
+            if rec.hold == "open":
+                self.cancel_work(name, rec.hold_command_id, reason)
+
+    # -- the evolution
+
+    def evolve(self) -> None:
+        """Clear done steps until nothing changes: the fixed-point loop of the chart."""
+        if self.held_at is not None:
+            return
+        self.worklist.extend(self.active)
+        while self.worklist and self.status == "running":
+            step = self.worklist.popleft()
+            if step in self.active and self._step_done(step):
+                self._clear(step)
+
+    def _step_done(self, step: str) -> bool:
+        return all(self.actions[a.name].status == "done" for a in self.g.step_actions[step])
+
+    def _outcomes_of(self, specs: Any) -> tuple[list[str], str | None]:
+        """The outcome set of some action blocks, in recipe order, and the first failure."""
+        outcomes: list[str] = []
+        failure: str | None = None
+        for spec in specs:
+            outcome = self.actions[spec.name].outcome
+            if outcome is None:
+                continue
+            if outcome not in outcomes:
+                outcomes.append(outcome)
+            if failure is None and outcome in RESERVED_OUTCOMES:
+                failure = outcome
+        return outcomes, failure
+
+    def _clear(self, step: str) -> None:
+        """A done step: follow its sequence, or fire one of its transitions."""
+        specs = self.g.step_actions[step]
+        outcomes, failure = self._outcomes_of(specs)
+        pos = self.g.position.get(step)
+        if pos is None:
+            self._fire(step, self.g.outgoing[step], outcomes, failure)
+            return
+        if failure is not None:
+            failed = next(s.name for s in specs if self.actions[s.name].outcome == failure)
+            self._fault(
+                failure,
+                f"action {failed} in step {step} ended with {failure}; step {step} is in "
+                f"a sequence of divergence {pos.divergence}, and a sequence cannot route a failure",
+            )
+            return
+        del self.active[step]
+        spec = self.g.divergences[pos.divergence]
+        if not pos.last:
+            nxt = spec.sequences[pos.sequence][pos.index + 1]
+            self.note(f"{step} done, next in sequence: {nxt}")
+            self._enter_step(nxt)
+            return
+        rec = self.divergences[pos.divergence]
+        finished = [*rec.finished, pos.sequence]
+        self.divergences[pos.divergence] = replace(rec, finished=finished)
+        if len(finished) < len(rec.sequences):
+            self.note(
+                f"{step} done, sequence {pos.sequence + 1} of {spec.name} waits at the convergence"
+            )
+            return
+        d_outcomes, d_failure = self._outcomes_of(self.g.sequence_actions(spec.name, rec.sequences))
+        self.note(f"{spec.name} converged with outcomes {_fmt(d_outcomes)}")
+        self._fire(spec.name, spec.exits, d_outcomes, d_failure)
+
+    def _fire(
+        self,
+        source: str,
+        transitions: tuple[TransitionSpec, ...],
+        outcomes: list[str],
+        failure: str | None,
+    ) -> None:
+        """Leave `source` through the first transition its outcomes clear, or end the job."""
+        if not transitions:
+            if failure is None:
+                self._leave(source)
+                self._complete(source, outcomes)
+            else:
+                self._fault(
+                    failure,
+                    f"{source} ended with {failure} (outcomes {_fmt(outcomes)}) "
+                    "and has no transition to route it",
+                )
+            return
+        t = _select(transitions, outcomes, failure)
+        if t is None:
+            self._fault(
+                failure or "no_transition",
+                f"{source} ended with outcomes {_fmt(outcomes)}; no transition matches "
+                f"({', '.join(f'{x.target} on {x.condition}' for x in transitions)})",
+            )
+            return
+        self.note(f"{source} -> {t.target} fired on {t.condition} (outcomes {_fmt(outcomes)})")
+        self._leave(source)
+        self._enter(t.target, outcomes, failure)
+
+    def _leave(self, node: str) -> None:
+        self.active.pop(node, None)
+        self.divergences.pop(node, None)
+
+    def _enter(self, node: str, outcomes: list[str], failure: str | None) -> None:
+        """Enter a step, or a divergence with the outcomes of the node that led into it."""
+        spec = self.g.divergences.get(node)
+        if spec is None:
+            self._enter_step(node)
+            return
+        if spec.kind == "simultaneous":
+            taken = list(range(len(spec.sequences)))
+            self.note(f"{node}: all {len(taken)} sequences start")
+        else:
+            t = _select(spec.entries, outcomes, failure)
+            if t is None:
+                self._fault(
+                    failure or "no_transition",
+                    f"selection divergence {node}: no selection transition matches "
+                    f"outcomes {_fmt(outcomes)}",
+                )
+                return
+            taken = [spec.entry_sequence[spec.entries.index(t)]]
+            self.note(f"{node}: selection on {t.condition} takes the sequence of {t.target}")
+        self.divergences[node] = DivergenceRecord(name=node, sequences=taken, finished=[])
+        for i in taken:
+            self._enter_step(spec.sequences[i][0])
+
+    def _enter_step(self, step: str) -> None:
+        self._spend(entries=1)
+        self.active[step] = None
+        for spec in self.g.step_actions[step]:
+            self._start_action(spec)
+        self.worklist.append(step)
+
+    def _start_action(self, spec: ActionSpec) -> None:
+        """A fresh record in a new round, and the command that starts the action block."""
+        prev = self.actions.get(spec.name)
+        work: Literal["push", "await"] = "push" if spec.push else "await"
+        rec = ActionRecord(
+            status="open",
+            work=work,
+            type_id=spec.type_id,
+            attempt=1,
+            round=1 if prev is None else prev.round + 1,
+            deadline=self.at + spec.timeout_ms,
+            command_id=self.new_command_id(spec.name),
+            outcome=None,
+            error=None,
+            hold=None,
+            hold_command_id=None,
+            hold_deadline=None,
+            restarted=False,
+        )
+        self.actions[spec.name] = rec
+        self.start_work(spec, rec, work)
+
+    # -- outcomes, deadlines, attempts
+
+    def record_outcome(self, name: str, outcome: str, error: str | None = None) -> None:
+        """An action block has its outcome: an answer, an event, or a timeout."""
+        rec = self.actions[name]
+        if rec.hold == "open":  # the work answered before its hold did
+            self.cancel_work(name, rec.hold_command_id, "superseded")
+        self.set(
+            name,
+            status="done",
+            outcome=outcome,
+            error=error,
+            deadline=None,
+            hold=None if rec.hold == "open" else rec.hold,
+            hold_deadline=None,
+        )
+
+    def time_out(self, name: str, why: str) -> None:
+        rec = self.actions[name]
+        self.cancel_work(name, rec.command_id, "timeout")
+        self.record_outcome(name, "timeout")
+        self.note(f"{name} timed out: {why}")
+
+    def _redispatch(self, spec: ActionSpec, rec: ActionRecord, why: str) -> None:
+        """Another attempt of a push command, or `timeout` when none is left."""
+        limit = self.max_attempts(spec)
+        if rec.attempt >= limit:
+            self.time_out(spec.name, f"{why}, and all {limit} attempts are used")
+            return
+        self.cancel_work(spec.name, rec.command_id, "redispatch")
+        rec = self.set(
+            spec.name,
+            attempt=rec.attempt + 1,
+            command_id=self.new_command_id(spec.name),
+            deadline=self.at + spec.timeout_ms,
+        )
+        self.note(f"{spec.name} re-dispatched: {why} (attempt {rec.attempt} of {limit})")
+        self.start_work(spec, rec, "push")
+
+    def shift_deadlines(self, gap: int, work: bool, holds: bool) -> None:
+        for name, rec in self.open_work():
+            changes: dict[str, int] = {}
+            if work and rec.deadline is not None:
+                changes["deadline"] = rec.deadline + gap
+            if holds and rec.hold == "open" and rec.hold_deadline is not None:
+                changes["hold_deadline"] = rec.hold_deadline + gap
+            if changes:
+                self.set(name, **changes)
+
+    def expire(self) -> int:
+        """Handle every deadline at or before now; returns how many expired."""
+        held = self.held_at is not None
+        expired = 0
+        for name, rec in self.open_work():
+            _, hold_deadline = _due(rec, held)
+            if hold_deadline is not None and hold_deadline <= self.at:
+                expired += 1
+                rec = self.set(name, hold="notHeld", hold_deadline=None)
+                self.note(f"hold of {name} not answered in time: the work runs on")
+            deadline, _ = _due(rec, held)
+            if deadline is not None and deadline <= self.at:
+                expired += 1
+                spec = self.g.actions[name]
+                if rec.work == "push":
+                    self._redispatch(spec, rec, "deadline passed")
+                elif rec.work == "restart":
+                    self.time_out(name, "the restart was not answered in time")
+                else:
+                    self.time_out(name, f"no {spec.type_id} event arrived in time")
+        return expired
+
+    # -- equipment hold
+
+    def send_hold(self, spec: ActionSpec, rec: ActionRecord) -> None:
+        assert spec.hold is not None
+        rec = self.set(
+            spec.name,
+            hold="open",
+            hold_command_id=f"{self.new_command_id(spec.name)}:hold",
+            hold_deadline=self.at + spec.hold.timeout_ms,
+        )
+        self.note(f"{spec.name}: hold command sent to the equipment")
+        self.start_work(spec, rec, "hold")
+
+    def restart(self, spec: ActionSpec) -> None:
+        """The equipment held the work: send its restart command (no attempt is used)."""
+        assert spec.restart is not None
+        rec = self.set(
+            spec.name,
+            work="restart",
+            type_id=spec.restart.type_id,
+            command_id=self.new_command_id(spec.name),
+            deadline=self.at + spec.restart.timeout_ms,
+            hold=None,
+            hold_deadline=None,
+            restarted=True,
+        )
+        self.note(f"{spec.name}: restart command sent to the equipment")
+        self.start_work(spec, rec, "restart")
+
+    # -- ending the job
+
+    def _complete(self, last: str, outcomes: list[str]) -> None:
+        self.status = "completed"
+        self.outcomes = outcomes
+        self.note(f"job completed after {last} with outcomes {_fmt(outcomes)}")
+
+    def _fault(self, code: str, message: str) -> None:
+        self.withdraw_all("teardown")
+        self.status = "faulted"
+        self.fault = Fault(code=code, message=message)  # type: ignore[arg-type]
+        self.note(f"job faulted ({code}): {message}")
+
+    # -- the result
+
+    def result_state(self) -> SfcState:
+        log = self.prior.log
+        if self.decisions:
+            log = [*log, *self.decisions][-LOG_LIMIT:]
+        return SfcState(
+            format=STATE_FORMAT,
+            job_id=self.job,
+            scope=self.prior.scope,
+            recipe_hash=self.prior.recipe_hash,
+            status=self.status,
+            active_steps=list(self.active),
+            divergences=list(self.divergences.values()),
+            actions=self.actions,
+            sequence=self.sequence,
+            started_at=self.started_at,
+            held_at=self.held_at,
+            fault=self.fault,
+            outcomes=self.outcomes,
+            cancel_reason=self.cancel_reason,
+            log=log,
+        )
+
+
+def _select(
+    transitions: tuple[TransitionSpec, ...], outcomes: list[str], failure: str | None
+) -> TransitionSpec | None:
+    """The first transition, by priority, whose condition is among the outcomes.
+
+    The default condition "true" does not match after a failure (timeout or error): only a
+    transition that names the failure routes it, so a recipe never silently goes on.
+    """
+    for t in transitions:
+        if t.condition == TRUE:
+            if failure is None:
+                return t
+        elif t.condition in outcomes:
+            return t
+    return None
+
+
+# --------------------------------------------------------------------------- event handlers
+
+Handled = tuple[Disposition, str]
+
+
+def _on_start(ev: _Evaluation, event: Start) -> Handled:
+    if ev.status != "ready":
+        return "absorbed", "the job has already started"
+    ev.status = "running"
+    ev.started_at = event.at
+    ev.note(f"job started, entering {ev.g.initial}")
+    ev._enter(ev.g.initial, [], None)
+    return "applied", f"job started in step {ev.g.initial}"
+
+
+def _on_tick(ev: _Evaluation, event: Tick) -> Handled:
+    if ev.status != "running":
+        return "absorbed", "the job has not started"
+    held = ev.held_at is not None
+    outage = 0 if event.outage_ms is UNSET else int(event.outage_ms)
+    if outage > 0:
+        # While held, work deadlines wait for the release, which moves them by the whole hold.
+        ev.shift_deadlines(outage, work=not held, holds=True)
+        ev.note(f"platform outage of {outage} ms: open deadlines moved by it")
+    expired = ev.expire()
+    if expired == 0 and outage == 0:
+        return "absorbed", "the job is held" if held else "nothing is due"
+    parts = [f"{expired} deadline(s) expired"] if expired else []
+    if outage:
+        parts.insert(0, f"deadlines moved by an outage of {outage} ms")
+    return "applied", "; ".join(parts)
+
+
+def _on_answer(ev: _Evaluation, event: ActionCompleted | ActionFailed) -> Handled:
+    """A response from the equipment, matched by action key, command id and round."""
+    prefix = f"{ev.job}:"
+    if not event.action_key.startswith(prefix):
+        return "rejected", f"action key {event.action_key} belongs to another job"
+    name = event.action_key[len(prefix) :]
+    spec = ev.g.actions.get(name)
+    if spec is None:
+        return "rejected", f"the recipe has no action {name}"
+    if not spec.push:
+        return "rejected", f"{name} waits for an event; it sent no command to answer"
+    rec = ev.actions.get(name)
+    if rec is None:
+        return "rejected", f"no command was issued for {name}"
+    command_id = None if event.command_id is UNSET else event.command_id
+    if command_id is not None and not command_id.startswith(f"{event.action_key}#"):
+        return "rejected", f"command id {command_id} does not belong to {name}"
+    if event.round is not UNSET:
+        if event.round < rec.round:
+            return "absorbed", f"answer from round {event.round}; {name} is in round {rec.round}"
+        if event.round > rec.round:
+            return (
+                "rejected",
+                f"answer from round {event.round}, but {name} is in round {rec.round}",
+            )
+
+    failed = isinstance(event, ActionFailed)
+    if isinstance(event, ActionFailed):
+        outcome, error = (
+            "error",
+            (event.error if event.error is not UNSET else "") or "failure reported",
+        )
+    else:
+        outcome, error = str(event.outcome), None
+
+    if command_id is not None and command_id.endswith(":hold"):
+        return _on_hold_answer(ev, spec, rec, command_id, outcome)
+    if rec.status == "done":
+        return "absorbed", f"{name} already has outcome {rec.outcome}: duplicate or late answer"
+    if rec.hold == "held":
+        return "absorbed", f"the attempt of {name} was withdrawn when the equipment held it"
+    if rec.work == "restart" and command_id is not None and command_id != rec.command_id:
+        return "absorbed", f"answer to the held work of {name}; its restart is open"
+    ev.record_outcome(name, outcome, error)
+    words = f"failed: {error}" if failed else f"answered {outcome}"
+    ev.note(f"{name} {words}")
+    suffix = " (recorded; the job is held)" if ev.held_at is not None else ""
+    return "applied", f"{name} {words}{suffix}"
+
+
+def _on_hold_answer(
+    ev: _Evaluation, spec: ActionSpec, rec: ActionRecord, command_id: str, outcome: str
+) -> Handled:
+    name = spec.name
+    if (
+        command_id != rec.hold_command_id
+        or rec.status == "done"
+        or rec.hold
+        not in (
+            "open",
+            "notHeld",
+        )
+    ):
+        return "absorbed", f"answer to a hold of {name} that is no longer open"
+    if outcome == "held":
+        ev.cancel_work(name, rec.command_id, "held")
+        ev.set(name, hold="held", deadline=None, hold_deadline=None)
+        ev.note(f"{name}: the equipment held the work")
+        if ev.held_at is None:  # released before the answer: restart at once
+            ev.restart(spec)
+        return "applied", f"the equipment held {name}"
+    if rec.hold == "notHeld":
+        return "absorbed", f"the hold of {name} already counts as not held"
+    ev.set(name, hold="notHeld", hold_deadline=None)
+    ev.note(f"{name}: the equipment could not hold the work ({outcome}); it runs on")
+    return "applied", f"the equipment could not hold {name}; the work runs on"
+
+
+def _on_event(ev: _Evaluation, event: EventReceived) -> Handled:
+    """An event completes the open wait whose type and selector it matches."""
+    if ev.status != "running":
+        return "absorbed", "the job has not started"
+    subject = None if event.subject is UNSET else event.subject
+    correlation = None if event.correlation_id is UNSET else event.correlation_id
+    for spec in ev.g.waits_by_type.get(event.type_id, ()):
+        rec = ev.actions.get(spec.name)
+        if rec is None or rec.status != "open":
+            continue
+        sel = ev._selector(spec)
+        if sel is not None and (
+            (sel.subject is not None and sel.subject != subject)
+            or (sel.correlation_id is not None and sel.correlation_id != correlation)
+        ):
+            continue
+        ev.record_outcome(spec.name, event.outcome)
+        ev.note(f"{spec.name} received {event.type_id} with outcome {event.outcome}")
+        return "applied", f"{spec.name} received {event.type_id}: {event.outcome}"
+    return "absorbed", f"no open wait matches {event.type_id}"
+
+
+def _on_resume(ev: _Evaluation, event: Resume) -> Handled:
+    """Re-issue open work that the host does not know as live."""
+    if ev.status != "running":
+        return "absorbed", "the job has not started"
+    if ev.held_at is not None:
+        return "absorbed", "the job is held; the release re-issues its work"
+    live = set(ev.live_work)
+    reissued = 0
+    for name, rec in ev.open_work():
+        if rec.command_id in live or rec.hold == "open":
+            continue
+        spec = ev.g.actions[name]
+        reissued += 1
+        if rec.work == "push":
+            ev._redispatch(spec, rec, "resumed without live work")
+        else:  # a wait or a restart is announced again under its command id
+            ev.note(f"{name}: {rec.work} announced again")
+            ev.start_work(spec, rec, rec.work)
+    if reissued == 0:
+        return "absorbed", "all open work is live"
+    return "applied", f"re-issued {reissued} open action(s)"
+
+
+def _on_cancel(ev: _Evaluation, event: Cancel) -> Handled:
+    ev.withdraw_all(event.reason)
+    ev.status = "cancelled"
+    ev.cancel_reason = event.reason
+    ev.note(f"job cancelled: {event.reason}")
+    return "applied", f"job cancelled: {event.reason}"
+
+
+def _on_hold(ev: _Evaluation, event: Hold) -> Handled:
+    if ev.status != "running":
+        return "absorbed", "the job has not started"
+    if ev.held_at is not None:
+        return "absorbed", "the job is already held"
+    ev.held_at = event.at
+    ev.note("job held")
+    holds = 0
+    for name, rec in ev.open_work():
+        spec = ev.g.actions[name]
+        if spec.hold is not None and rec.work in ("push", "restart") and rec.hold != "open":
+            ev.send_hold(spec, rec)
+            holds += 1
+    return "applied", "job held" + (f"; {holds} hold command(s) sent" if holds else "")
+
+
+def _on_release(ev: _Evaluation, event: Release) -> Handled:
+    """End the hold: deadlines move by its length, open pushes are issued again."""
+    if ev.held_at is None:
+        return "absorbed", "the job is not held"
+    gap = max(0, event.at - ev.held_at)
+    ev.held_at = None
+    ev.shift_deadlines(gap, work=True, holds=False)
+    ev.note(f"job released after {gap} ms")
+    for name, rec in ev.open_work():
+        spec = ev.g.actions[name]
+        if rec.hold == "held":
+            ev.restart(spec)
+        elif rec.work in ("push", "restart"):
+            ev.start_work(spec, rec, rec.work)
+    return "applied", f"job released after {gap} ms"
+
+
+_HANDLERS: dict[type, Any] = {
+    Start: _on_start,
+    Tick: _on_tick,
+    ActionCompleted: _on_answer,
+    ActionFailed: _on_answer,
+    EventReceived: _on_event,
+    Resume: _on_resume,
+    Cancel: _on_cancel,
+    Hold: _on_hold,
+    Release: _on_release,
+}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _fmt(outcomes: list[str]) -> str:
+    return "{" + ", ".join(outcomes) + "}"
+
+
+def _ended_words(state: SfcState) -> str:
+    if state.status == "completed":
+        return "completed"
+    if state.status == "cancelled":
+        return f"been cancelled ({state.cancel_reason})"
+    return f"faulted ({state.fault.code if state.fault else '?'})"
+
+
+def _continuation(
+    status: str, outcomes: list[str], fault: Fault | None, cancel_reason: str | None
+) -> Continuation:
+    if status == "completed":
+        return Complete(outcomes=outcomes)
+    if status == "faulted" and fault is not None:
+        return FaultContinuation(code=fault.code, message=fault.message)
+    if status == "cancelled":
+        return Cancelled(reason=cancel_reason or "cancelled")
+    return _DEFER
+
+
+def _unchanged(state: SfcState, disposition: Disposition, reason: str) -> StepResult:
+    return StepResult(
+        state=state,
+        continuation=_continuation(state.status, state.outcomes, state.fault, state.cancel_reason),
+        commands=[],
+        disposition=disposition,
+        reason=reason,
+    )
+
+
+def _misfit(graph: Graph, state: SfcState) -> str | None:
+    for step in state.active_steps:
+        if step not in graph.step_actions:
+            return f"active step {step} is not in the recipe"
+    for name in state.actions:
+        if name not in graph.actions:
+            return f"action {name} is not in the recipe"
+    for d in state.divergences:
+        if d.name not in graph.divergences:
+            return f"divergence {d.name} is not in the recipe"
+    return None
+
+
+def _propagation_fault(graph: Graph, state: SfcState, at: int) -> StepResult:
+    """The evaluation is discarded: the job faults where it stood before the event."""
+    ev = _Evaluation(graph, state, _DEFAULT_SNAPSHOT, at)
+    ev._fault(
+        "propagation_limit",
+        f"one evaluation would dispatch or enter more than {PROPAGATION_LIMIT} times",
+    )
+    return StepResult(
+        state=ev.result_state(),
+        continuation=_continuation(ev.status, ev.outcomes, ev.fault, ev.cancel_reason),
+        commands=ev.commands,
+        disposition="applied",
+        reason="propagation limit reached",
+    )
