@@ -1,0 +1,450 @@
+"""The simulation: an in-memory host on a virtual clock, with scripted equipment.
+
+It runs one job of a recipe through `evolve` the way a host would, without a server:
+the clock is virtual (it starts at 0 ms and jumps from one due item to the next), the
+equipment is a script, and every evaluation goes into a transcript. It is **not durable**
+(nothing is stored; the run lives in this object) and **not distributed** (one job, one
+process, one thread). It proves what a recipe does with a given behaviour of the plant; it
+is not a host.
+
+The script (schemas/simulation_script_v1_0.json, DESIGN.md "The command line")
+-------------------------------------------------------------------------------
+- The n-th time the equipment is asked about an action it gives the n-th reply of
+  `replies[NAME]`; after the list, `default` (itself `ok` when absent). Hold and restart
+  commands are asked under `NAME:hold` and `NAME:restart`; a hold's default is `held`.
+- A reply is `silent` (no answer at all), `error[:text][@delayMs]` (actionFailed) or
+  `outcome[@delayMs]` (actionCompleted with that outcome). The delay counts from the
+  moment the command was issued.
+- The equipment is asked once per command id: a release or a resume that issues a command
+  id again does not ask again, as the host sends each command id once.
+- A reply to a pull action (`await`) is an eventReceived of the awaited type that matches
+  the wait's selector; `error[:text]` there is an event with the reserved outcome `error`.
+- Every reply to a push, hold or restart command carries the command id it answers (the
+  causation id) and that command's round, as real equipment must. A reply to an attempt
+  that was withdrawn in the meantime is still delivered: real equipment may finish it.
+- `events` are delivered at their `atMs`; `controls` are operator hold, release and cancel
+  at `atMs`, and a platform outage: no ticks from `atMs` for `ms`, then one tick with
+  `outageMs = ms`. Replies and events are still delivered during an outage.
+
+Order of items that fall on the same millisecond
+------------------------------------------------
+The run is a total, deterministic order of items. Items are ordered by time, then by class,
+then by when they were scheduled:
+
+    0 start            the start of the job, at 0
+    1 reply            equipment answers, in the order their commands were issued
+    2 event            script events, in script order
+    3 control          hold, release and cancel, in script order
+    4 outage tick      the tick that ends an outage
+    5 deadline tick    the tick at `next_deadline`
+
+So a reply that lands exactly on a deadline wins over the tick, and what the equipment
+said is recorded before an operator's hold or cancel of the same millisecond. An item
+scheduled during an evaluation (a reply with no delay) joins this order at its own time.
+
+A run ends `completed`, `faulted` or `cancelled` with the job; `time_limit` when the next
+item would come after the time limit (or nothing more can happen, e.g. a job held for good);
+`evaluation_limit` when that many evaluations did not end the job.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+from msgspec import UNSET
+
+from generated.command_v1_0 import StartWork
+from generated.dryrun_result_v1_0 import DryRunResult, RunFault, TranscriptEntry
+from generated.event_v1_0 import (
+    ActionCompleted,
+    ActionFailed,
+    Cancel,
+    EventReceived,
+    Hold,
+    Release,
+    Start,
+    Tick,
+)
+from generated.simulation_script_v1_0 import (
+    CancelControl,
+    HoldControl,
+    OutageControl,
+    ReleaseControl,
+    ScriptEvent,
+    SimulationScript,
+)
+from generated.snapshot_v1_0 import Snapshot
+from generated.state_v1_3 import SfcState
+from generated.step_result_v1_0 import Cancelled, Complete, FaultContinuation
+from sfc.evolve import evolve, new_state, next_deadline
+from sfc.graph import RESERVED_OUTCOMES, Graph
+
+DEFAULT_TIME_LIMIT_MS = 7 * 24 * 3600 * 1000
+"""Seven days of virtual time."""
+DEFAULT_EVALUATION_LIMIT = 100_000
+DEFAULT_REPLY = "ok"
+HOLD_DEFAULT_REPLY = "held"
+SOURCE = "sfc.simulation"
+"""The CloudEvents source of the events the simulated equipment sends for a wait."""
+
+End = Literal["completed", "faulted", "cancelled", "time_limit", "evaluation_limit"]
+Event = Start | Tick | ActionCompleted | ActionFailed | EventReceived | Hold | Release | Cancel
+
+# The classes of same-time items, in the order they run (see the module docstring).
+START, REPLY, EVENT, CONTROL, OUTAGE_TICK, DEADLINE_TICK = range(6)
+
+REPLY_GRAMMAR = "silent, error[:text][@delayMs] or outcome[@delayMs]"
+_REPLY = re.compile(
+    r"(?P<silent>silent)"
+    r"|error(?::(?P<text>[^@]*))?(?:@(?P<error_delay>[0-9]+))?"
+    r"|(?P<outcome>[^:@\s]+)(?:@(?P<delay>[0-9]+))?"
+)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SUFFIXES = ("hold", "restart")
+
+
+class ScriptError(ValueError):
+    """A simulation script that cannot be used; `path` points at the problem (`$.replies.x[1]`)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One parsed reply of the scripted equipment."""
+
+    kind: Literal["silent", "error", "outcome"]
+    outcome: str | None = None
+    error: str | None = None
+    """The error text of `error:text`; None for a bare `error`."""
+    delay_ms: int = 0
+
+
+def parse_reply(text: str) -> Reply:
+    """Parse `silent`, `error[:text][@delayMs]` or `outcome[@delayMs]`; ValueError otherwise."""
+    m = _REPLY.fullmatch(text)
+    if m is None:
+        raise ValueError(f"not a reply: {text!r}; a reply is {REPLY_GRAMMAR}")
+    if m["silent"] is not None:
+        return Reply("silent")
+    if m["outcome"] is not None:
+        outcome = m["outcome"]
+        if outcome == "silent":
+            raise ValueError(f"not a reply: {text!r}; silent takes no delay")
+        if outcome in RESERVED_OUTCOMES:
+            raise ValueError(
+                f"not a reply: {text!r}; {outcome!r} is the outcome the engine gives itself "
+                "when attempts run out; script silent to let the deadline pass"
+            )
+        return Reply("outcome", outcome=outcome, delay_ms=int(m["delay"] or 0))
+    return Reply("error", error=m["text"] or None, delay_ms=int(m["error_delay"] or 0))
+
+
+def _key_path(base: str, key: str) -> str:
+    return f"{base}.{key}" if _IDENTIFIER.fullmatch(key) else f"{base}[{json.dumps(key)}]"
+
+
+def _check_replies(raw: Any) -> None:
+    """Check `default` and `replies` by hand, so that an error names the action (msgspec says `[...]`)."""
+    if not isinstance(raw, dict):
+        return
+    default = raw.get("default")
+    if isinstance(default, str):
+        try:
+            parse_reply(default)
+        except ValueError as e:
+            raise ScriptError("$.default", str(e)) from None
+    replies = raw.get("replies")
+    if replies is None:
+        return
+    if not isinstance(replies, dict):
+        raise ScriptError("$.replies", "expected an object: action name -> list of replies")
+    for key, items in replies.items():
+        path = _key_path("$.replies", key)
+        if not isinstance(items, list):
+            raise ScriptError(path, f"expected a list of replies ({REPLY_GRAMMAR})")
+        for i, item in enumerate(items):
+            if not isinstance(item, str):
+                raise ScriptError(f"{path}[{i}]", f"expected a string: {REPLY_GRAMMAR}")
+            try:
+                parse_reply(item)
+            except ValueError as e:
+                raise ScriptError(f"{path}[{i}]", str(e)) from None
+
+
+_UNKNOWN = re.compile(r"Object contains unknown field `(?P<field>[^`]*)`")
+
+
+def _validation_error(e: msgspec.ValidationError) -> ScriptError:
+    text, _, at = str(e).partition(" - at `")
+    path = at.rstrip("`") or "$"
+    unknown = _UNKNOWN.fullmatch(text)
+    if unknown is not None:
+        return ScriptError(_key_path(path, unknown["field"]), "unknown key")
+    return ScriptError(path, text)
+
+
+def load_script(data: bytes, graph: Graph | None = None) -> SimulationScript:
+    """Decode and check a simulation script; ScriptError names the path of the first problem.
+
+    With a graph, replies are also checked against the recipe's actions (`check_script`).
+    """
+    try:
+        raw = msgspec.json.decode(data)
+    except msgspec.DecodeError as e:
+        raise ScriptError("$", f"not valid JSON: {e}") from None
+    _check_replies(raw)
+    try:
+        script = msgspec.json.decode(data, type=SimulationScript)
+    except msgspec.ValidationError as e:
+        raise _validation_error(e) from None
+    if graph is not None:
+        check_script(script, graph)
+    return script
+
+
+def check_script(script: SimulationScript, graph: Graph) -> None:
+    """Refuse replies for actions the recipe lacks, and hold or restart replies for actions without hold logic."""
+    replies = {} if script.replies is UNSET else script.replies
+    for key in replies:
+        path = _key_path("$.replies", key)
+        name, _, suffix = key.partition(":")
+        spec = graph.actions.get(name)
+        if spec is None:
+            known = ", ".join(graph.actions) or "none"
+            raise ScriptError(path, f"the recipe has no action {name!r} (its actions: {known})")
+        if suffix and suffix not in _SUFFIXES:
+            raise ScriptError(
+                path, f"unknown key suffix {suffix!r}; use NAME, NAME:hold or NAME:restart"
+            )
+        if suffix and spec.hold is None:
+            raise ScriptError(
+                path, f"action {name!r} has no hold logic, so it gets no {suffix} command"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """One question to the scripted equipment: a command id it saw for the first time."""
+
+    at_ms: int
+    key: str
+    """NAME, NAME:hold or NAME:restart."""
+    command_id: str
+    reply: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Outage:
+    start: int
+    end: int
+
+
+def _control_event(control: HoldControl | ReleaseControl | CancelControl) -> Event:
+    if isinstance(control, HoldControl):
+        return Hold(at=control.at_ms)
+    if isinstance(control, ReleaseControl):
+        return Release(at=control.at_ms)
+    reason = "cancelled" if control.reason is UNSET else control.reason
+    return Cancel(at=control.at_ms, reason=reason)
+
+
+def _script_event(ev: ScriptEvent) -> EventReceived:
+    return EventReceived(
+        at=ev.at_ms,
+        type_id=ev.type_id,
+        outcome="done" if ev.outcome is UNSET else ev.outcome,
+        subject=ev.subject,
+        correlation_id=ev.correlation_id,
+        source=ev.source,
+        id=ev.id,
+    )
+
+
+class Simulation:
+    """One job of a recipe on a virtual clock with scripted equipment.
+
+    `run()` drives it to the end and returns the dry-run result; `step()` runs one
+    evaluation at a time, and `state` is the job's state after the last one.
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        script: SimulationScript | None = None,
+        *,
+        job_id: str = "job-1",
+        scope: str = "sim",
+        time_limit_ms: int = DEFAULT_TIME_LIMIT_MS,
+        evaluation_limit: int = DEFAULT_EVALUATION_LIMIT,
+        snapshot: Snapshot | None = None,
+    ) -> None:
+        script = SimulationScript() if script is None else script
+        check_script(script, graph)
+        self.graph = graph
+        self.script = script
+        self.job_id = job_id
+        self.time_limit_ms = time_limit_ms
+        self.evaluation_limit = evaluation_limit
+        self.snapshot = Snapshot() if snapshot is None else snapshot
+        self.state: SfcState = new_state(graph, job_id, scope)
+        self.now = 0
+        self.transcript: list[TranscriptEntry] = []
+        self.asks: list[Ask] = []
+        """Every question to the equipment, in order."""
+        self.end: End | None = None
+        self.end_at: int = 0
+        self.fault: RunFault | None = None
+
+        self._replies: dict[str, list[str]] = {} if script.replies is UNSET else script.replies
+        self._default = DEFAULT_REPLY if script.default is UNSET else script.default
+        self._asked: set[str] = set()
+        self._asked_per_key: dict[str, int] = {}
+        self._queue: list[tuple[int, int, int, Event]] = []
+        self._scheduled = 0
+        self._outages: list[_Outage] = []
+
+        self._schedule(0, START, Start(at=0))
+        for ev in [] if script.events is UNSET else script.events:
+            self._schedule(ev.at_ms, EVENT, _script_event(ev))
+        for control in [] if script.controls is UNSET else script.controls:
+            if isinstance(control, OutageControl):
+                end = control.at_ms + control.ms
+                self._outages.append(_Outage(control.at_ms, end))
+                self._schedule(end, OUTAGE_TICK, Tick(at=end, outage_ms=control.ms))
+            else:
+                self._schedule(control.at_ms, CONTROL, _control_event(control))
+
+    def _schedule(self, at: int, cls: int, event: Event) -> None:
+        heapq.heappush(self._queue, (at, cls, self._scheduled, event))
+        self._scheduled += 1
+
+    def _in_outage(self, at: int) -> bool:
+        return any(o.start <= at < o.end for o in self._outages)
+
+    def _next(self) -> tuple[int, Event] | None:
+        """The next item by (time, class, order): the queue's head, or the deadline tick."""
+        due = next_deadline(self.state)
+        tick_at = None if due is None else max(due, self.now)
+        if tick_at is not None and self._in_outage(tick_at):
+            tick_at = None  # the outage's own tick comes when it ends
+        if self._queue and (tick_at is None or self._queue[0][:2] < (tick_at, DEADLINE_TICK)):
+            at, _, _, event = heapq.heappop(self._queue)
+            return at, event
+        if tick_at is not None:
+            return tick_at, Tick(at=tick_at)
+        return None
+
+    def _finish(self, end: End, at: int) -> None:
+        self.end = end
+        self.end_at = at
+
+    def step(self) -> TranscriptEntry | None:
+        """Run one evaluation; None once the run has ended."""
+        if self.end is not None:
+            return None
+        if len(self.transcript) >= self.evaluation_limit:
+            self._finish("evaluation_limit", self.now)
+            return None
+        item = self._next()
+        if item is None or item[0] > self.time_limit_ms:
+            self._finish("time_limit", self.time_limit_ms)
+            return None
+        self.now, event = item
+        result = evolve(self.graph, self.state, self.snapshot, event)
+        self.state = result.state
+        entry = TranscriptEntry(
+            at_ms=self.now,
+            event=event,
+            disposition=result.disposition,
+            reason=result.reason,
+            commands=result.commands,
+            continuation=result.continuation,
+        )
+        self.transcript.append(entry)
+        for command in result.commands:
+            if isinstance(command, StartWork):
+                self._ask(command)
+        verdict = result.continuation
+        if isinstance(verdict, Complete):
+            self._finish("completed", self.now)
+        elif isinstance(verdict, FaultContinuation):
+            self.fault = RunFault(code=verdict.code, message=verdict.message)
+            self._finish("faulted", self.now)
+        elif isinstance(verdict, Cancelled):
+            self._finish("cancelled", self.now)
+        return entry
+
+    def run(self) -> DryRunResult:
+        """Run to the end and return the dry-run result."""
+        while self.step() is not None:
+            pass
+        return self.result()
+
+    def result(self) -> DryRunResult:
+        if self.end is None:
+            raise RuntimeError("the run has not ended; call run()")
+        return DryRunResult(
+            end=self.end, at_ms=self.end_at, fault=self.fault, transcript=list(self.transcript)
+        )
+
+    def _ask(self, command: StartWork) -> None:
+        """Ask the scripted equipment about a command it has not seen, and schedule its reply."""
+        if command.command_id in self._asked:
+            return
+        self._asked.add(command.command_id)
+        name = command.action_key.rpartition(":")[2]
+        key = name if command.work in ("push", "await") else f"{name}:{command.work}"
+        n = self._asked_per_key.get(key, 0)
+        self._asked_per_key[key] = n + 1
+        listed = self._replies.get(key, [])
+        if n < len(listed):
+            text = listed[n]
+        else:
+            text = HOLD_DEFAULT_REPLY if command.work == "hold" else self._default
+        self.asks.append(Ask(self.now, key, command.command_id, text))
+        reply = parse_reply(text)
+        if reply.kind == "silent":
+            return
+        at = self.now + reply.delay_ms
+        event: Event
+        if command.work == "await":
+            selector = command.selector
+            event = EventReceived(
+                at=at,
+                type_id=command.type_id,
+                outcome=reply.outcome or "error",
+                subject=UNSET if selector is None or selector.subject is None else selector.subject,
+                correlation_id=(
+                    UNSET
+                    if selector is None or selector.correlation_id is None
+                    else selector.correlation_id
+                ),
+                source=SOURCE,
+                id=command.command_id,
+            )
+        elif reply.kind == "error":
+            event = ActionFailed(
+                at=at,
+                action_key=command.action_key,
+                error=UNSET if reply.error is None else reply.error,
+                command_id=command.command_id,
+                round=command.round,
+            )
+        else:
+            event = ActionCompleted(
+                at=at,
+                action_key=command.action_key,
+                outcome=reply.outcome or "done",
+                command_id=command.command_id,
+                round=command.round,
+            )
+        self._schedule(at, REPLY, event)
