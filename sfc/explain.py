@@ -1,0 +1,415 @@
+"""The explainer: a recipe, and the state of a job, described in plain words.
+
+`explain_recipe(graph)` says what the chart does: its steps and action blocks (interaction,
+type, deadline, attempts, hold logic), its transitions with conditions and priorities, its
+divergences, and what ends a job. `explain_state(graph, state)` says where a job is, what it
+waits for (each open command or wait with its attempt and deadline), when the next deadline
+is due and what happens then, and whether the job is held, ended or faulted, and why.
+
+Times in a state are epoch milliseconds. On the simulation's virtual clock, which starts at
+0, they read as seconds from the start (`45.000s`); real times read as UTC.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from generated.state_v1_3 import ActionRecord, SfcState
+from sfc.evolve import DEFAULT_MAX_ATTEMPTS, next_deadline
+from sfc.graph import TRUE, ActionSpec, DivergenceSpec, Graph, TransitionSpec
+
+_VIRTUAL_CLOCK_LIMIT = 10**11
+"""Below this (early 1973 as epoch ms) a time is taken to be on a virtual clock."""
+_LOG_LINES = 8
+
+
+def when(ms: int) -> str:
+    """A point in time: seconds on a virtual clock, else UTC."""
+    if ms < _VIRTUAL_CLOCK_LIMIT:
+        return f"{ms / 1000:.3f}s"
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def duration(ms: int) -> str:
+    """A length of time in the largest unit that states it exactly: `90 s`, `5 min`, `2 h`."""
+    if ms % 1000:
+        return f"{ms / 1000:g} s"
+    s = ms // 1000
+    if s and s % 3600 == 0:
+        return f"{s // 3600} h"
+    if s and s % 60 == 0:
+        return f"{s // 60} min"
+    return f"{s} s"
+
+
+def _plural(n: int, word: str, plural: str | None = None) -> str:
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
+def _params(parameters: dict[str, Any]) -> str:
+    return json.dumps(parameters, ensure_ascii=False, separators=(", ", ": "))
+
+
+def _condition(t: TransitionSpec) -> str:
+    if t.condition == TRUE:
+        return "true (the default)"
+    return f"outcome {t.condition}"
+
+
+def _target(graph: Graph, name: str) -> str:
+    if name in graph.divergences:
+        return f"divergence {name}"
+    return f"step {name}"
+
+
+def _where(graph: Graph, step: str) -> str:
+    pos = graph.position.get(step)
+    if pos is None:
+        return ""
+    seq = graph.divergences[pos.divergence].sequences[pos.sequence]
+    return (
+        f", step {pos.index + 1} of {len(seq)} in sequence {pos.sequence + 1} "
+        f"of divergence {pos.divergence}"
+    )
+
+
+def _attempts(spec: ActionSpec, default: int) -> str:
+    if spec.max_attempts is None:
+        return f"up to {_plural(default, 'attempt')} (the host default)"
+    return f"up to {_plural(spec.max_attempts, 'attempt')}"
+
+
+def _selector(spec: ActionSpec) -> str:
+    parts = []
+    if spec.subject is not None:
+        parts.append(f"subject {spec.subject}")
+    if spec.correlation_id is not None:
+        parts.append(f"correlationId {spec.correlation_id}")
+    return f" with {' and '.join(parts)}" if parts else " (any event of the type)"
+
+
+def describe_action(
+    spec: ActionSpec, max_attempts_default: int = DEFAULT_MAX_ATTEMPTS
+) -> list[str]:
+    """An action block in a few lines, the first naming it."""
+    if not spec.push:
+        return [
+            f"{spec.name}: waits for event {spec.type_id}{_selector(spec)}, "
+            f"for {duration(spec.timeout_ms)}; no event in time gives outcome timeout"
+        ]
+    lines = [
+        f"{spec.name}: push command {spec.type_id}, {duration(spec.timeout_ms)} per attempt, "
+        f"{_attempts(spec, max_attempts_default)}; an unanswered attempt is sent again, "
+        "the last one gives outcome timeout"
+    ]
+    if spec.parameters:
+        lines.append(f"  parameters {_params(spec.parameters)}")
+    if spec.hold is not None and spec.restart is not None:
+        lines.append(
+            f"  hold logic: on a pause the equipment is told to hold the work "
+            f"({spec.hold.type_id}, answer held within {duration(spec.hold.timeout_ms)}); "
+            f"on resume it is restarted ({spec.restart.type_id}, "
+            f"{duration(spec.restart.timeout_ms)})"
+        )
+    return lines
+
+
+def _transition_lines(graph: Graph, transitions: tuple[TransitionSpec, ...]) -> list[str]:
+    several = len(transitions) > 1
+    return [
+        f"{'priority ' + str(t.priority) + ': ' if several else ''}-> {_target(graph, t.target)} "
+        f"on {_condition(t)}"
+        for t in transitions
+    ]
+
+
+def _divergence_lines(graph: Graph, spec: DivergenceSpec) -> list[str]:
+    n = len(spec.sequences)
+    if spec.kind == "simultaneous":
+        head = f"{spec.name}: simultaneous divergence, all {n} sequences run together"
+    else:
+        head = f"{spec.name}: selection divergence, one of {n} sequences runs"
+    out = [head]
+    for i, seq in enumerate(spec.sequences):
+        out.append(f"  sequence {i + 1}: {' -> '.join(seq)}")
+    sources = [t.source for t in graph.transitions if t.target == spec.name]
+    if sources:
+        out.append(f"  entered from: {', '.join(sources)}")
+    if spec.kind == "selection":
+        out.append("  the sequence is chosen with the outcomes of the step that led here:")
+        several = len(spec.entries) > 1
+        for t, i in zip(spec.entries, spec.entry_sequence, strict=True):
+            prio = f"priority {t.priority}: " if several else ""
+            out.append(f"    {prio}sequence {i + 1} ({t.target}) on {_condition(t)}")
+    if spec.kind == "simultaneous":
+        basis = "the outcomes of every sequence"
+    else:
+        basis = "the outcomes of the sequence taken"
+    if spec.exits:
+        out.append(f"  at the convergence, when the sequences are done, cleared with {basis}:")
+        out.extend(f"    {line}" for line in _transition_lines(graph, spec.exits))
+    else:
+        out.append("  no exit: the convergence completes the job")
+    return out
+
+
+def explain_recipe(graph: Graph, max_attempts_default: int = DEFAULT_MAX_ATTEMPTS) -> str:
+    """What the recipe does, in plain words."""
+    kinds = [d.kind for d in graph.divergences.values()]
+    counts = [
+        _plural(len(graph.steps), "step"),
+        _plural(len(graph.transitions), "transition"),
+        _plural(len(graph.actions), "action block"),
+        _plural(len(kinds), "divergence"),
+    ]
+    out = [
+        f"Recipe {graph.recipe_hash[:12]} ({graph.dataschema})",
+        ", ".join(counts) + ".",
+        "",
+        f"The job starts in step {graph.initial}. Entering a step starts all its action blocks;"
+        " the step is done when every one has an outcome.",
+        "",
+        "Steps",
+    ]
+    ends: list[str] = []
+    for step in graph.steps:
+        initial = " (initial step)" if step == graph.initial else ""
+        out.append(f"  {step}{initial}{_where(graph, step)}")
+        specs = graph.step_actions[step]
+        if not specs:
+            out.append("    no action blocks: passed through at once")
+        for spec in specs:
+            out.extend(f"    {line}" for line in describe_action(spec, max_attempts_default))
+        pos = graph.position.get(step)
+        if pos is not None:
+            if pos.last:
+                out.append(f"    then: the convergence of {pos.divergence}")
+            else:
+                nxt = graph.divergences[pos.divergence].sequences[pos.sequence][pos.index + 1]
+                out.append(f"    then: step {nxt}, next in the sequence")
+            continue
+        transitions = graph.outgoing[step]
+        if not transitions:
+            out.append("    then: the job completes (no outgoing transition)")
+            ends.append(f"step {step}")
+        elif len(transitions) == 1:
+            t = transitions[0]
+            out.append(f"    then: {_target(graph, t.target)} on {_condition(t)}")
+        else:
+            out.append("    then, the first that matches by priority:")
+            out.extend(f"      {line}" for line in _transition_lines(graph, transitions))
+
+    if graph.divergences:
+        out += ["", "Divergences"]
+        for div in graph.divergences.values():
+            out.extend(f"  {line}" for line in _divergence_lines(graph, div))
+            if not div.exits:
+                ends.append(f"the convergence of {div.name}")
+
+    out += [
+        "",
+        "Transitions (tried by priority, lower first; the first that matches fires; the "
+        'default condition "true" matches any outcome, but not a timeout or error)',
+    ]
+    for t in graph.transitions:
+        out.append(f"  {t.source} -> {t.target}  condition {t.condition}, priority {t.priority}")
+    if not graph.transitions:
+        out.append("  none")
+
+    out += ["", "What ends the job"]
+    if ends:
+        out.append(
+            f"  completed: when {' or '.join(ends)} is reached and all its action blocks succeed"
+        )
+    else:
+        out.append("  completed: never by itself: every step and divergence leads on (a loop)")
+    out += [
+        "  faulted: when an action ends with timeout or error and no transition names that "
+        "outcome; when no transition matches (no_transition); a failure inside a sequence "
+        "of a divergence always faults the job, and open work of the other sequences is withdrawn",
+        "  cancelled: when an operator aborts the job; open work is withdrawn",
+    ]
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- a job's state
+
+
+def _short(state: SfcState, command_id: str | None) -> str:
+    if command_id is None:
+        return "?"
+    return command_id.removeprefix(f"{state.job_id}:")
+
+
+def _open_lines(
+    graph: Graph, state: SfcState, name: str, rec: ActionRecord, default_attempts: int
+) -> list[str]:
+    spec = graph.actions[name]
+    limit = default_attempts if spec.max_attempts is None else spec.max_attempts
+    round_ = f", round {rec.round}" if rec.round > 1 else ""
+    deadline = "no deadline" if rec.deadline is None else f"deadline {when(rec.deadline)}"
+    if rec.deadline is not None and state.held_at is not None:
+        deadline += " (moved by the length of the hold on release)"
+    cmd = _short(state, rec.command_id)
+    out: list[str] = []
+    if rec.work == "await":
+        out.append(
+            f"{name} (step {spec.step}): waits for event {rec.type_id}{_selector_of(state, spec)}"
+            f" as {cmd}{round_}, {deadline}; no event by then gives outcome timeout"
+        )
+    elif rec.work == "restart":
+        out.append(
+            f"{name} (step {spec.step}): restart command {cmd} ({rec.type_id}) is out{round_}, "
+            f"{deadline}; no answer by then gives outcome timeout"
+        )
+    else:
+        then = (
+            f"attempt {rec.attempt + 1} is sent"
+            if rec.attempt < limit
+            else "the outcome is timeout (no attempt left)"
+        )
+        out.append(
+            f"{name} (step {spec.step}): push command {cmd} ({rec.type_id}) is out, "
+            f"attempt {rec.attempt} of {limit}{round_}, {deadline}; if no answer by then, {then}"
+        )
+    if rec.hold == "open":
+        hold_deadline = "" if rec.hold_deadline is None else f", deadline {when(rec.hold_deadline)}"
+        out.append(
+            f"  hold command {_short(state, rec.hold_command_id)} is out{hold_deadline}: "
+            "the equipment was asked to hold the work; its deadline waits for the answer"
+        )
+    elif rec.hold == "held":
+        out.append("  the equipment held the work; the release sends the restart command")
+    elif rec.hold == "notHeld":
+        out.append("  the equipment could not hold the work; it runs on to its end")
+    if rec.restarted and rec.work != "restart":
+        out.append("  restarted after a hold")
+    return out
+
+
+def _selector_of(state: SfcState, spec: ActionSpec) -> str:
+    parts = []
+    if spec.subject is not None:
+        parts.append(f"subject {spec.subject.replace('{jobId}', state.job_id)}")
+    if spec.correlation_id is not None:
+        parts.append(f"correlationId {spec.correlation_id.replace('{jobId}', state.job_id)}")
+    return f" with {' and '.join(parts)}" if parts else ""
+
+
+def _due_lines(graph: Graph, state: SfcState, at: int, default_attempts: int) -> list[str]:
+    """What happens at the next deadline."""
+    held = state.held_at is not None
+    out = []
+    for name, rec in state.actions.items():
+        if rec.status != "open":
+            continue
+        if rec.hold == "open" and rec.hold_deadline == at:
+            out.append(f"the hold of {name} counts as not held, and the work runs on")
+        elif not held and rec.hold != "open" and rec.deadline == at:
+            spec = graph.actions[name]
+            limit = default_attempts if spec.max_attempts is None else spec.max_attempts
+            if rec.work == "push" and rec.attempt < limit:
+                out.append(f"{name} is sent again (attempt {rec.attempt + 1} of {limit})")
+            else:
+                out.append(f"{name} ends with outcome timeout")
+    return out
+
+
+def _status_lines(graph: Graph, state: SfcState) -> list[str]:
+    if state.status == "ready":
+        return [f"The job has not started; a start enters step {graph.initial}."]
+    since = "" if state.started_at is None else f", started at {when(state.started_at)}"
+    if state.status == "completed":
+        outcomes = ", ".join(state.outcomes) or "none"
+        return [f"The job completed{since}; the outcomes of its last step: {outcomes}."]
+    if state.status == "faulted":
+        fault = state.fault
+        why = "" if fault is None else f" ({fault.code}): {fault.message}"
+        return [f"The job FAULTED{since}{why}."]
+    if state.status == "cancelled":
+        return [f"The job was cancelled{since}: {state.cancel_reason or 'cancelled'}."]
+    out = [f"The job is running{since}."]
+    if state.held_at is not None:
+        out.append(
+            f"It is HELD since {when(state.held_at)} (operator pause): no transition fires and "
+            "nothing is dispatched except hold commands; answers are recorded; work deadlines "
+            "do not run and move by the length of the hold on release."
+        )
+    return out
+
+
+def explain_state(
+    graph: Graph, state: SfcState, max_attempts_default: int = DEFAULT_MAX_ATTEMPTS
+) -> str:
+    """Where the job is, what it waits for, when the next deadline is due, and how it ended."""
+    out = [f"Job {state.job_id} (scope {state.scope}), recipe {state.recipe_hash[:12]}"]
+    if state.recipe_hash != graph.recipe_hash:
+        out.append(
+            f"WARNING: the state is pinned to recipe {state.recipe_hash[:12]}, "
+            f"not to this one ({graph.recipe_hash[:12]})"
+        )
+    out += _status_lines(graph, state)
+
+    if state.active_steps:
+        out += ["", "Where the job is"]
+        for step in state.active_steps:
+            out.append(f"  step {step}{_where(graph, step)}")
+        for d in state.divergences:
+            spec = graph.divergences.get(d.name)
+            taken = ", ".join(str(i + 1) for i in d.sequences)
+            finished = ", ".join(str(i + 1) for i in d.finished) or "none"
+            kind = "" if spec is None else f"{spec.kind} "
+            out.append(
+                f"  {kind}divergence {d.name}: sequence(s) {taken} taken; "
+                f"at the convergence: {finished}"
+            )
+
+    open_recs = [(n, r) for n, r in state.actions.items() if r.status == "open"]
+    if state.status == "running":
+        out += ["", "What it waits for"]
+        if not open_recs:
+            out.append("  nothing is open")
+        for name, rec in open_recs:
+            if name in graph.actions:
+                out.extend(
+                    f"  {line}"
+                    for line in _open_lines(graph, state, name, rec, max_attempts_default)
+                )
+        active = set(state.active_steps)
+        recorded = [
+            (n, r)
+            for n, r in state.actions.items()
+            if r.status == "done" and n in graph.actions and graph.actions[n].step in active
+        ]
+        if recorded:
+            out += ["", "Already done in the active steps"]
+            for name, rec in recorded:
+                error = f" ({rec.error})" if rec.error else ""
+                out.append(f"  {name}: outcome {rec.outcome}{error}")
+
+        due = next_deadline(state)
+        out.append("")
+        if due is None:
+            out.append(
+                "Next deadline: none while the job is held (no hold command is open)"
+                if state.held_at is not None
+                else "Next deadline: none"
+            )
+        else:
+            what = _due_lines(graph, state, due, max_attempts_default)
+            out.append(f"Next deadline: {when(due)}" + (f": {'; '.join(what)}" if what else ""))
+    if state.log:
+        out += ["", "Recent decisions (newest last)"]
+        out.extend(f"  {when(e.at):>11}  {e.decision}" for e in state.log[-_LOG_LINES:])
+    return "\n".join(out) + "\n"
+
+
+def explain(
+    graph: Graph, state: SfcState | None = None, max_attempts_default: int = DEFAULT_MAX_ATTEMPTS
+) -> str:
+    """The recipe, or, with a state, the job."""
+    if state is None:
+        return explain_recipe(graph, max_attempts_default)
+    return explain_state(graph, state, max_attempts_default)

@@ -1,0 +1,217 @@
+"""The transcript of a dry run: every evaluation, as JSON (DryRunResult) and as text.
+
+The text form gives one line per evaluation, for a plant engineer to follow the job:
+
+       0.000s  start                      -> applied: job started in step Init  => push position_axle#1 (attempt 1, deadline 30.000s)
+      30.000s  tick                       -> applied: 1 deadline(s) expired  => withdraw position_axle#1 (redispatch); push position_axle#3 (attempt 2, deadline 60.000s)
+      30.500s  reply position_axle#3: ok  -> applied: position_axle answered ok  => job completed
+
+Columns: the virtual time in seconds from the start; what happened (the event); what the
+engine made of it (its disposition and reason); `=>` the commands it gave, in order; and,
+when the job ended, how. Command ids are shown without the job id (`tighten#4` stands for
+`job-1:tighten#4`); the JSON form has them in full. The last line says how the run ended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import msgspec
+
+from generated.command_v1_0 import CancelWork, Command, StartWork
+from generated.dryrun_result_v1_0 import DryRunResult
+from generated.event_v1_0 import (
+    ActionCompleted,
+    ActionFailed,
+    Cancel,
+    EventReceived,
+    Hold,
+    Release,
+    Resume,
+    Start,
+    Tick,
+)
+from generated.step_result_v1_0 import Cancelled, Complete, Continuation, FaultContinuation
+
+Tone = Literal["applied", "absorbed", "rejected", "completed", "faulted", "cancelled", "limit"]
+"""How a line reads: a front end may colour it (the CLI does, on a terminal)."""
+
+_EVENT_COLUMN = 34
+"""Event descriptions are padded to this width (longer ones push the line to the right)."""
+
+_decoder = msgspec.json.Decoder(DryRunResult)
+_encoder = msgspec.json.Encoder()
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    text: str
+    tone: Tone
+
+
+def seconds(ms: int) -> str:
+    """Virtual time as seconds from the start: `12.500s`."""
+    return f"{ms / 1000:.3f}s"
+
+
+def _name(action_key: str) -> str:
+    # Action names contain no ':' (SFC017), so the name is what follows the last one.
+    return action_key.rpartition(":")[2]
+
+
+def _short(command_id: str, action_key: str) -> str:
+    """`job-1:tighten#4:hold` -> `tighten#4:hold`."""
+    prefix = action_key[: len(action_key) - len(_name(action_key))]
+    return command_id.removeprefix(prefix)
+
+
+def _answered(command_id: str | None, action_key: str, issued: dict[str, StartWork]) -> str:
+    """`tighten#4` with the attempt (and round, past the first) of the command it answers."""
+    if command_id is None:
+        return _name(action_key)
+    text = _short(command_id, action_key)
+    cmd = issued.get(command_id)
+    if cmd is None:
+        return text
+    details = [f"attempt {cmd.attempt}"] if cmd.work == "push" else []
+    if cmd.round > 1:
+        details.append(f"round {cmd.round}")
+    return f"{text} ({', '.join(details)})" if details else text
+
+
+def describe_event(event: object, issued: dict[str, StartWork] | None = None) -> str:
+    """What happened, in a few words. `issued` maps command ids to the commands given so far."""
+    issued = {} if issued is None else issued
+    if isinstance(event, Start):
+        return "start"
+    if isinstance(event, Tick):
+        outage = 0 if isinstance(event.outage_ms, msgspec.UnsetType) else event.outage_ms
+        return f"tick after an outage of {seconds(outage)}" if outage else "tick"
+    if isinstance(event, ActionCompleted):
+        command_id = None if isinstance(event.command_id, msgspec.UnsetType) else event.command_id
+        outcome = "done" if isinstance(event.outcome, msgspec.UnsetType) else event.outcome
+        return f"reply {_answered(command_id, event.action_key, issued)}: {outcome}"
+    if isinstance(event, ActionFailed):
+        command_id = None if isinstance(event.command_id, msgspec.UnsetType) else event.command_id
+        error = "" if isinstance(event.error, msgspec.UnsetType) else f" {event.error!r}"
+        return f"failure {_answered(command_id, event.action_key, issued)}: error{error}"
+    if isinstance(event, EventReceived):
+        wait = issued.get(event.id) if isinstance(event.id, str) else None
+        if wait is not None and wait.work == "await":
+            # The simulated equipment's answer to a wait carries the wait's command id as its id.
+            return f"event for {_short(wait.command_id, wait.action_key)}: {event.outcome}"
+        text = f"event {event.type_id}: {event.outcome}"
+        matched = [
+            f"{k} {v}"
+            for k, v in (("subject", event.subject), ("correlationId", event.correlation_id))
+            if isinstance(v, str)
+        ]
+        return f"{text} ({', '.join(matched)})" if matched else text
+    if isinstance(event, Hold):
+        return "operator hold"
+    if isinstance(event, Release):
+        return "operator release"
+    if isinstance(event, Cancel):
+        return f"operator cancel: {event.reason}"
+    if isinstance(event, Resume):
+        return "resume"
+    return type(event).__name__
+
+
+def describe_command(command: Command) -> str:
+    """One command, e.g. `push tighten#4 (attempt 2, deadline 120.000s)`."""
+    short = _short(command.command_id, command.action_key)
+    if isinstance(command, CancelWork):
+        return f"withdraw {short} ({command.reason})"
+    details = [f"attempt {command.attempt}"] if command.work == "push" else []
+    if command.round > 1:
+        details.append(f"round {command.round}")
+    details.append(f"deadline {seconds(command.deadline)}")
+    return f"{command.work} {short} ({', '.join(details)})"
+
+
+def describe_continuation(continuation: Continuation) -> str | None:
+    """How the job ended in this evaluation; None while it goes on."""
+    if isinstance(continuation, Complete):
+        outcomes = ", ".join(continuation.outcomes)
+        return f"job completed with outcomes {outcomes}" if outcomes else "job completed"
+    if isinstance(continuation, FaultContinuation):
+        return f"job FAULTED ({continuation.code}): {continuation.message}"
+    if isinstance(continuation, Cancelled):
+        return f"job cancelled: {continuation.reason}"
+    return None
+
+
+def _tone(disposition: str, continuation: Continuation) -> Tone:
+    if isinstance(continuation, Complete):
+        return "completed"
+    if isinstance(continuation, FaultContinuation):
+        return "faulted"
+    if isinstance(continuation, Cancelled):
+        return "cancelled"
+    return (
+        "absorbed"
+        if disposition == "absorbed"
+        else "rejected"
+        if disposition == "rejected"
+        else "applied"
+    )
+
+
+def _summary(result: DryRunResult) -> Line:
+    n = len(result.transcript)
+    evaluations = f"{n} evaluation{'' if n == 1 else 's'}"
+    at = seconds(result.at_ms)
+    if result.end == "completed":
+        return Line(f"end: completed at {at} after {evaluations}", "completed")
+    if result.end == "faulted":
+        why = "" if result.fault is None else f" ({result.fault.code}: {result.fault.message})"
+        return Line(f"end: faulted at {at} after {evaluations}{why}", "faulted")
+    if result.end == "cancelled":
+        return Line(f"end: cancelled at {at} after {evaluations}", "cancelled")
+    if result.end == "time_limit":
+        return Line(
+            f"end: time limit of {at} reached after {evaluations}; the job had not ended",
+            "limit",
+        )
+    return Line(
+        f"end: evaluation limit of {evaluations} reached at {at}; the job had not ended", "limit"
+    )
+
+
+def lines(result: DryRunResult) -> list[Line]:
+    """One line per evaluation, then the end of the run."""
+    issued: dict[str, StartWork] = {}
+    out: list[Line] = []
+    for entry in result.transcript:
+        event = describe_event(entry.event, issued)
+        text = f"{seconds(entry.at_ms):>11}  {event:<{_EVENT_COLUMN}}  -> {entry.disposition}: {entry.reason}"
+        if entry.commands:
+            text += "  => " + "; ".join(describe_command(c) for c in entry.commands)
+        ended = describe_continuation(entry.continuation)
+        if ended is not None:
+            text += f"  => {ended}"
+        out.append(Line(text, _tone(entry.disposition, entry.continuation)))
+        for command in entry.commands:
+            if isinstance(command, StartWork):
+                issued[command.command_id] = command
+    out.append(_summary(result))
+    return out
+
+
+def to_text(result: DryRunResult) -> str:
+    """The text form: one line per evaluation and a last line on how the run ended."""
+    return "".join(line.text + "\n" for line in lines(result))
+
+
+def to_json(result: DryRunResult, indent: int = 2) -> bytes:
+    """The JSON form (schemas/dryrun_result_v1_0.json), keys in schema order, newline-terminated."""
+    data = _encoder.encode(result)
+    if indent:
+        data = msgspec.json.format(data, indent=indent)
+    return data + b"\n"
+
+
+def from_json(data: bytes) -> DryRunResult:
+    return _decoder.decode(data)
