@@ -75,6 +75,8 @@ def _answered(command_id: str | None, action_key: str, issued: dict[str, StartWo
     if cmd is None:
         return text
     details = [f"attempt {cmd.attempt}"] if cmd.work == "push" else []
+    if cmd.work == "restart":
+        details.append("restart")
     if cmd.round > 1:
         details.append(f"round {cmd.round}")
     return f"{text} ({', '.join(details)})" if details else text
@@ -139,7 +141,7 @@ def describe_continuation(continuation: Continuation) -> str | None:
     if isinstance(continuation, FaultContinuation):
         return f"job FAULTED ({continuation.code}): {continuation.message}"
     if isinstance(continuation, Cancelled):
-        return f"job cancelled: {continuation.reason}"
+        return "job cancelled"  # the reason is in the event and the disposition's reason
     return None
 
 
