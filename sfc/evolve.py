@@ -492,8 +492,7 @@ class _Evaluation:
             _, hold_deadline = _due(rec, held)
             if hold_deadline is not None and hold_deadline <= self.at:
                 expired += 1
-                rec = self.set(name, hold="notHeld", hold_deadline=None)
-                self.note(f"hold of {name} not answered in time: the work runs on")
+                rec = self.not_held(name, "the hold was not answered in time")
             deadline, _ = _due(rec, held)
             if deadline is not None and deadline <= self.at:
                 expired += 1
@@ -519,6 +518,18 @@ class _Evaluation:
         self.note(f"{spec.name}: hold command sent to the equipment")
         self.start_work(spec, rec, "hold")
 
+    def not_held(self, name: str, why: str) -> ActionRecord:
+        """The equipment could not hold the work: it runs to its end as without hold logic.
+
+        If the job was released before this was known, the work is issued again now with its
+        command id (the host sends each command id once); otherwise the release does it.
+        """
+        rec = self.set(name, hold="notHeld", hold_deadline=None)
+        self.note(f"{name}: {why}; the work runs on")
+        if self.held_at is None:
+            self.start_work(self.g.actions[name], rec, rec.work)
+        return rec
+
     def restart(self, spec: ActionSpec) -> None:
         """The equipment held the work: send its restart command (no attempt is used)."""
         assert spec.restart is not None
@@ -529,6 +540,7 @@ class _Evaluation:
             command_id=self.new_command_id(spec.name),
             deadline=self.at + spec.restart.timeout_ms,
             hold=None,
+            hold_command_id=None,
             hold_deadline=None,
             restarted=True,
         )
@@ -696,8 +708,7 @@ def _on_hold_answer(
         return "applied", f"the equipment held {name}"
     if rec.hold == "notHeld":
         return "absorbed", f"the hold of {name} already counts as not held"
-    ev.set(name, hold="notHeld", hold_deadline=None)
-    ev.note(f"{name}: the equipment could not hold the work ({outcome}); it runs on")
+    ev.not_held(name, f"the equipment could not hold the work ({outcome})")
     return "applied", f"the equipment could not hold {name}; the work runs on"
 
 
@@ -782,6 +793,8 @@ def _on_release(ev: _Evaluation, event: Release) -> Handled:
         spec = ev.g.actions[name]
         if rec.hold == "held":
             ev.restart(spec)
+        elif rec.hold == "open":
+            pass  # the hold's answer decides: `held` restarts, anything else re-issues the work
         elif rec.work in ("push", "restart"):
             ev.start_work(spec, rec, rec.work)
     return "applied", f"job released after {gap} ms"

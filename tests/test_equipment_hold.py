@@ -483,15 +483,11 @@ def test_row4_the_work_answers_before_the_hold_supersedes_it():
 # ============================================================== row 5: release before the answer
 
 
-_RELEASE_BEFORE_ANSWER = (
-    "spec/04 S27 'Release before the answer': the release moves the work's deadline but does "
-    "not issue it again; the answer decides (held restarts at once, anything else issues the "
-    "work again with its command id). evolve._on_release issues the open push again at the "
-    "release even though its hold is open, and issues nothing when the answer comes."
-)
+# spec/04 S27 "Release before the answer": the release moves the work's deadline but does not
+# issue it again; the answer decides (held restarts at once, anything else issues the work
+# again with its command id).
 
 
-@pytest.mark.xfail(strict=True, reason=_RELEASE_BEFORE_ANSWER)
 def test_row5_release_before_the_answer_then_held_sends_the_restart_at_once():
     job = paused(at=1_000)
 
@@ -505,7 +501,6 @@ def test_row5_release_before_the_answer_then_held_sends_the_restart_at_once():
     assert r.commands == [cancel(cid(1), "held"), restart(3, 34_000)]
 
 
-@pytest.mark.xfail(strict=True, reason=_RELEASE_BEFORE_ANSWER)
 @pytest.mark.parametrize("how", ["busy", "error", "silence"])
 def test_row5_release_before_the_answer_then_not_held_lets_the_work_run_on(how: str):
     job = paused(at=1_000)
@@ -846,14 +841,6 @@ def test_rule9_the_state_records_hold_status_id_deadline_and_restarted():
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "spec/04 S27 'Late held': the restart clears the hold command id, so a repeated "
-        "answer is absorbed. evolve._Evaluation.restart clears hold and holdDeadline but "
-        "keeps holdCommandId (the repeated answer is still absorbed, via hold=None)."
-    ),
-)
 def test_rule9_the_restart_clears_the_hold_command_id():
     job = _restarted(released_at=5_000)
     assert job.rec("tighten").hold_command_id is None
