@@ -1,0 +1,1178 @@
+"""Build: a recipe document becomes a Graph, or every error found in it (SFC000 to SFC020).
+
+Build errors are data: `build()` never raises for any bytes, it returns a BuildResult with
+either a graph or a non-empty tuple of errors. Each error has a code from the spec's table,
+the JSON path of the element (`$.Transitions[2].Target`) and a message that names the step,
+transition, action or divergence by its name.
+
+Theory of operation. The checks run as passes over the decoded recipe, each pass reading the
+tables the earlier ones left behind:
+
+1. decode (SFC000): size limit, then the module-level decoder of the dataschema;
+2. size (SFC018): above the limits nothing else is checked;
+3. elements, each on its own: names (SFC017, SFC002), the initial step (SFC001), actions
+   (SFC003, SFC009, SFC010, SFC019), divergences (SFC004, SFC003, SFC005), transitions
+   (SFC003, SFC006);
+4. the chart, over what resolved: priorities (SFC008), defaults (SFC007), pull-event
+   ambiguity (SFC011), reachability (SFC012), loops without a wait (SFC013);
+5. the station, only with capabilities: types (SFC014), features (SFC015), outcomes
+   (SFC016), the hold outcome (SFC020).
+
+An error is reported once, where it is. A later pass skips what an earlier one refused:
+a transition with an unknown or ambiguous end takes no part in the chart checks, and when a
+transition leads to an unknown name, or there is no initial step, no step is called
+unreachable (the broken transition may be the one meant to reach it). A divergence with an
+unknown kind, no or empty sequences, or an unknown step in a sequence is left out of the
+chart checks. An action whose type or feature the station refuses has no outcomes to check.
+
+Every pass is linear in the size of the recipe (the benchmark in bench/ measures it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgspec
+from msgspec import UNSET
+
+from generated.capabilities_v1_0 import Capabilities
+from generated.recipe_v1_1_0 import Action, EquipmentCommand, Recipe
+from sfc.graph import DEFAULT_OUTCOME, RESERVED_OUTCOMES, TRUE, Graph, index
+
+RECIPE_V1_0_0: Final = "https://aschamberger.github.io/schemas/microdcs/sfc-recipe/v1.0.0/"
+RECIPE_V1_1_0: Final = "https://aschamberger.github.io/schemas/microdcs/sfc-recipe/v1.1.0/"
+
+MAX_DOCUMENT_BYTES: Final = 16 * 1024 * 1024
+"""Documents above 16 MiB are refused before decoding (SFC000)."""
+MAX_ELEMENTS: Final = 20_000
+"""Most steps, transitions, actions or divergences, each counted on its own (SFC018)."""
+MAX_TIMEOUT_SECONDS: Final = 604_800
+"""One week."""
+MAX_ATTEMPTS: Final = 100
+
+PUSH: Final = "push_command"
+PULL: Final = "pull_event"
+SIMULTANEOUS: Final = "simultaneous"
+SELECTION: Final = "selection"
+JOB_ID: Final = "{jobId}"
+HELD: Final = "held"
+QUALIFIERS: Final = ("N", "R", "S", "L", "D", "P", "SD", "DS", "SL", "P1", "P0")
+
+_PLACEHOLDER = re.compile(r"\{[^{}]*\}")
+_AT = re.compile(r"^(?P<message>.*) - at `(?P<path>\$[^`]*)`$", re.DOTALL)
+_FIELD = re.compile(
+    r"^Object (?P<what>missing required|contains unknown) field `(?P<field>[^`]*)`$"
+)
+_EXPECTED = re.compile(r"^Expected `(?P<want>[^`]*)`, got `(?P<got>[^`]*)`$")
+_WORDS = {
+    "str": "a string",
+    "int": "a whole number",
+    "float": "a number",
+    "bool": "true or false",
+    "object": "an object",
+    "array": "a list",
+    "null": "null",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class BuildError:
+    code: str
+    """SFC000 to SFC020."""
+    path: str
+    """JSON path of the element, starting with `$`: `$.Transitions[2].Target`."""
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.path}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class BuildResult:
+    graph: Graph | None
+    errors: tuple[BuildError, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.graph is not None
+
+
+def build(
+    recipe_json: bytes,
+    capabilities: Capabilities | None = None,
+    dataschema: str = RECIPE_V1_1_0,
+) -> BuildResult:
+    """Validate a recipe document and index it into a Graph; the dataschema picks the interpreter."""
+    from sfc.interpreter import interpreter_for, known_dataschemas
+
+    interpreter = interpreter_for(dataschema)
+    if interpreter is None:
+        known = ", ".join(known_dataschemas())
+        return refused(
+            "SFC000", "$", f"no recipe interpreter for dataschema {_q(dataschema)}; known: {known}"
+        )
+    return interpreter.build(recipe_json, capabilities)
+
+
+def refused(code: str, path: str, message: str) -> BuildResult:
+    return BuildResult(None, (BuildError(code, path, message),))
+
+
+# -- decoding (SFC000)
+
+_canonical = msgspec.json.Encoder(order="deterministic")
+_decoder_v1_1_0 = msgspec.json.Decoder(Recipe)
+
+
+def decode_error(exc: msgspec.DecodeError, what: str = "recipe") -> tuple[str, str]:
+    """The JSON path and a readable message of a msgspec decode or validation error."""
+    text = str(exc)
+    path = "$"
+    at = _AT.match(text)
+    if at:
+        text, path = at["message"], at["path"]
+    if not isinstance(exc, msgspec.ValidationError):
+        return path, f"the document is not valid JSON: {text}"
+    field = _FIELD.match(text)
+    if field:
+        path = f"{path}.{field['field']}"
+        if field["what"] == "missing required":
+            return path, f"the required field {field['field']} is missing"
+        return path, f"{field['field']} is not a field of the {what} format here"
+    expected = _EXPECTED.match(text)
+    if expected:
+        want = _WORDS.get(expected["want"], expected["want"])
+        got = _WORDS.get(expected["got"], expected["got"])
+        if path == "$" and expected["want"] == "object":
+            return path, f"a {what} is a JSON object; this document is {got}"
+        return path, f"expected {want}, got {got}"
+    if text.startswith("Invalid enum value "):
+        message = f"{text.removeprefix('Invalid enum value ')} is not an allowed value"
+        if path.endswith(".Qualifier"):
+            message += f" (IEC 61131-3 qualifiers: {', '.join(QUALIFIERS)})"
+        return path, message
+    return path, text[:1].lower() + text[1:]
+
+
+def decode_and_check(
+    recipe_json: bytes,
+    decoder: msgspec.json.Decoder[Any] | None,
+    dataschema: str,
+    capabilities: Capabilities | None,
+    version: str,
+) -> BuildResult:
+    """Decode with `decoder` (None: v1.1.0 itself), then check and index as v1.1.0.
+
+    A document of an older format that decodes is a valid v1.1.0 document too (v1.1.0 only
+    adds fields), so it is decoded again with the v1.1.0 model for the checks.
+    """
+    size = len(recipe_json)
+    if size > MAX_DOCUMENT_BYTES:
+        return refused(
+            "SFC000",
+            "$",
+            f"the document has {size:,} bytes; recipes above 16 MiB "
+            f"({MAX_DOCUMENT_BYTES:,} bytes) are refused",
+        )
+    try:
+        if decoder is not None:
+            decoder.decode(recipe_json)
+        recipe = _decoder_v1_1_0.decode(recipe_json)
+    except msgspec.DecodeError as exc:
+        path, message = decode_error(exc)
+        if message.endswith("is not a field of the recipe format here"):
+            field = path.rsplit(".", 1)[-1]
+            message = f"{field} is not a field of recipe format {version}"
+            if field in ("Hold", "Restart"):
+                message += f"; Hold and Restart need dataschema {RECIPE_V1_1_0}"
+        return refused("SFC000", path, message)
+    except RecursionError:
+        return refused("SFC000", "$", "the document is nested too deeply")
+    errors = check(recipe, capabilities)
+    if errors:
+        return BuildResult(None, tuple(errors))
+    try:
+        recipe_hash = hashlib.sha256(_canonical.encode(recipe)).hexdigest()
+    except RecursionError:
+        return refused("SFC000", "$", "the document is nested too deeply")
+    return BuildResult(index(recipe, recipe_hash, dataschema))
+
+
+def recipe_hash_of(recipe: Recipe) -> str:
+    """The hash a state pins: sha256 of the canonical encoding of the decoded recipe."""
+    return hashlib.sha256(_canonical.encode(recipe)).hexdigest()
+
+
+# -- the checks
+
+
+def check(recipe: Recipe, capabilities: Capabilities | None = None) -> list[BuildError]:
+    """Every build error of a decoded recipe, in the order of the passes."""
+    return _Checker(recipe, capabilities).run()
+
+
+def _q(name: str) -> str:
+    return json.dumps(name, ensure_ascii=False)
+
+
+def _names(names: Iterable[str], limit: int = 5) -> str:
+    shown = list(names)
+    more = len(shown) - limit
+    text = ", ".join(_q(n) for n in shown[:limit])
+    return f"{text} and {more} more" if more > 0 else text
+
+
+def _priority(value: int | msgspec.UnsetType) -> int:
+    return 0 if value is UNSET else value
+
+
+STEP: Final = 1
+DIVERGENCE: Final = 2
+AMBIGUOUS: Final = 3
+
+
+class _Checker:
+    """One pass per method; each reads the tables the earlier passes filled."""
+
+    def __init__(self, recipe: Recipe, capabilities: Capabilities | None) -> None:
+        self.recipe = recipe
+        self.steps = recipe.steps
+        self.transitions = recipe.transitions
+        self.actions = recipe.actions
+        self.divergences = [] if recipe.branches is UNSET else recipe.branches
+        self.caps = capabilities
+        self.errors: list[BuildError] = []
+
+        self.step_at: dict[str, int] = {}
+        """Step name -> index of its first declaration."""
+        self.div_at: dict[str, int] = {}
+        """Divergence name -> index of its first declaration."""
+        self.ambiguous: set[str] = set()
+        """Names that do not name one node: a step and a divergence, or two divergences."""
+        self.initials: list[int] = []
+        self.position: dict[str, tuple[int, int, int]] = {}
+        """Step -> (divergence index, sequence, index in the sequence), first occurrence."""
+        self.div_usable: list[bool] = []
+        """Divergences the chart checks can rely on."""
+        self.step_actions: dict[str, list[int]] = {}
+        """Step name -> its actions (those whose Step resolved)."""
+        self.interaction_ok: list[bool] = []
+        self.selector_ok: list[bool] = []
+        self.equipment_ok: list[bool] = []
+        """Hold and Restart both present and complete, on a push command."""
+        self.src_ok: list[bool] = []
+        """The transition leaves a top-level step or a usable divergence (no SFC003/SFC006)."""
+        self.tgt_kind: list[int | None] = []
+        """STEP, DIVERGENCE, AMBIGUOUS or None (unknown)."""
+        self.entry_of: list[int] = []
+        """Divergence index for a selection transition, else -1."""
+        self.into_sequence: list[bool] = []
+        """The target is a step inside a sequence (an entry, or SFC006)."""
+        self._incoming: dict[str, list[int]] | None = None
+
+    def error(self, code: str, path: str, message: str) -> None:
+        self.errors.append(BuildError(code, path, message))
+
+    def run(self) -> list[BuildError]:
+        if self.sizes():
+            return self.errors
+        self.names()
+        self.initial()
+        self.check_actions()
+        self.check_divergences()
+        self.check_transitions()
+        self.initial_placement()
+        self.priorities()
+        self.defaults()
+        self.ambiguity()
+        self.reachability()
+        self.loops()
+        if self.caps is not None:
+            self.station(self.caps)
+        return self.errors
+
+    # -- SFC018
+
+    def sizes(self) -> bool:
+        for field, items, noun in (
+            ("Steps", self.steps, "steps"),
+            ("Transitions", self.transitions, "transitions"),
+            ("Actions", self.actions, "actions"),
+            ("Branches", self.divergences, "divergences"),
+        ):
+            if len(items) > MAX_ELEMENTS:
+                self.error(
+                    "SFC018",
+                    f"$.{field}",
+                    f"the recipe has {len(items):,} {noun}; at most {MAX_ELEMENTS:,} are allowed",
+                )
+        return bool(self.errors)
+
+    # -- SFC017, SFC002
+
+    def names(self) -> None:
+        for i, s in enumerate(self.steps):
+            if s.name == "":
+                self.error("SFC017", f"$.Steps[{i}].Name", "a step has an empty name")
+            if s.name not in self.step_at:
+                self.step_at[s.name] = i
+            elif s.name != "":
+                first = self.step_at[s.name]
+                self.error(
+                    "SFC002",
+                    f"$.Steps[{i}].Name",
+                    f"step {_q(s.name)} is declared twice (also at $.Steps[{first}])",
+                )
+        for k, d in enumerate(self.divergences):
+            if d.name == "":
+                self.error("SFC017", f"$.Branches[{k}].Name", "a divergence has an empty name")
+            if d.name in self.step_at:
+                self.ambiguous.add(d.name)
+                if d.name != "":
+                    self.error(
+                        "SFC002",
+                        f"$.Branches[{k}].Name",
+                        f"divergence {_q(d.name)} has the name of step {_q(d.name)} "
+                        f"($.Steps[{self.step_at[d.name]}]); transitions could not tell them apart",
+                    )
+            elif d.name in self.div_at:
+                self.ambiguous.add(d.name)
+                if d.name != "":
+                    self.error(
+                        "SFC002",
+                        f"$.Branches[{k}].Name",
+                        f"divergence {_q(d.name)} is declared twice "
+                        f"(also at $.Branches[{self.div_at[d.name]}])",
+                    )
+            self.div_at.setdefault(d.name, k)
+        seen: dict[str, int] = {}
+        for i, a in enumerate(self.actions):
+            if a.name == "":
+                self.error("SFC017", f"$.Actions[{i}].Name", "an action has an empty name")
+            elif ":" in a.name:
+                self.error(
+                    "SFC017",
+                    f"$.Actions[{i}].Name",
+                    f'action name {_q(a.name)} contains ":"; the action key is '
+                    "{jobId}:{action}, so an action name cannot contain one",
+                )
+            if a.name in seen:
+                if a.name != "":
+                    self.error(
+                        "SFC002",
+                        f"$.Actions[{i}].Name",
+                        f"action {_q(a.name)} is declared twice (also at $.Actions[{seen[a.name]}])",
+                    )
+            else:
+                seen[a.name] = i
+
+    def resolve(self, name: str) -> int | None:
+        if name in self.ambiguous:
+            return AMBIGUOUS
+        if name in self.step_at:
+            return STEP
+        if name in self.div_at:
+            return DIVERGENCE
+        return None
+
+    # -- SFC001
+
+    def initial(self) -> None:
+        self.initials = [i for i, s in enumerate(self.steps) if s.initial is True]
+        if not self.initials:
+            self.error(
+                "SFC001",
+                "$.Steps",
+                'no step is the initial step; mark exactly one step with "Initial": true'
+                if self.steps
+                else "the recipe has no steps; it needs exactly one initial step",
+            )
+            return
+        first = self.steps[self.initials[0]].name
+        for i in self.initials[1:]:
+            self.error(
+                "SFC001",
+                f"$.Steps[{i}].Initial",
+                f"step {_q(self.steps[i].name)} is marked initial, and so is step {_q(first)}; "
+                "exactly one step is the initial step",
+            )
+
+    # -- SFC003, SFC009, SFC010, SFC019 on each action
+
+    def check_actions(self) -> None:
+        self.step_actions = {name: [] for name in self.step_at}
+        for i, a in enumerate(self.actions):
+            name = _q(a.name)
+            if a.step in self.step_at:
+                self.step_actions[a.step].append(i)
+            elif a.step in self.div_at:
+                self.error(
+                    "SFC003",
+                    f"$.Actions[{i}].Step",
+                    f"action {name} belongs to {_q(a.step)}, which is a divergence, not a step",
+                )
+            else:
+                self.error(
+                    "SFC003",
+                    f"$.Actions[{i}].Step",
+                    f"action {name} belongs to step {_q(a.step)}, which does not exist",
+                )
+            if a.qualifier != "N":
+                self.error(
+                    "SFC010",
+                    f"$.Actions[{i}].Qualifier",
+                    f"action {name} has qualifier {a.qualifier}; only N (non-stored) is supported",
+                )
+            ok = a.interaction in (PUSH, PULL)
+            self.interaction_ok.append(ok)
+            if not ok:
+                self.error(
+                    "SFC009",
+                    f"$.Actions[{i}].Interaction",
+                    f"action {name} has interaction {_q(a.interaction)}; "
+                    f"it must be {PUSH} or {PULL}",
+                )
+            if not 1 <= a.timeout_seconds <= MAX_TIMEOUT_SECONDS:
+                self.error(
+                    "SFC009",
+                    f"$.Actions[{i}].TimeoutSeconds",
+                    f"action {name} has TimeoutSeconds {a.timeout_seconds}; "
+                    f"it must be from 1 to {MAX_TIMEOUT_SECONDS} (one week)",
+                )
+            if a.max_attempts is not UNSET and not 1 <= a.max_attempts <= MAX_ATTEMPTS:
+                self.error(
+                    "SFC009",
+                    f"$.Actions[{i}].MaxAttempts",
+                    f"action {name} has MaxAttempts {a.max_attempts}; "
+                    f"it must be from 1 to {MAX_ATTEMPTS}",
+                )
+            self.selector_ok.append(self.check_selector(i, a))
+            self.equipment_ok.append(self.check_equipment(i, a))
+
+    def check_selector(self, i: int, a: Action) -> bool:
+        if a.selector is UNSET:
+            return True
+        if a.interaction == PUSH:
+            self.error(
+                "SFC009",
+                f"$.Actions[{i}].Selector",
+                f"action {_q(a.name)} is a push command and has a Selector; "
+                "only pull events select the event they wait for",
+            )
+            return False
+        ok = True
+        for field, value in (
+            ("Subject", a.selector.subject),
+            ("CorrelationId", a.selector.correlation_id),
+        ):
+            if value is UNSET:
+                continue
+            if value == "":
+                ok = False
+                self.error(
+                    "SFC009",
+                    f"$.Actions[{i}].Selector.{field}",
+                    f"action {_q(a.name)} has an empty Selector {field}; "
+                    "leave the field out to accept any",
+                )
+                continue
+            others = [p for p in _PLACEHOLDER.findall(value) if p != JOB_ID]
+            if others:
+                ok = False
+                self.error(
+                    "SFC009",
+                    f"$.Actions[{i}].Selector.{field}",
+                    f"action {_q(a.name)} has Selector {field} {_q(value)} with the placeholder "
+                    f"{others[0]}; the only placeholder is {JOB_ID}",
+                )
+        return ok
+
+    def check_equipment(self, i: int, a: Action) -> bool:
+        hold, restart = a.hold, a.restart
+        if hold is UNSET and restart is UNSET:
+            return False
+        if a.interaction == PULL:
+            for field in ("Hold", "Restart"):
+                if (hold if field == "Hold" else restart) is not UNSET:
+                    self.error(
+                        "SFC019",
+                        f"$.Actions[{i}].{field}",
+                        f"action {_q(a.name)} waits for an event and has a {field} command; "
+                        "only push commands can be held and restarted",
+                    )
+            return False
+        if a.interaction != PUSH:
+            return False
+        ok = True
+        if restart is UNSET:
+            ok = False
+            self.error(
+                "SFC019",
+                f"$.Actions[{i}].Restart",
+                f"action {_q(a.name)} has a Hold command but no Restart command; "
+                "declare both or neither",
+            )
+        if hold is UNSET:
+            ok = False
+            self.error(
+                "SFC019",
+                f"$.Actions[{i}].Hold",
+                f"action {_q(a.name)} has a Restart command but no Hold command; "
+                "declare both or neither",
+            )
+        for field, cmd in (("Hold", hold), ("Restart", restart)):
+            if not isinstance(cmd, EquipmentCommand):
+                continue
+            if cmd.type_id is UNSET or cmd.type_id == "":
+                ok = False
+                self.error(
+                    "SFC019",
+                    f"$.Actions[{i}].{field}.TypeId",
+                    f"the {field} command of action {_q(a.name)} has no TypeId",
+                )
+            if cmd.timeout_seconds is UNSET or cmd.timeout_seconds <= 0:
+                ok = False
+                self.error(
+                    "SFC019",
+                    f"$.Actions[{i}].{field}.TimeoutSeconds",
+                    f"the {field} command of action {_q(a.name)} needs TimeoutSeconds above zero",
+                )
+            elif cmd.timeout_seconds > MAX_TIMEOUT_SECONDS:
+                ok = False
+                self.error(
+                    "SFC009",
+                    f"$.Actions[{i}].{field}.TimeoutSeconds",
+                    f"the {field} command of action {_q(a.name)} has TimeoutSeconds "
+                    f"{cmd.timeout_seconds}; it must be from 1 to {MAX_TIMEOUT_SECONDS} (one week)",
+                )
+        return ok
+
+    # -- SFC004, SFC003, SFC005 on each divergence
+
+    def check_divergences(self) -> None:
+        for k, d in enumerate(self.divergences):
+            name = _q(d.name)
+            usable = self.div_at[d.name] == k and d.name not in self.ambiguous
+            if d.type not in (SIMULTANEOUS, SELECTION):
+                usable = False
+                self.error(
+                    "SFC004",
+                    f"$.Branches[{k}].Type",
+                    f"divergence {name} has type {_q(d.type)}; "
+                    f"it must be {SIMULTANEOUS} or {SELECTION}",
+                )
+            if not d.branches:
+                usable = False
+                self.error(
+                    "SFC004", f"$.Branches[{k}].Branches", f"divergence {name} has no sequences"
+                )
+            for s, seq in enumerate(d.branches):
+                if not seq:
+                    usable = False
+                    self.error(
+                        "SFC004",
+                        f"$.Branches[{k}].Branches[{s}]",
+                        f"divergence {name} has an empty sequence; a sequence lists at least one step",
+                    )
+                for p, step in enumerate(seq):
+                    path = f"$.Branches[{k}].Branches[{s}][{p}]"
+                    if step not in self.step_at:
+                        usable = False
+                        if step in self.div_at:
+                            self.error(
+                                "SFC003",
+                                path,
+                                f"a sequence of divergence {name} lists {_q(step)}, which is a "
+                                "divergence; a sequence lists steps, divergences do not nest",
+                            )
+                        else:
+                            self.error(
+                                "SFC003",
+                                path,
+                                f"a sequence of divergence {name} lists step {_q(step)}, "
+                                "which does not exist",
+                            )
+                    elif step in self.position:
+                        usable = False
+                        other = self.divergences[self.position[step][0]].name
+                        self.error(
+                            "SFC005",
+                            path,
+                            f"step {_q(step)} is in a sequence of divergence {name} and already "
+                            f"in a sequence of divergence {_q(other)}; a step belongs to one "
+                            "sequence only",
+                        )
+                    else:
+                        self.position[step] = (k, s, p)
+            self.div_usable.append(usable)
+
+    # -- SFC003, SFC006 on each transition
+
+    def check_transitions(self) -> None:
+        for j, t in enumerate(self.transitions):
+            label = _q(f"{t.source} -> {t.target}")
+            src = self.resolve(t.source)
+            tgt = self.resolve(t.target)
+            if src is None:
+                self.error(
+                    "SFC003",
+                    f"$.Transitions[{j}].Source",
+                    f"transition {label} leaves {_q(t.source)}, which is neither a step nor a divergence",
+                )
+            if tgt is None:
+                self.error(
+                    "SFC003",
+                    f"$.Transitions[{j}].Target",
+                    f"transition {label} targets {_q(t.target)}, which is neither a step nor a divergence",
+                )
+            src_ok = src == STEP or (src == DIVERGENCE and self.div_usable[self.div_at[t.source]])
+            if src == STEP and t.source in self.position:
+                src_ok = False
+                k = self.position[t.source][0]
+                self.error(
+                    "SFC006",
+                    f"$.Transitions[{j}].Source",
+                    f"transition {label} leaves step {_q(t.source)}, which is inside a sequence of "
+                    f"divergence {_q(self.divergences[k].name)}; steps in a sequence follow each "
+                    "other, and only the divergence has transitions",
+                )
+            entry = -1
+            inside = tgt == STEP and t.target in self.position
+            if inside:
+                k, _, p = self.position[t.target]
+                d = self.divergences[k]
+                dname = _q(d.name)
+                if d.type not in (SIMULTANEOUS, SELECTION):
+                    pass  # SFC004 already
+                elif p > 0:
+                    self.error(
+                        "SFC006",
+                        f"$.Transitions[{j}].Target",
+                        f"transition {label} enters step {_q(t.target)} in the middle of a "
+                        f"sequence of divergence {dname}; a sequence is entered through its divergence",
+                    )
+                elif d.type == SIMULTANEOUS:
+                    self.error(
+                        "SFC006",
+                        f"$.Transitions[{j}].Target",
+                        f"transition {label} enters step {_q(t.target)}, the first step of a "
+                        f"sequence of simultaneous divergence {dname}; target {dname} instead, "
+                        "which starts all its sequences",
+                    )
+                elif t.source == d.name and src == DIVERGENCE:
+                    entry = k
+                elif src in (STEP, DIVERGENCE):
+                    self.error(
+                        "SFC006",
+                        f"$.Transitions[{j}].Target",
+                        f"transition {label} enters step {_q(t.target)}, the first step of a "
+                        f"sequence of selection divergence {dname}; only the selection "
+                        f"transitions of {dname} enter it, so target {dname} instead",
+                    )
+            self.src_ok.append(src_ok)
+            self.tgt_kind.append(tgt)
+            self.entry_of.append(entry)
+            self.into_sequence.append(inside)
+
+    def initial_placement(self) -> None:
+        for i in self.initials:
+            name = self.steps[i].name
+            if name in self.position:
+                k = self.position[name][0]
+                self.error(
+                    "SFC006",
+                    f"$.Steps[{i}].Initial",
+                    f"the initial step {_q(name)} is inside a sequence of divergence "
+                    f"{_q(self.divergences[k].name)}; a sequence is entered through its divergence",
+                )
+
+    # -- SFC008
+
+    def priorities(self) -> None:
+        seen: dict[tuple[str, int], int] = {}
+        for j, t in enumerate(self.transitions):
+            if not self.src_ok[j]:
+                continue
+            key = (t.source, _priority(t.priority))
+            if key in seen:
+                other = self.transitions[seen[key]]
+                self.error(
+                    "SFC008",
+                    f"$.Transitions[{j}].Priority",
+                    f"transitions {_q(f'{t.source} -> {t.target}')} and "
+                    f"{_q(f'{other.source} -> {other.target}')} both leave {_q(t.source)} with "
+                    f"priority {key[1]}; the transitions of one source need different priorities",
+                )
+            else:
+                seen[key] = j
+
+    # -- SFC007
+
+    def outgoing(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for j, t in enumerate(self.transitions):
+            if self.src_ok[j]:
+                out.setdefault(t.source, []).append(j)
+        return out
+
+    def defaults(self) -> None:
+        out = self.outgoing()
+        for i, s in enumerate(self.steps):
+            js = out.get(s.name, [])
+            if self.step_at[s.name] != i or self.resolve(s.name) != STEP or len(js) < 2:
+                continue
+            if not any(self.transitions[j].condition == TRUE for j in js):
+                self.error(
+                    "SFC007",
+                    f"$.Steps[{i}]",
+                    f"step {_q(s.name)} has {len(js)} transitions ({self.conditions(js)}) and none "
+                    'is the default "true"; a decision needs one',
+                )
+        for k, d in enumerate(self.divergences):
+            if not self.div_usable[k]:
+                continue
+            js = out.get(d.name, [])
+            if any(self.tgt_kind[j] in (None, AMBIGUOUS) for j in js):
+                continue
+            exits = [j for j in js if not self.into_sequence[j]]
+            if len(exits) >= 2 and not any(self.transitions[j].condition == TRUE for j in exits):
+                self.error(
+                    "SFC007",
+                    f"$.Branches[{k}]",
+                    f"divergence {_q(d.name)} has {len(exits)} exit transitions "
+                    f'({self.conditions(exits)}) and none is the default "true"; '
+                    "a decision needs one",
+                )
+            if d.type != SELECTION:
+                continue
+            entries = [j for j in js if self.entry_of[j] == k]
+            if not entries:
+                self.error(
+                    "SFC007",
+                    f"$.Branches[{k}]",
+                    f"selection divergence {_q(d.name)} has no selection transitions; add one "
+                    f"from {_q(d.name)} to the first step of each sequence, one of them "
+                    'the default "true"',
+                )
+                continue
+            if not any(self.transitions[j].condition == TRUE for j in entries):
+                self.error(
+                    "SFC007",
+                    f"$.Branches[{k}]",
+                    f"selection divergence {_q(d.name)} has no default selection transition; "
+                    'one of them must have the condition "true"',
+                )
+            chosen = {self.transitions[j].target for j in entries}
+            for n, seq in enumerate(d.branches):
+                if seq[0] not in chosen:
+                    self.error(
+                        "SFC007",
+                        f"$.Branches[{k}].Branches[{n}]",
+                        f"the sequence starting at step {_q(seq[0])} of selection divergence "
+                        f"{_q(d.name)} has no selection transition, so it is never chosen",
+                    )
+
+    def conditions(self, js: list[int]) -> str:
+        shown = [
+            f"to {_q(self.transitions[j].target)} on {_q(self.transitions[j].condition)}"
+            for j in js[:3]
+        ]
+        return ", ".join(shown) + (f" and {len(js) - 3} more" if len(js) > 3 else "")
+
+    # -- SFC011
+
+    def ambiguity(self) -> None:
+        flagged: set[int] = set()
+        for step, acts in self.step_actions.items():
+            pulls = [i for i in acts if self.waits(i)]
+            if len(pulls) >= 2:
+                self.separate([[i] for i in pulls], flagged, f"in step {_q(step)}")
+        for k, d in enumerate(self.divergences):
+            if not self.div_usable[k] or d.type != SIMULTANEOUS or len(d.branches) < 2:
+                continue
+            groups = [
+                [i for step in seq for i in self.step_actions[step] if self.waits(i)]
+                for seq in d.branches
+            ]
+            if sum(1 for g in groups if g) >= 2:
+                self.separate(groups, flagged, f"in parallel sequences of divergence {_q(d.name)}")
+
+    def waits(self, i: int) -> bool:
+        return self.actions[i].interaction == PULL and self.selector_ok[i]
+
+    def separate(self, groups: list[list[int]], flagged: set[int], where: str) -> None:
+        """SFC011 for each action that waits together with an earlier one of another group.
+
+        Two waits of one type are told apart only when one selector field is a literal on
+        both and the literals differ; a value with {jobId} matches any job id, so any
+        literal. Each action is looked up in four tables of the earlier groups, keyed by
+        (type, subject or ANY, correlation id or ANY), so the check stays linear.
+        """
+        seen: dict[tuple[str, str | None, str | None], int] = {}
+        any_subject: dict[tuple[str, str | None], int] = {}
+        any_correlation: dict[tuple[str, str | None], int] = {}
+        any_type: dict[str, int] = {}
+        for group in groups:
+            for i in group:
+                a = self.actions[i]
+                subj, corr = self.literals(a)
+                found: list[int] = []
+                if subj is not None and corr is not None:
+                    for key in ((subj, corr), (None, corr), (subj, None), (None, None)):
+                        if (a.type_id, *key) in seen:
+                            found.append(seen[(a.type_id, *key)])
+                elif subj is None and corr is not None:
+                    found += [
+                        any_subject[key]
+                        for key in ((a.type_id, corr), (a.type_id, None))
+                        if key in any_subject
+                    ]
+                elif corr is None and subj is not None:
+                    found += [
+                        any_correlation[key]
+                        for key in ((a.type_id, subj), (a.type_id, None))
+                        if key in any_correlation
+                    ]
+                elif a.type_id in any_type:
+                    found.append(any_type[a.type_id])
+                if found and i not in flagged:
+                    flagged.add(i)
+                    other = self.actions[min(found)]
+                    self.error(
+                        "SFC011",
+                        f"$.Actions[{i}].Selector",
+                        f"actions {_q(other.name)} and {_q(a.name)} both wait for event type "
+                        f"{_q(a.type_id)} at the same time ({where}), so one event could "
+                        "complete either; give both a Selector whose Subject or CorrelationId "
+                        "are two different fixed values (a value with {jobId} tells nothing apart)",
+                    )
+            for i in group:
+                a = self.actions[i]
+                subj, corr = self.literals(a)
+                seen.setdefault((a.type_id, subj, corr), i)
+                any_subject.setdefault((a.type_id, corr), i)
+                any_correlation.setdefault((a.type_id, subj), i)
+                any_type.setdefault(a.type_id, i)
+
+    @staticmethod
+    def literals(a: Action) -> tuple[str | None, str | None]:
+        """The selector's literal Subject and CorrelationId; None where any value matches."""
+        if a.selector is UNSET:
+            return None, None
+        values = (a.selector.subject, a.selector.correlation_id)
+        subj, corr = (None if v is UNSET or JOB_ID in v else v for v in values)
+        return subj, corr
+
+    # -- SFC012
+
+    def reachability(self) -> None:
+        if not self.initials or any(k in (None, AMBIGUOUS) for k in self.tgt_kind):
+            return
+        succ: dict[str, list[str]] = {}
+        reached: set[str] = set()
+        todo: list[str] = []
+
+        def reach(name: str) -> None:
+            if name not in reached:
+                reached.add(name)
+                todo.append(name)
+
+        for t in self.transitions:
+            if self.resolve(t.source) in (None, AMBIGUOUS):
+                reach(t.target)  # the source is refused already; assume it leads here
+            else:
+                succ.setdefault(t.source, []).append(t.target)
+        for d in self.divergences:
+            succ.setdefault(d.name, []).extend(step for seq in d.branches for step in seq)
+        for i in self.initials:
+            name = self.steps[i].name
+            reach(name)
+            if name in self.position:
+                reach(self.divergences[self.position[name][0]].name)
+        while todo:
+            for nxt in succ.get(todo.pop(), ()):
+                reach(nxt)
+        start = _q(self.steps[self.initials[0]].name)
+        for i, s in enumerate(self.steps):
+            if (
+                s.name not in reached
+                and s.name not in self.position
+                and s.name != ""
+                and self.step_at[s.name] == i
+            ):
+                self.error(
+                    "SFC012",
+                    f"$.Steps[{i}]",
+                    f"step {_q(s.name)} cannot be reached from the initial step {start}; "
+                    "no transition leads to it",
+                )
+        for k, d in enumerate(self.divergences):
+            if d.name not in reached and d.name != "" and self.div_at[d.name] == k:
+                steps = [step for seq in d.branches for step in seq]
+                self.error(
+                    "SFC012",
+                    f"$.Branches[{k}]",
+                    f"divergence {_q(d.name)} cannot be reached from the initial step {start}; "
+                    f"no transition leads to it, so its steps ({_names(steps)}) never run",
+                )
+
+    # -- SFC013
+
+    def loops(self) -> None:
+        """A loop of nodes that all pass through at once would run without end."""
+        passes: dict[str, bool] = {}
+        for name in self.step_at:
+            if name not in self.position and self.resolve(name) == STEP:
+                passes[name] = not self.step_actions[name]
+        for k, d in enumerate(self.divergences):
+            if self.div_usable[k]:
+                free = [all(not self.step_actions[s] for s in seq) for seq in d.branches]
+                passes[d.name] = any(free) if d.type == SELECTION else all(free)
+        edges: dict[str, list[int]] = {}
+        for j, t in enumerate(self.transitions):
+            if (
+                self.src_ok[j]
+                and not self.into_sequence[j]
+                and passes.get(t.source, False)
+                and passes.get(t.target, False)
+            ):
+                edges.setdefault(t.source, []).append(j)
+        for component in self.cycles(edges):
+            members = set(component)
+            closing = min(
+                j
+                for n in component
+                for j in edges.get(n, ())
+                if self.transitions[j].target in members
+            )
+            order = sorted(
+                component,
+                key=lambda n: (0, self.step_at[n]) if n in self.step_at else (1, self.div_at[n]),
+            )
+            self.error(
+                "SFC013",
+                f"$.Transitions[{closing}]",
+                f"the loop through {_names(order)} has nothing to wait for: none of its steps has "
+                "an action (a selection divergence passes through when one of its sequences "
+                "has none), so the chart would run around it without end",
+            )
+
+    def cycles(self, edges: dict[str, list[int]]) -> list[list[str]]:
+        """Strongly connected components with a cycle (Tarjan, iterative)."""
+        number: dict[str, int] = {}
+        low: dict[str, int] = {}
+        stack: list[str] = []
+        on_stack: set[str] = set()
+        found: list[list[str]] = []
+        for root in edges:
+            if root in number:
+                continue
+            work: list[tuple[str, int]] = [(root, 0)]
+            while work:
+                node, pos = work.pop()
+                if pos == 0:
+                    number[node] = low[node] = len(number)
+                    stack.append(node)
+                    on_stack.add(node)
+                out = edges.get(node, [])
+                if pos < len(out):
+                    work.append((node, pos + 1))
+                    nxt = self.transitions[out[pos]].target
+                    if nxt not in number:
+                        work.append((nxt, 0))
+                    elif nxt in on_stack:
+                        low[node] = min(low[node], number[nxt])
+                    continue
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == number[node]:
+                    component: list[str] = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    self_loop = any(self.transitions[j].target == node for j in out)
+                    if len(component) > 1 or self_loop:
+                        found.append(component)
+        return found
+
+    # -- SFC014, SFC015, SFC016, SFC020
+
+    def station(self, caps: Capabilities) -> None:
+        declared: dict[tuple[str, str], set[str]] = {}
+        for tc in caps.types:
+            names = declared.setdefault((tc.type_id, tc.kind), set())
+            if tc.outcomes is not UNSET:
+                names.update(tc.outcomes)
+        features = caps.features
+        enabled = {
+            "push": features is UNSET or features.push is not False,
+            "pull": features is UNSET or features.pull is not False,
+            SIMULTANEOUS: features is UNSET or features.simultaneous is not False,
+            SELECTION: features is UNSET or features.selection is not False,
+            "equipmentHold": features is UNSET or features.equipment_hold is not False,
+        }
+        for k, d in enumerate(self.divergences):
+            if d.type in (SIMULTANEOUS, SELECTION) and not enabled[d.type]:
+                self.error(
+                    "SFC015",
+                    f"$.Branches[{k}].Type",
+                    f"divergence {_q(d.name)} is a {d.type} divergence, which this station "
+                    "does not support",
+                )
+
+        outcomes: list[set[str] | None] = []
+        """Per action: the outcomes it can give, or None when the station refuses it."""
+        for i, a in enumerate(self.actions):
+            outcomes.append(self.station_action(i, a, declared, enabled))
+
+        allowed: dict[tuple[str, int], set[str] | None] = {}
+        for j, t in enumerate(self.transitions):
+            if t.condition == TRUE or not self.src_ok[j] or self.tgt_kind[j] in (None, AMBIGUOUS):
+                continue
+            entry = self.entry_of[j]
+            key = (t.source, entry)
+            if key not in allowed:
+                allowed[key] = self.possible(t.source, entry, outcomes)
+            possible = allowed[key]
+            if possible is None or t.condition in possible:
+                continue
+            where = (
+                f"step {_q(t.source)}"
+                if entry < 0 and self.resolve(t.source) == STEP
+                else f"divergence {_q(t.source)}"
+                if entry < 0
+                else f"the steps that lead into selection divergence {_q(t.source)}"
+            )
+            self.error(
+                "SFC016",
+                f"$.Transitions[{j}].Condition",
+                f"transition {_q(f'{t.source} -> {t.target}')} waits for outcome "
+                f"{_q(t.condition)}, which no action type of {where} declares "
+                f"(possible: {', '.join(sorted(possible))})",
+            )
+
+    def station_action(
+        self, i: int, a: Action, declared: dict[tuple[str, str], set[str]], enabled: dict[str, bool]
+    ) -> set[str] | None:
+        """SFC014, SFC015 and SFC020 of one action; its possible outcomes, None if unknown."""
+        if not self.interaction_ok[i]:
+            return None
+        kind = "push" if a.interaction == PUSH else "pull"
+        if not enabled[kind]:
+            self.error(
+                "SFC015",
+                f"$.Actions[{i}].Interaction",
+                f"action {_q(a.name)} is a {'push command' if kind == 'push' else 'pull event'}, "
+                "which this station does not support",
+            )
+            return None
+        result: set[str] | None = None
+        own = declared.get((a.type_id, kind))
+        if own is None:
+            self.undeclared(f"$.Actions[{i}].TypeId", a.name, a.type_id, kind, declared)
+        else:
+            result = own | set(RESERVED_OUTCOMES)
+            if kind == "push":
+                result.add(DEFAULT_OUTCOME)
+        hold, restart = a.hold, a.restart
+        if kind != "push" or (hold is UNSET and restart is UNSET):
+            return result
+        if not enabled["equipmentHold"]:
+            self.error(
+                "SFC015",
+                f"$.Actions[{i}].{'Hold' if hold is not UNSET else 'Restart'}",
+                f"action {_q(a.name)} declares equipment hold (Hold and Restart), which this "
+                "station does not support",
+            )
+            return result
+        if not (
+            self.equipment_ok[i]
+            and isinstance(hold, EquipmentCommand)
+            and isinstance(restart, EquipmentCommand)
+            and isinstance(hold.type_id, str)
+            and isinstance(restart.type_id, str)
+        ):
+            return result  # SFC019 already
+        held = declared.get((hold.type_id, "hold"))
+        if held is None:
+            self.undeclared(f"$.Actions[{i}].Hold.TypeId", a.name, hold.type_id, "hold", declared)
+        elif HELD not in held:
+            self.error(
+                "SFC020",
+                f"$.Actions[{i}].Hold.TypeId",
+                f"the Hold command type {_q(hold.type_id)} of action {_q(a.name)} does not "
+                f"declare the outcome {_q(HELD)}, so the equipment could never confirm a hold",
+            )
+        restarted = declared.get((restart.type_id, "restart"))
+        if restarted is None:
+            self.undeclared(
+                f"$.Actions[{i}].Restart.TypeId", a.name, restart.type_id, "restart", declared
+            )
+            return None
+        return None if result is None else result | restarted
+
+    def undeclared(
+        self,
+        path: str,
+        action: str,
+        type_id: str,
+        kind: str,
+        declared: dict[tuple[str, str], set[str]],
+    ) -> None:
+        what = {
+            "push": "sends command type",
+            "pull": "waits for event type",
+            "hold": "holds with command type",
+            "restart": "restarts with command type",
+        }[kind]
+        others = sorted(k for k in ("push", "pull", "hold", "restart") if (type_id, k) in declared)
+        also = f" (the station has it as {', '.join(others)})" if others else ""
+        self.error(
+            "SFC014",
+            path,
+            f"action {_q(action)} {what} {_q(type_id)}, which no processor of this station "
+            f"declares as a {kind} type{also}",
+        )
+
+    def possible(self, source: str, entry: int, outcomes: list[set[str] | None]) -> set[str] | None:
+        """The outcomes a transition of `source` can see; None when they cannot be known."""
+        if entry >= 0:
+            involved: list[int] = []
+            feeders = self.incoming().get(source, [])
+            if not feeders:
+                return None  # unreachable: SFC012
+            for j in feeders:
+                involved += self.involved(self.transitions[j].source)
+        else:
+            involved = self.involved(source)
+        result = set(RESERVED_OUTCOMES)
+        for i in involved:
+            own = outcomes[i]
+            if own is None:
+                return None
+            result |= own
+        return result
+
+    def incoming(self) -> dict[str, list[int]]:
+        """Transitions into each node that leave a resolved node, computed once."""
+        if self._incoming is None:
+            self._incoming = {}
+            for j, t in enumerate(self.transitions):
+                if self.src_ok[j] and not self.into_sequence[j]:
+                    self._incoming.setdefault(t.target, []).append(j)
+        return self._incoming
+
+    def involved(self, node: str) -> list[int]:
+        if self.resolve(node) == STEP:
+            return self.step_actions[node]
+        d = self.divergences[self.div_at[node]]
+        return [i for seq in d.branches for step in seq for i in self.step_actions[step]]
