@@ -1,1 +1,5 @@
 """Imports every command module so that each registers its commands on `cli.main.app`."""
+
+from cli import dryrun as dryrun
+from cli import explain as explain
+from cli import render as render

@@ -303,7 +303,7 @@ def _due_lines(graph: Graph, state: SfcState, at: int, default_attempts: int) ->
     held = state.held_at is not None
     out = []
     for name, rec in state.actions.items():
-        if rec.status != "open":
+        if rec.status != "open" or name not in graph.actions:
             continue
         if rec.hold == "open" and rec.hold_deadline == at:
             out.append(f"the hold of {name} counts as not held, and the work runs on")

@@ -1,0 +1,182 @@
+"""`sfc dryrun`: run a recipe on the virtual clock with scripted equipment.
+
+Also holds what `sfc explain` and `sfc render` share with it: reading a recipe into a graph
+(printing build errors as `sfc validate` does) and writing to a terminal with rich.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import msgspec
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from cli.main import app
+from generated.capabilities_v1_0 import Capabilities
+from generated.state_v1_3 import SfcState
+from sfc import codec
+from sfc.graph import Graph
+from sfc.simulation import (
+    DEFAULT_EVALUATION_LIMIT,
+    DEFAULT_TIME_LIMIT_MS,
+    ScriptError,
+    Simulation,
+    load_script,
+)
+from sfc.transcript import Tone, lines, to_json
+
+RECIPE_DATASCHEMA = "https://aschamberger.github.io/schemas/microdcs/sfc-recipe/v1.1.0/"
+
+TONES: dict[Tone, str] = {
+    "applied": "",
+    "absorbed": "dim",
+    "rejected": "yellow",
+    "completed": "bold green",
+    "faulted": "bold red",
+    "cancelled": "bold yellow",
+    "limit": "bold magenta",
+}
+
+
+def fail(message: str, code: int) -> NoReturn:
+    typer.echo(f"sfc: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def read(path: Path, what: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        fail(f"cannot read the {what} {path}: {e.strerror or e}", 2)
+
+
+def terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def console() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def load_capabilities(path: Path | None) -> Capabilities | None:
+    if path is None:
+        return None
+    try:
+        return codec.capabilities_decoder.decode(read(path, "capabilities"))
+    except msgspec.ValidationError as e:
+        fail(f"capabilities {path}: {e}", 2)
+    except msgspec.DecodeError as e:
+        fail(f"capabilities {path}: not valid JSON: {e}", 2)
+
+
+def load_graph(
+    path: Path,
+    invalid_exit: int,
+    capabilities: Capabilities | None = None,
+    dataschema: str = RECIPE_DATASCHEMA,
+) -> Graph:
+    """Build the recipe; on build errors print them as `sfc validate` does and exit."""
+    from sfc.build import build
+
+    try:
+        from cli.validate import format_error  # type: ignore[import-not-found]
+    except ImportError:  # until `sfc validate` lands
+
+        def format_error(error: object) -> str:
+            return f"{error.code} {error.path}: {error.message}"  # type: ignore[attr-defined]
+
+    result = build(read(path, "recipe"), capabilities, dataschema=dataschema)
+    if result.graph is None:
+        for error in result.errors:
+            typer.echo(format_error(error))
+        typer.echo(f"sfc: {path} is not a valid recipe", err=True)
+        raise typer.Exit(invalid_exit)
+    return result.graph
+
+
+def load_state(path: Path, graph: Graph) -> SfcState:
+    """A job's state, refused (exit 1) when it is not one or belongs to another recipe."""
+    try:
+        state = codec.state_decoder.decode(read(path, "state"))
+    except (msgspec.ValidationError, msgspec.DecodeError) as e:
+        fail(f"state {path}: not a job state (format 1.3): {e}", 1)
+    if state.recipe_hash != graph.recipe_hash:
+        fail(
+            f"state {path}: the job runs recipe {state.recipe_hash[:12]}, "
+            f"not this one ({graph.recipe_hash[:12]})",
+            1,
+        )
+    return state
+
+
+@app.command()
+def dryrun(
+    recipe: Annotated[Path, typer.Argument(help="The recipe (wire JSON).")],
+    script: Annotated[
+        Path | None,
+        typer.Option(help="Simulation script (JSON). Without one every action answers ok at once."),
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the dry-run result as JSON.")
+    ] = False,
+    time_limit_ms: Annotated[
+        int, typer.Option(min=0, help="Virtual time after which the run stops.")
+    ] = DEFAULT_TIME_LIMIT_MS,
+    evaluation_limit: Annotated[
+        int, typer.Option(min=1, help="Most evaluations before the run stops.")
+    ] = DEFAULT_EVALUATION_LIMIT,
+    job_id: Annotated[str, typer.Option(help="The job id (action keys are JOBID:ACTION).")] = (
+        "job-1"
+    ),
+    capabilities: Annotated[
+        Path | None,
+        typer.Option(help="Station capabilities (JSON): check types and outcomes at build."),
+    ] = None,
+    dataschema: Annotated[
+        str, typer.Option(help="The recipe's dataschema URI (v1.0.0 or v1.1.0).")
+    ] = RECIPE_DATASCHEMA,
+    state_out: Annotated[
+        Path | None,
+        typer.Option(help="Write the job's state at the end of the run here, for `sfc explain`."),
+    ] = None,
+) -> None:
+    """Run RECIPE on a virtual clock with scripted equipment and print the transcript.
+
+    Exit 0 when the job completed, 1 when it faulted, was cancelled or hit a limit,
+    2 for an invalid recipe or script. The simulation is in memory: nothing is stored or sent.
+    """
+    graph = load_graph(recipe, 2, load_capabilities(capabilities), dataschema)
+    loaded = None
+    if script is not None:
+        try:
+            loaded = load_script(read(script, "script"), graph)
+        except ScriptError as e:
+            fail(f"script {script}: {e.path}: {e.message}", 2)
+    sim = Simulation(
+        graph,
+        loaded,
+        job_id=job_id,
+        time_limit_ms=time_limit_ms,
+        evaluation_limit=evaluation_limit,
+    )
+    result = sim.run()
+    if state_out is not None:
+        try:
+            state_out.write_bytes(codec.encode(sim.state) + b"\n")
+        except OSError as e:
+            fail(f"cannot write the state to {state_out}: {e.strerror or e}", 2)
+    if json_output:
+        sys.stdout.buffer.write(to_json(result))
+        sys.stdout.flush()
+    elif terminal():
+        out = console()
+        for line in lines(result):
+            out.print(Text(line.text, style=TONES[line.tone]))
+    else:
+        for line in lines(result):
+            typer.echo(line.text)
+    raise typer.Exit(0 if result.end == "completed" else 1)

@@ -1,0 +1,34 @@
+"""`sfc render`: draw a recipe's chart as Mermaid or Graphviz DOT source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from cli.dryrun import load_graph, load_state
+from cli.main import app
+from sfc.render import render as render_chart
+
+
+@app.command()
+def render(
+    recipe: Annotated[Path, typer.Argument(help="The recipe (wire JSON).")],
+    state: Annotated[
+        Path | None,
+        typer.Option(help="A job's state (JSON): mark its active steps and open actions."),
+    ] = None,
+    fmt: Annotated[
+        Literal["mermaid", "dot"],
+        typer.Option("--format", help="mermaid (renders on GitHub) or dot (Graphviz)."),
+    ] = "mermaid",
+) -> None:
+    """Print RECIPE's chart in IEC 61131-3 style as Mermaid or DOT source.
+
+    Steps are boxes (the initial one with a double border), transitions carry their
+    conditions, simultaneous divergences are double bars. Exit 1 for an invalid recipe or state.
+    """
+    graph = load_graph(recipe, 1)
+    job = None if state is None else load_state(state, graph)
+    typer.echo(render_chart(graph, job, fmt), nl=False)
