@@ -278,7 +278,8 @@ def _open_lines(
         hold_deadline = "" if rec.hold_deadline is None else f", deadline {when(rec.hold_deadline)}"
         out.append(
             f"  hold command {_short(state, rec.hold_command_id)} is out{hold_deadline}: "
-            "the equipment was asked to hold the work; its deadline waits for the answer"
+            "the equipment was asked to hold the work; until it answers, the work's deadline "
+            "does not run"
         )
     elif rec.hold == "held":
         out.append("  the equipment held the work; the release sends the restart command")
