@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -274,6 +275,10 @@ class _Checker:
         self.into_sequence: list[bool] = []
         """The target is a step inside a sequence (an entry, or SFC006)."""
         self._incoming: dict[str, list[int]] | None = None
+        self.kind: dict[str, int] = {}
+        """Node name -> STEP, DIVERGENCE or AMBIGUOUS."""
+        self.waiting: dict[str, list[int]] = {}
+        """Step name -> its pull-event actions with a usable selector (for SFC011)."""
 
     def error(self, code: str, path: str, message: str) -> None:
         self.errors.append(BuildError(code, path, message))
@@ -370,15 +375,13 @@ class _Checker:
                     )
             else:
                 seen[a.name] = i
+        self.kind = dict.fromkeys(self.step_at, STEP)
+        for name in self.div_at:
+            self.kind[name] = AMBIGUOUS if name in self.ambiguous else DIVERGENCE
 
     def resolve(self, name: str) -> int | None:
-        if name in self.ambiguous:
-            return AMBIGUOUS
-        if name in self.step_at:
-            return STEP
-        if name in self.div_at:
-            return DIVERGENCE
-        return None
+        """STEP, DIVERGENCE, AMBIGUOUS, or None for an unknown name."""
+        return self.kind.get(name)
 
     # -- SFC001
 
@@ -405,54 +408,70 @@ class _Checker:
     # -- SFC003, SFC009, SFC010, SFC019 on each action
 
     def check_actions(self) -> None:
-        self.step_actions = {name: [] for name in self.step_at}
+        step_actions: dict[str, list[int]] = {name: [] for name in self.step_at}
+        self.step_actions = step_actions
+        waiting = self.waiting
+        interaction_ok = self.interaction_ok
+        selector_ok = self.selector_ok
+        equipment_ok = self.equipment_ok
         for i, a in enumerate(self.actions):
-            name = _q(a.name)
-            if a.step in self.step_at:
-                self.step_actions[a.step].append(i)
-            elif a.step in self.div_at:
-                self.error(
-                    "SFC003",
-                    f"$.Actions[{i}].Step",
-                    f"action {name} belongs to {_q(a.step)}, which is a divergence, not a step",
-                )
+            acts = step_actions.get(a.step)
+            if acts is not None:
+                acts.append(i)
             else:
-                self.error(
-                    "SFC003",
-                    f"$.Actions[{i}].Step",
-                    f"action {name} belongs to step {_q(a.step)}, which does not exist",
-                )
+                self.unknown_step(i, a)
             if a.qualifier != "N":
                 self.error(
                     "SFC010",
                     f"$.Actions[{i}].Qualifier",
-                    f"action {name} has qualifier {a.qualifier}; only N (non-stored) is supported",
+                    f"action {_q(a.name)} has qualifier {a.qualifier}; "
+                    "only N (non-stored) is supported",
                 )
-            ok = a.interaction in (PUSH, PULL)
-            self.interaction_ok.append(ok)
+            interaction = a.interaction
+            ok = interaction in (PUSH, PULL)
+            interaction_ok.append(ok)
             if not ok:
                 self.error(
                     "SFC009",
                     f"$.Actions[{i}].Interaction",
-                    f"action {name} has interaction {_q(a.interaction)}; "
+                    f"action {_q(a.name)} has interaction {_q(interaction)}; "
                     f"it must be {PUSH} or {PULL}",
                 )
             if not 1 <= a.timeout_seconds <= MAX_TIMEOUT_SECONDS:
                 self.error(
                     "SFC009",
                     f"$.Actions[{i}].TimeoutSeconds",
-                    f"action {name} has TimeoutSeconds {a.timeout_seconds}; "
+                    f"action {_q(a.name)} has TimeoutSeconds {a.timeout_seconds}; "
                     f"it must be from 1 to {MAX_TIMEOUT_SECONDS} (one week)",
                 )
             if a.max_attempts is not UNSET and not 1 <= a.max_attempts <= MAX_ATTEMPTS:
                 self.error(
                     "SFC009",
                     f"$.Actions[{i}].MaxAttempts",
-                    f"action {name} has MaxAttempts {a.max_attempts}; "
+                    f"action {_q(a.name)} has MaxAttempts {a.max_attempts}; "
                     f"it must be from 1 to {MAX_ATTEMPTS}",
                 )
-            self.selector_ok.append(self.check_selector(i, a))
-            self.equipment_ok.append(self.check_equipment(i, a))
+            selector = a.selector is UNSET or self.check_selector(i, a)
+            selector_ok.append(selector)
+            if interaction == PULL and selector and acts is not None:
+                waiting.setdefault(a.step, []).append(i)
+            equipment_ok.append(
+                not (a.hold is UNSET and a.restart is UNSET) and self.check_equipment(i, a)
+            )
+
+    def unknown_step(self, i: int, a: Action) -> None:
+        if a.step in self.div_at:
+            self.error(
+                "SFC003",
+                f"$.Actions[{i}].Step",
+                f"action {_q(a.name)} belongs to {_q(a.step)}, which is a divergence, not a step",
+            )
+        else:
+            self.error(
+                "SFC003",
+                f"$.Actions[{i}].Step",
+                f"action {_q(a.name)} belongs to step {_q(a.step)}, which does not exist",
+            )
 
     def check_selector(self, i: int, a: Action) -> bool:
         if a.selector is UNSET:
@@ -481,7 +500,7 @@ class _Checker:
                     "leave the field out to accept any",
                 )
                 continue
-            others = [p for p in _PLACEHOLDER.findall(value) if p != JOB_ID]
+            others = [p for p in _PLACEHOLDER.findall(value) if p != JOB_ID] if "{" in value else []
             if others:
                 ok = False
                 self.error(
@@ -614,70 +633,83 @@ class _Checker:
     # -- SFC003, SFC006 on each transition
 
     def check_transitions(self) -> None:
+        kind = self.kind
+        position = self.position
+        div_at = self.div_at
+        usable = self.div_usable
+        src_ok, tgt_kind = self.src_ok, self.tgt_kind
+        entry_of, into_sequence = self.entry_of, self.into_sequence
         for j, t in enumerate(self.transitions):
-            label = _q(f"{t.source} -> {t.target}")
-            src = self.resolve(t.source)
-            tgt = self.resolve(t.target)
+            source, target = t.source, t.target
+            src = kind.get(source)
+            tgt = kind.get(target)
             if src is None:
                 self.error(
                     "SFC003",
                     f"$.Transitions[{j}].Source",
-                    f"transition {label} leaves {_q(t.source)}, which is neither a step nor a divergence",
+                    f"transition {_q(f'{source} -> {target}')} leaves {_q(source)}, "
+                    "which is neither a step nor a divergence",
                 )
             if tgt is None:
                 self.error(
                     "SFC003",
                     f"$.Transitions[{j}].Target",
-                    f"transition {label} targets {_q(t.target)}, which is neither a step nor a divergence",
+                    f"transition {_q(f'{source} -> {target}')} targets {_q(target)}, "
+                    "which is neither a step nor a divergence",
                 )
-            src_ok = src == STEP or (src == DIVERGENCE and self.div_usable[self.div_at[t.source]])
-            if src == STEP and t.source in self.position:
-                src_ok = False
-                k = self.position[t.source][0]
-                self.error(
-                    "SFC006",
-                    f"$.Transitions[{j}].Source",
-                    f"transition {label} leaves step {_q(t.source)}, which is inside a sequence of "
-                    f"divergence {_q(self.divergences[k].name)}; steps in a sequence follow each "
-                    "other, and only the divergence has transitions",
-                )
-            entry = -1
-            inside = tgt == STEP and t.target in self.position
-            if inside:
-                k, _, p = self.position[t.target]
-                d = self.divergences[k]
-                dname = _q(d.name)
-                if d.type not in (SIMULTANEOUS, SELECTION):
-                    pass  # SFC004 already
-                elif p > 0:
-                    self.error(
-                        "SFC006",
-                        f"$.Transitions[{j}].Target",
-                        f"transition {label} enters step {_q(t.target)} in the middle of a "
-                        f"sequence of divergence {dname}; a sequence is entered through its divergence",
-                    )
-                elif d.type == SIMULTANEOUS:
-                    self.error(
-                        "SFC006",
-                        f"$.Transitions[{j}].Target",
-                        f"transition {label} enters step {_q(t.target)}, the first step of a "
-                        f"sequence of simultaneous divergence {dname}; target {dname} instead, "
-                        "which starts all its sequences",
-                    )
-                elif t.source == d.name and src == DIVERGENCE:
-                    entry = k
-                elif src in (STEP, DIVERGENCE):
-                    self.error(
-                        "SFC006",
-                        f"$.Transitions[{j}].Target",
-                        f"transition {label} enters step {_q(t.target)}, the first step of a "
-                        f"sequence of selection divergence {dname}; only the selection "
-                        f"transitions of {dname} enter it, so target {dname} instead",
-                    )
-            self.src_ok.append(src_ok)
-            self.tgt_kind.append(tgt)
-            self.entry_of.append(entry)
-            self.into_sequence.append(inside)
+            ok = src == STEP or (src == DIVERGENCE and usable[div_at[source]])
+            if src == STEP and source in position:
+                ok = False
+                self.leaves_sequence(j, source, target)
+            inside = tgt == STEP and target in position
+            src_ok.append(ok)
+            tgt_kind.append(tgt)
+            entry_of.append(self.enters_sequence(j, source, target, src) if inside else -1)
+            into_sequence.append(inside)
+
+    def leaves_sequence(self, j: int, source: str, target: str) -> None:
+        k = self.position[source][0]
+        self.error(
+            "SFC006",
+            f"$.Transitions[{j}].Source",
+            f"transition {_q(f'{source} -> {target}')} leaves step {_q(source)}, which is "
+            f"inside a sequence of divergence {_q(self.divergences[k].name)}; steps in a "
+            "sequence follow each other, and only the divergence has transitions",
+        )
+
+    def enters_sequence(self, j: int, source: str, target: str, src: int | None) -> int:
+        """The divergence index if this is a selection transition; else SFC006 and -1."""
+        k, _, p = self.position[target]
+        d = self.divergences[k]
+        label, dname, path = _q(f"{source} -> {target}"), _q(d.name), f"$.Transitions[{j}].Target"
+        if d.type not in (SIMULTANEOUS, SELECTION):
+            pass  # SFC004 already
+        elif p > 0:
+            self.error(
+                "SFC006",
+                path,
+                f"transition {label} enters step {_q(target)} in the middle of a sequence of "
+                f"divergence {dname}; a sequence is entered through its divergence",
+            )
+        elif d.type == SIMULTANEOUS:
+            self.error(
+                "SFC006",
+                path,
+                f"transition {label} enters step {_q(target)}, the first step of a sequence "
+                f"of simultaneous divergence {dname}; target {dname} instead, which starts "
+                "all its sequences",
+            )
+        elif source == d.name and src == DIVERGENCE:
+            return k
+        elif src in (STEP, DIVERGENCE):
+            self.error(
+                "SFC006",
+                path,
+                f"transition {label} enters step {_q(target)}, the first step of a sequence "
+                f"of selection divergence {dname}; only the selection transitions of {dname} "
+                f"enter it, so target {dname} instead",
+            )
+        return -1
 
     def initial_placement(self) -> None:
         for i in self.initials:
@@ -695,12 +727,14 @@ class _Checker:
 
     def priorities(self) -> None:
         seen: dict[tuple[str, int], int] = {}
+        src_ok = self.src_ok
         for j, t in enumerate(self.transitions):
-            if not self.src_ok[j]:
+            if not src_ok[j]:
                 continue
-            key = (t.source, _priority(t.priority))
-            if key in seen:
-                other = self.transitions[seen[key]]
+            key = (t.source, 0 if t.priority is UNSET else t.priority)
+            first = seen.setdefault(key, j)
+            if first != j:
+                other = self.transitions[first]
                 self.error(
                     "SFC008",
                     f"$.Transitions[{j}].Priority",
@@ -708,29 +742,29 @@ class _Checker:
                     f"{_q(f'{other.source} -> {other.target}')} both leave {_q(t.source)} with "
                     f"priority {key[1]}; the transitions of one source need different priorities",
                 )
-            else:
-                seen[key] = j
 
     # -- SFC007
 
     def outgoing(self) -> dict[str, list[int]]:
-        out: dict[str, list[int]] = {}
+        out: defaultdict[str, list[int]] = defaultdict(list)
+        src_ok = self.src_ok
         for j, t in enumerate(self.transitions):
-            if self.src_ok[j]:
-                out.setdefault(t.source, []).append(j)
+            if src_ok[j]:
+                out[t.source].append(j)
         return out
 
     def defaults(self) -> None:
         out = self.outgoing()
-        for i, s in enumerate(self.steps):
-            js = out.get(s.name, [])
-            if self.step_at[s.name] != i or self.resolve(s.name) != STEP or len(js) < 2:
+        kind, step_at = self.kind, self.step_at
+        for name, js in out.items():
+            if len(js) < 2 or kind[name] != STEP:
                 continue
+            i = step_at[name]
             if not any(self.transitions[j].condition == TRUE for j in js):
                 self.error(
                     "SFC007",
                     f"$.Steps[{i}]",
-                    f"step {_q(s.name)} has {len(js)} transitions ({self.conditions(js)}) and none "
+                    f"step {_q(name)} has {len(js)} transitions ({self.conditions(js)}) and none "
                     'is the default "true"; a decision needs one',
                 )
         for k, d in enumerate(self.divergences):
@@ -788,22 +822,16 @@ class _Checker:
 
     def ambiguity(self) -> None:
         flagged: set[int] = set()
-        for step, acts in self.step_actions.items():
-            pulls = [i for i in acts if self.waits(i)]
+        waiting = self.waiting
+        for step, pulls in waiting.items():
             if len(pulls) >= 2:
                 self.separate([[i] for i in pulls], flagged, f"in step {_q(step)}")
         for k, d in enumerate(self.divergences):
             if not self.div_usable[k] or d.type != SIMULTANEOUS or len(d.branches) < 2:
                 continue
-            groups = [
-                [i for step in seq for i in self.step_actions[step] if self.waits(i)]
-                for seq in d.branches
-            ]
+            groups = [[i for step in seq for i in waiting.get(step, ())] for seq in d.branches]
             if sum(1 for g in groups if g) >= 2:
                 self.separate(groups, flagged, f"in parallel sequences of divergence {_q(d.name)}")
-
-    def waits(self, i: int) -> bool:
-        return self.actions[i].interaction == PULL and self.selector_ok[i]
 
     def separate(self, groups: list[list[int]], flagged: set[int], where: str) -> None:
         """SFC011 for each action that waits together with an earlier one of another group.
@@ -871,53 +899,48 @@ class _Checker:
     # -- SFC012
 
     def reachability(self) -> None:
-        if not self.initials or any(k in (None, AMBIGUOUS) for k in self.tgt_kind):
+        if not self.initials or any(k is None or k == AMBIGUOUS for k in self.tgt_kind):
             return
-        succ: dict[str, list[str]] = {}
-        reached: set[str] = set()
-        todo: list[str] = []
-
-        def reach(name: str) -> None:
-            if name not in reached:
-                reached.add(name)
-                todo.append(name)
-
+        kind = self.kind
+        succ: defaultdict[str, list[str]] = defaultdict(list)
+        roots: list[str] = []
         for t in self.transitions:
-            if self.resolve(t.source) in (None, AMBIGUOUS):
-                reach(t.target)  # the source is refused already; assume it leads here
+            src = kind.get(t.source)
+            if src is None or src == AMBIGUOUS:
+                roots.append(t.target)  # the source is refused already; assume it leads here
             else:
-                succ.setdefault(t.source, []).append(t.target)
+                succ[t.source].append(t.target)
         for d in self.divergences:
-            succ.setdefault(d.name, []).extend(step for seq in d.branches for step in seq)
+            succ[d.name].extend(step for seq in d.branches for step in seq)
         for i in self.initials:
             name = self.steps[i].name
-            reach(name)
+            roots.append(name)
             if name in self.position:
-                reach(self.divergences[self.position[name][0]].name)
+                roots.append(self.divergences[self.position[name][0]].name)
+        reached = set(roots)
+        todo = list(reached)
         while todo:
             for nxt in succ.get(todo.pop(), ()):
-                reach(nxt)
+                if nxt not in reached:
+                    reached.add(nxt)
+                    todo.append(nxt)
         start = _q(self.steps[self.initials[0]].name)
-        for i, s in enumerate(self.steps):
-            if (
-                s.name not in reached
-                and s.name not in self.position
-                and s.name != ""
-                and self.step_at[s.name] == i
-            ):
+        for name, i in self.step_at.items():
+            if name not in reached and name not in self.position and name != "":
                 self.error(
                     "SFC012",
                     f"$.Steps[{i}]",
-                    f"step {_q(s.name)} cannot be reached from the initial step {start}; "
+                    f"step {_q(name)} cannot be reached from the initial step {start}; "
                     "no transition leads to it",
                 )
-        for k, d in enumerate(self.divergences):
-            if d.name not in reached and d.name != "" and self.div_at[d.name] == k:
+        for name, k in self.div_at.items():
+            if name not in reached and name != "":
+                d = self.divergences[k]
                 steps = [step for seq in d.branches for step in seq]
                 self.error(
                     "SFC012",
                     f"$.Branches[{k}]",
-                    f"divergence {_q(d.name)} cannot be reached from the initial step {start}; "
+                    f"divergence {_q(name)} cannot be reached from the initial step {start}; "
                     f"no transition leads to it, so its steps ({_names(steps)}) never run",
                 )
 
@@ -925,23 +948,34 @@ class _Checker:
 
     def loops(self) -> None:
         """A loop of nodes that all pass through at once would run without end."""
-        passes: dict[str, bool] = {}
-        for name in self.step_at:
-            if name not in self.position and self.resolve(name) == STEP:
-                passes[name] = not self.step_actions[name]
+        kind, position, step_actions = self.kind, self.position, self.step_actions
+        free = {
+            name
+            for name, acts in step_actions.items()
+            if not acts and kind[name] == STEP and name not in position
+        }
         for k, d in enumerate(self.divergences):
             if self.div_usable[k]:
-                free = [all(not self.step_actions[s] for s in seq) for seq in d.branches]
-                passes[d.name] = any(free) if d.type == SELECTION else all(free)
-        edges: dict[str, list[int]] = {}
-        for j, t in enumerate(self.transitions):
-            if (
-                self.src_ok[j]
-                and not self.into_sequence[j]
-                and passes.get(t.source, False)
-                and passes.get(t.target, False)
-            ):
-                edges.setdefault(t.source, []).append(j)
+                seqs = [all(not step_actions[s] for s in seq) for seq in d.branches]
+                if any(seqs) if d.type == SELECTION else all(seqs):
+                    free.add(d.name)
+        if not free:
+            return
+        transitions, src_ok, into = self.transitions, self.src_ok, self.into_sequence
+        edges: dict[str, list[int]] = defaultdict(list)
+        indegree: dict[str, int] = {}
+        for j, t in enumerate(transitions):
+            if t.source in free and t.target in free and src_ok[j] and not into[j]:
+                edges[t.source].append(j)
+                indegree[t.target] = indegree.get(t.target, 0) + 1
+        # Peel off the nodes nothing leads into; what is left lies on a loop or behind one.
+        todo = [n for n in edges if n not in indegree]
+        while todo:
+            for j in edges.pop(todo.pop(), ()):
+                target = transitions[j].target
+                indegree[target] -= 1
+                if indegree[target] == 0:
+                    todo.append(target)
         for component in self.cycles(edges):
             members = set(component)
             closing = min(
@@ -1036,7 +1070,7 @@ class _Checker:
 
         allowed: dict[tuple[str, int], set[str] | None] = {}
         for j, t in enumerate(self.transitions):
-            if t.condition == TRUE or not self.src_ok[j] or self.tgt_kind[j] in (None, AMBIGUOUS):
+            if t.condition == TRUE or not self.src_ok[j]:
                 continue
             entry = self.entry_of[j]
             key = (t.source, entry)

@@ -1,0 +1,135 @@
+"""build() at 1k, 5k and 20k elements (issue 3, "Must show").
+
+An *element* is a step, a transition, an action block or a divergence: the four things
+SFC018 counts. The recipe is a looped production line made of blocks, repeated until the
+count is reached:
+
+- a step with a push action and a default transition to the next block (3 elements);
+- every 10th block instead a simultaneous divergence with two sequences of two steps, each
+  step waiting for an event of one type told apart by a literal Selector subject (1 + 4 + 4
+  elements, plus the transition into the divergence and its exit: 11);
+- a final step whose push action either loops back to the first step (outcome "again") or
+  ends the job by default.
+
+The document is encoded once; the timed region is `build(bytes)` alone: decode, every check
+and the graph's indexes, with the default garbage collector on, as a host would run it.
+Each size is timed RUNS times; the median is printed, with the ratio to the size before it
+(linear growth gives 5.0 for 5k/1k and 4.0 for 20k/5k).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import msgspec
+
+from sfc.build import build
+
+SIZES = (1_000, 5_000, 20_000)
+RUNS = 7
+TARGET_SECONDS = 0.5
+
+
+def _action(name: str, step: str, interaction: str, type_id: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "Name": name,
+        "Step": step,
+        "Qualifier": "N",
+        "Interaction": interaction,
+        "TypeId": type_id,
+        "TimeoutSeconds": 60,
+        **extra,
+    }
+
+
+def line(elements: int) -> dict[str, Any]:
+    """A valid looped line of about `elements` elements (never more)."""
+    steps: list[dict[str, Any]] = [{"Name": "start", "Initial": True}]
+    actions = [_action("load", "start", "push_command", "station.load")]
+    transitions: list[dict[str, Any]] = []
+    branches: list[dict[str, Any]] = []
+    previous = "start"
+    block = 0
+
+    def count() -> int:
+        return len(steps) + len(actions) + len(transitions) + len(branches)
+
+    # keep room for the final step: its action and its two transitions, plus the next link
+    while count() + 11 + 5 <= elements:
+        block += 1
+        if block % 10 == 0:
+            name = f"par{block}"
+            sequences = []
+            for side in ("left", "right"):
+                seq = [f"{name}_{side}{n}" for n in (1, 2)]
+                for step in seq:
+                    steps.append({"Name": step})
+                    actions.append(
+                        _action(
+                            f"wait_{step}",
+                            step,
+                            "pull_event",
+                            "station.sensor",
+                            Selector={"Subject": step, "CorrelationId": "{jobId}"},
+                        )
+                    )
+                sequences.append(seq)
+            branches.append({"Name": name, "Type": "simultaneous", "Branches": sequences})
+        else:
+            name = f"op{block}"
+            steps.append({"Name": name})
+            actions.append(
+                _action(f"do_{name}", name, "push_command", "station.op", Parameters={"n": block})
+            )
+        transitions.append({"Source": previous, "Target": name, "Condition": "true"})
+        previous = name
+    steps.append({"Name": "unload"})
+    actions.append(_action("unload", "unload", "push_command", "station.unload"))
+    transitions += [
+        {"Source": previous, "Target": "unload", "Condition": "true"},
+        {"Source": "unload", "Target": "start", "Condition": "again", "Priority": 0},
+        {"Source": "unload", "Target": "done", "Condition": "true", "Priority": 1},
+    ]
+    steps.append({"Name": "done"})
+    return {"Steps": steps, "Transitions": transitions, "Actions": actions, "Branches": branches}
+
+
+def elements(doc: dict[str, Any]) -> int:
+    return sum(len(doc[k]) for k in ("Steps", "Transitions", "Actions", "Branches"))
+
+
+def median_seconds(data: bytes) -> float:
+    times = []
+    for _ in range(RUNS):
+        start = time.perf_counter()
+        result = build(data)
+        times.append(time.perf_counter() - start)
+        assert result.ok, result.errors[:3]
+    return statistics.median(times)
+
+
+def main() -> None:
+    print(f"build(bytes), median of {RUNS} runs; element = step, transition, action or divergence")
+    build(msgspec.json.encode(line(SIZES[0])))  # warm up imports and decoders
+    previous: float | None = None
+    last = 0.0
+    for size in SIZES:
+        doc = line(size)
+        data = msgspec.json.encode(doc)
+        seconds = median_seconds(data)
+        counts = ", ".join(
+            f"{len(doc[k])} {k.lower()}" for k in ("Steps", "Transitions", "Actions", "Branches")
+        )
+        ratio = "" if previous is None else f"  x{seconds / previous:.2f} vs previous size"
+        print(
+            f"{elements(doc):>6} elements ({counts}; {len(data):,} bytes): "
+            f"{seconds * 1000:8.1f} ms  ({seconds / elements(doc) * 1e6:.1f} us/element){ratio}"
+        )
+        previous = seconds
+        last = seconds
+    verdict = "meets" if last <= TARGET_SECONDS else "MISSES"
+    print(
+        f"20k elements: {last * 1000:.1f} ms, {verdict} the target of {TARGET_SECONDS * 1000:.0f} ms"
+    )
