@@ -144,11 +144,11 @@ def _divergence_lines(graph: Graph, spec: DivergenceSpec) -> list[str]:
             prio = f"priority {t.priority}: " if several else ""
             out.append(f"    {prio}sequence {i + 1} ({t.target}) on {_condition(t)}")
     if spec.kind == "simultaneous":
-        basis = "the outcomes of every sequence"
+        basis = "when every sequence is done, cleared with the outcomes of every sequence"
     else:
-        basis = "the outcomes of the sequence taken"
+        basis = "when the sequence taken is done, cleared with its outcomes"
     if spec.exits:
-        out.append(f"  at the convergence, when the sequences are done, cleared with {basis}:")
+        out.append(f"  at the convergence, {basis}:")
         out.extend(f"    {line}" for line in _transition_lines(graph, spec.exits))
     else:
         out.append("  no exit: the convergence completes the job")
