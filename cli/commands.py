@@ -3,3 +3,4 @@
 from cli import dryrun as dryrun
 from cli import explain as explain
 from cli import render as render
+from cli import validate as validate
