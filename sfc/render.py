@@ -89,10 +89,14 @@ def _mark(rec: ActionRecord | None, active: bool) -> str | None:
     if rec is None:
         return None
     if rec.status == "open":
-        details: list[str] = [f"attempt {rec.attempt}" if rec.work == "push" else rec.work]
-        if rec.hold is not None:
-            details.append(f"hold {rec.hold}")
-        return "open, " + ", ".join(details)
+        if rec.hold == "held":
+            return "held by the equipment"
+        what = f"attempt {rec.attempt}" if rec.work == "push" else rec.work
+        if rec.hold == "open":
+            what += ", hold asked"
+        elif rec.hold == "notHeld":
+            what += ", not held"
+        return f"open, {what}"
     if active:
         return f"done: {rec.outcome}"
     return None
