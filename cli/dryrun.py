@@ -16,10 +16,13 @@ from rich.console import Console
 from rich.text import Text
 
 from cli.main import app
+from cli.validate import format_error
 from generated.capabilities_v1_0 import Capabilities
 from generated.state_v1_3 import SfcState
 from sfc import codec
+from sfc.build import RECIPE_V1_1_0, build, decode_error
 from sfc.graph import Graph
+from sfc.interpreter import interpreter_for, known_dataschemas
 from sfc.simulation import (
     DEFAULT_EVALUATION_LIMIT,
     DEFAULT_TIME_LIMIT_MS,
@@ -28,8 +31,6 @@ from sfc.simulation import (
     load_script,
 )
 from sfc.transcript import Tone, lines, to_json
-
-RECIPE_DATASCHEMA = "https://aschamberger.github.io/schemas/microdcs/sfc-recipe/v1.1.0/"
 
 TONES: dict[Tone, str] = {
     "applied": "",
@@ -67,28 +68,20 @@ def load_capabilities(path: Path | None) -> Capabilities | None:
         return None
     try:
         return codec.capabilities_decoder.decode(read(path, "capabilities"))
-    except msgspec.ValidationError as e:
-        fail(f"capabilities {path}: {e}", 2)
     except msgspec.DecodeError as e:
-        fail(f"capabilities {path}: not valid JSON: {e}", 2)
+        where, message = decode_error(e, what="capabilities")
+        fail(f"the capabilities {path} are not valid: {where}: {message}", 2)
 
 
 def load_graph(
     path: Path,
     invalid_exit: int,
     capabilities: Capabilities | None = None,
-    dataschema: str = RECIPE_DATASCHEMA,
+    dataschema: str = RECIPE_V1_1_0,
 ) -> Graph:
     """Build the recipe; on build errors print them as `sfc validate` does and exit."""
-    from sfc.build import build
-
-    try:
-        from cli.validate import format_error  # type: ignore[import-not-found]
-    except ImportError:  # until `sfc validate` lands
-
-        def format_error(error: object) -> str:
-            return f"{error.code} {error.path}: {error.message}"  # type: ignore[attr-defined]
-
+    if interpreter_for(dataschema) is None:
+        fail(f"unknown dataschema {dataschema}; known: {', '.join(known_dataschemas())}", 2)
     result = build(read(path, "recipe"), capabilities, dataschema=dataschema)
     if result.graph is None:
         for error in result.errors:
@@ -138,7 +131,7 @@ def dryrun(
     ] = None,
     dataschema: Annotated[
         str, typer.Option(help="The recipe's dataschema URI (v1.0.0 or v1.1.0).")
-    ] = RECIPE_DATASCHEMA,
+    ] = RECIPE_V1_1_0,
     state_out: Annotated[
         Path | None,
         typer.Option(help="Write the job's state at the end of the run here, for `sfc explain`."),

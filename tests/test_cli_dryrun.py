@@ -93,14 +93,23 @@ def test_a_recipe_with_build_errors_exits_2_and_prints_them(tmp_path: Path) -> N
 
 
 def test_build_errors_are_printed_as_sfc_validate_prints_them(tmp_path: Path) -> None:
-    validate = pytest.importorskip("cli.validate")
     doc = recipe(["s1", "s2", "s3"], actions=[push("a", "s1")], transitions=[t("s1", "s2")])
     path = write(tmp_path, "r.json", doc)
     dry, checked = sfc("dryrun", path), sfc("validate", path)
     assert dry.exit_code == 2
     assert dry.stdout == checked.stdout
     assert "SFC012" in dry.stdout
-    assert validate is not None
+
+
+def test_the_dataschema_picks_the_recipe_format() -> None:
+    v1_0_0 = "https://aschamberger.github.io/schemas/microdcs/sfc-recipe/v1.0.0/"
+    assert sfc("dryrun", GREETINGS, "--dataschema", v1_0_0).exit_code == 0
+    old = sfc("dryrun", TIGHTENING, "--dataschema", v1_0_0)  # Hold and Restart are v1.1.0
+    assert old.exit_code == 2
+    assert old.stdout.startswith("SFC000 ")
+    unknown = sfc("dryrun", GREETINGS, "--dataschema", "urn:nope")
+    assert unknown.exit_code == 2
+    assert "unknown dataschema urn:nope" in unknown.stderr
 
 
 def test_a_document_that_is_no_recipe_exits_2(tmp_path: Path) -> None:
