@@ -81,11 +81,15 @@ def _file_refs(node: Any, base: str) -> Iterator[str]:
 def _registry() -> Registry[Any]:
     # Every schema under its own $id, and every relative file reference retrieved up front:
     # a registry that has to retrieve and crawl during validation makes jsonschema ~50x slower.
-    registry: Registry[Any] = Registry(retrieve=_retrieve)  # type: ignore[call-arg]
-    for path in sorted(SCHEMAS.glob("*.json")):
-        resource = _resource(path)
-        registry = registry.with_resource(resource.id() or path.as_uri(), resource)
-    for uri in sorted({ref for _, res in registry.items() for ref in _file_refs(res.contents, _)}):
+    registry: Registry[Any] = Registry(retrieve=_retrieve)
+    resources = [_resource(path) for path in sorted(SCHEMAS.glob("*.json"))]
+    refs: set[str] = set()
+    for resource in resources:
+        base = resource.id()
+        assert base is not None, "every schema has an $id"
+        registry = registry.with_resource(base, resource)
+        refs.update(_file_refs(resource.contents, base))
+    for uri in sorted(refs):
         registry = registry.with_resource(uri, _retrieve(uri))
     return registry.crawl()
 
