@@ -114,7 +114,11 @@ def decoder(name: str) -> msgspec.json.Decoder[Any]:
 
 def jsonschema_error(name: str, data: bytes) -> str | None:
     """None when jsonschema accepts the document, else its best error."""
-    error = best_match(validator(name).iter_errors(json.loads(data)))
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
+        return f"not JSON: {exc}"
+    error = best_match(validator(name).iter_errors(doc))
     return None if error is None else f"{error.message} at {error.json_path}"
 
 
@@ -122,7 +126,7 @@ def msgspec_error(name: str, data: bytes) -> str | None:
     """None when msgspec decodes the document, else its error."""
     try:
         decoder(name).decode(data)
-    except msgspec.ValidationError as exc:
+    except msgspec.DecodeError as exc:  # ValidationError is one
         return str(exc)
     return None
 
