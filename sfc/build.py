@@ -131,7 +131,10 @@ _decoder_v1_1_0 = msgspec.json.Decoder(Recipe)
 
 
 def decode_error(exc: msgspec.DecodeError, what: str = "recipe") -> tuple[str, str]:
-    """The JSON path and a readable message of a msgspec decode or validation error."""
+    """The JSON path and a readable message of a msgspec decode or validation error.
+
+    `what` names the document: "recipe format v1.0.0", "capabilities".
+    """
     text = str(exc)
     path = "$"
     at = _AT.match(text)
@@ -141,10 +144,11 @@ def decode_error(exc: msgspec.DecodeError, what: str = "recipe") -> tuple[str, s
         return path, f"the document is not valid JSON: {text}"
     field = _FIELD.match(text)
     if field:
+        name = field["field"] or '""'
         path = f"{path}.{field['field']}"
         if field["what"] == "missing required":
-            return path, f"the required field {field['field']} is missing"
-        return path, f"{field['field']} is not a field of the {what} format here"
+            return path, f"the required field {name} is missing"
+        return path, f"{name} is not a field of the {what}"
     expected = _EXPECTED.match(text)
     if expected:
         want = _WORDS.get(expected["want"], expected["want"])
@@ -185,12 +189,9 @@ def decode_and_check(
             decoder.decode(recipe_json)
         recipe = _decoder_v1_1_0.decode(recipe_json)
     except msgspec.DecodeError as exc:
-        path, message = decode_error(exc)
-        if message.endswith("is not a field of the recipe format here"):
-            field = path.rsplit(".", 1)[-1]
-            message = f"{field} is not a field of recipe format {version}"
-            if field in ("Hold", "Restart"):
-                message += f"; Hold and Restart need dataschema {RECIPE_V1_1_0}"
+        path, message = decode_error(exc, f"recipe format {version}")
+        if path.endswith((".Hold", ".Restart")) and "is not a field" in message:
+            message += f"; Hold and Restart need dataschema {RECIPE_V1_1_0}"
         return refused("SFC000", path, message)
     except RecursionError:
         return refused("SFC000", "$", "the document is nested too deeply")
