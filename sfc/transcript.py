@@ -1,10 +1,12 @@
 """The transcript of a dry run: every evaluation, as JSON (DryRunResult) and as text.
 
-The text form gives one line per evaluation, for a plant engineer to follow the job:
+The text form gives one line per evaluation, for a plant engineer to follow the job
+(examples/greetings-demo, retry.script.json):
 
-       0.000s  start                      -> applied: job started in step Init  => push position_axle#1 (attempt 1, deadline 30.000s)
-      30.000s  tick                       -> applied: 1 deadline(s) expired  => withdraw position_axle#1 (redispatch); push position_axle#3 (attempt 2, deadline 60.000s)
-      30.500s  reply position_axle#3: ok  -> applied: position_axle answered ok  => job completed
+         0.000s  start                               -> applied: job started in step send_greeting  => push send_bye#1 (attempt 1, deadline 30.000s)
+        30.000s  tick                                -> applied: 1 deadline(s) expired  => withdraw send_bye#1 (redispatch); push send_bye#2 (attempt 2, deadline 60.000s)
+        30.800s  reply send_bye#2 (attempt 2): ok    -> applied: send_bye answered ok  => job completed
+    end: completed at 30.800s after 3 evaluations
 
 Columns: the virtual time in seconds from the start; what happened (the event); what the
 engine made of it (its disposition and reason); `=>` the commands it gave, in order; and,
