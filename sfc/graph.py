@@ -193,9 +193,7 @@ def index(recipe: Recipe, recipe_hash: str, dataschema: str) -> Graph:
             for pi, step in enumerate(seq):
                 position[step] = Position(d.name, si, pi, pi == len(seq) - 1)
         own = _by_priority(by_source.get(d.name, []))
-        entries = (
-            tuple(t for t in own if t.target in firsts) if d.type == "selection" else ()
-        )
+        entries = tuple(t for t in own if t.target in firsts) if d.type == "selection" else ()
         divergences[d.name] = DivergenceSpec(
             name=d.name,
             kind="selection" if d.type == "selection" else "simultaneous",
