@@ -13,12 +13,14 @@ count is reached:
 
 The document is encoded once; the timed region is `build(bytes)` alone: decode, every check
 and the graph's indexes, with the default garbage collector on, as a host would run it.
-Each size is timed RUNS times; the median is printed, with the ratio to the size before it
-(linear growth gives 5.0 for 5k/1k and 4.0 for 20k/5k).
+Each size is timed RUNS times; the median is printed (and the fastest run, which shows how
+much other load on the machine moved the median), with the ratio of the medians to the size
+before (linear growth gives 5.0 for 5k/1k and 4.0 for 20k/5k).
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from typing import Any
@@ -28,7 +30,7 @@ import msgspec
 from sfc.build import build
 
 SIZES = (1_000, 5_000, 20_000)
-RUNS = 7
+RUNS = 11
 TARGET_SECONDS = 0.5
 
 
@@ -100,14 +102,16 @@ def elements(doc: dict[str, Any]) -> int:
     return sum(len(doc[k]) for k in ("Steps", "Transitions", "Actions", "Branches"))
 
 
-def median_seconds(data: bytes) -> float:
+def timings(data: bytes) -> list[float]:
+    """Seconds of each run; garbage of earlier runs is collected before the clock starts."""
     times = []
     for _ in range(RUNS):
+        gc.collect()
         start = time.perf_counter()
         result = build(data)
         times.append(time.perf_counter() - start)
         assert result.ok, result.errors[:3]
-    return statistics.median(times)
+    return times
 
 
 def main() -> None:
@@ -118,14 +122,16 @@ def main() -> None:
     for size in SIZES:
         doc = line(size)
         data = msgspec.json.encode(doc)
-        seconds = median_seconds(data)
+        times = timings(data)
+        seconds = statistics.median(times)
         counts = ", ".join(
             f"{len(doc[k])} {k.lower()}" for k in ("Steps", "Transitions", "Actions", "Branches")
         )
         ratio = "" if previous is None else f"  x{seconds / previous:.2f} vs previous size"
         print(
             f"{elements(doc):>6} elements ({counts}; {len(data):,} bytes): "
-            f"{seconds * 1000:8.1f} ms  ({seconds / elements(doc) * 1e6:.1f} us/element){ratio}"
+            f"median {seconds * 1000:6.1f} ms (min {min(times) * 1000:6.1f}), "
+            f"{seconds / elements(doc) * 1e6:.1f} us/element{ratio}"
         )
         previous = seconds
         last = seconds

@@ -109,7 +109,7 @@ def build(
     dataschema: str = RECIPE_V1_1_0,
 ) -> BuildResult:
     """Validate a recipe document and index it into a Graph; the dataschema picks the interpreter."""
-    from sfc.interpreter import interpreter_for, known_dataschemas
+    from sfc.interpreter import interpreter_for, known_dataschemas  # it imports this module
 
     interpreter = interpreter_for(dataschema)
     if interpreter is None:
@@ -154,7 +154,7 @@ def decode_error(exc: msgspec.DecodeError, what: str = "recipe") -> tuple[str, s
         want = _WORDS.get(expected["want"], expected["want"])
         got = _WORDS.get(expected["got"], expected["got"])
         if path == "$" and expected["want"] == "object":
-            return path, f"a {what} is a JSON object; this document is {got}"
+            return path, f"the document must be a JSON object, not {got}"
         return path, f"expected {want}, got {got}"
     if text.startswith("Invalid enum value "):
         message = f"{text.removeprefix('Invalid enum value ')} is not an allowed value"
@@ -199,7 +199,7 @@ def decode_and_check(
     if errors:
         return BuildResult(None, tuple(errors))
     try:
-        recipe_hash = hashlib.sha256(_canonical.encode(recipe)).hexdigest()
+        recipe_hash = recipe_hash_of(recipe)
     except RecursionError:
         return refused("SFC000", "$", "the document is nested too deeply")
     return BuildResult(index(recipe, recipe_hash, dataschema))
@@ -227,10 +227,6 @@ def _names(names: Iterable[str], limit: int = 5) -> str:
     more = len(shown) - limit
     text = ", ".join(_q(n) for n in shown[:limit])
     return f"{text} and {more} more" if more > 0 else text
-
-
-def _priority(value: int | msgspec.UnsetType) -> int:
-    return 0 if value is UNSET else value
 
 
 STEP: Final = 1
