@@ -625,13 +625,13 @@ def _on_tick(ev: _Evaluation, event: Tick) -> Handled:
     if outage > 0:
         # While held, work deadlines wait for the release, which moves them by the whole hold.
         ev.shift_deadlines(outage, work=not held, holds=True)
-        ev.note(f"platform outage of {outage} ms: open deadlines moved by it")
+        ev.note(f"platform outage of {_duration(outage)}: open deadlines moved by it")
     expired = ev.expire()
     if expired == 0 and outage == 0:
         return "absorbed", "the job is held" if held else "nothing is due"
     parts = [f"{expired} deadline(s) expired"] if expired else []
     if outage:
-        parts.insert(0, f"deadlines moved by an outage of {outage} ms")
+        parts.insert(0, f"deadlines moved by an outage of {_duration(outage)}")
     return "applied", "; ".join(parts)
 
 
@@ -788,7 +788,7 @@ def _on_release(ev: _Evaluation, event: Release) -> Handled:
     gap = max(0, event.at - ev.held_at)
     ev.held_at = None
     ev.shift_deadlines(gap, work=True, holds=False)
-    ev.note(f"job released after {gap} ms")
+    ev.note(f"job released after {_duration(gap)}")
     for name, rec in ev.open_work():
         spec = ev.g.actions[name]
         if rec.hold == "held":
@@ -797,7 +797,7 @@ def _on_release(ev: _Evaluation, event: Release) -> Handled:
             pass  # the hold's answer decides: `held` restarts, anything else re-issues the work
         elif rec.work in ("push", "restart"):
             ev.start_work(spec, rec, rec.work)
-    return "applied", f"job released after {gap} ms"
+    return "applied", f"job released after {_duration(gap)}"
 
 
 _HANDLERS: dict[type, Any] = {
@@ -814,6 +814,11 @@ _HANDLERS: dict[type, Any] = {
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _duration(ms: int) -> str:
+    """`290000` -> `290 s`, `1500` -> `1.5 s`."""
+    return f"{ms / 1000:g} s"
 
 
 def _fmt(outcomes: list[str]) -> str:
