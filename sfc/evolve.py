@@ -289,14 +289,18 @@ class _Evaluation:
         """Clear done steps until nothing changes: the fixed-point loop of the chart."""
         if self.held_at is not None:
             return
-        self.worklist.extend(self.active)
+        if not self.worklist:  # e.g. a release: outcomes recorded while held may be pending
+            self.worklist.extend(self.active)
         while self.worklist and self.status == "running":
             step = self.worklist.popleft()
             if step in self.active and self._step_done(step):
                 self._clear(step)
 
     def _step_done(self, step: str) -> bool:
-        return all(self.actions[a.name].status == "done" for a in self.g.step_actions[step])
+        for spec in self.g.step_actions[step]:
+            if self.actions[spec.name].status != "done":
+                return False
+        return True
 
     def _outcomes_of(self, specs: Any) -> tuple[list[str], str | None]:
         """The outcome set of some action blocks, in recipe order, and the first failure."""
@@ -440,6 +444,7 @@ class _Evaluation:
     def record_outcome(self, name: str, outcome: str, error: str | None = None) -> None:
         """An action block has its outcome: an answer, an event, or a timeout."""
         rec = self.actions[name]
+        self.worklist.append(self.g.actions[name].step)
         if rec.hold == "open":  # the work answered before its hold did
             self.cancel_work(name, rec.hold_command_id, "superseded")
         self.set(
@@ -859,9 +864,9 @@ def _misfit(graph: Graph, state: SfcState) -> str | None:
     for step in state.active_steps:
         if step not in graph.step_actions:
             return f"active step {step} is not in the recipe"
-    for name in state.actions:
-        if name not in graph.actions:
-            return f"action {name} is not in the recipe"
+    if not graph.actions.keys() >= state.actions.keys():
+        unknown = next(n for n in state.actions if n not in graph.actions)
+        return f"action {unknown} is not in the recipe"
     for d in state.divergences:
         if d.name not in graph.divergences:
             return f"divergence {d.name} is not in the recipe"
