@@ -113,7 +113,8 @@ def _due(rec: ActionRecord, held: bool) -> tuple[int | None, int | None]:
     """The deadlines of one action record that count now: (work deadline, hold deadline).
 
     A hold command runs against its own deadline, also while the job is held. The work's
-    deadline does not run while the job is held, nor while its hold command is unanswered.
+    deadline is not checked while the job is held (the release moves it by the hold), nor
+    while its hold command is unanswered (the answer decides what becomes of the work).
     """
     hold_deadline = rec.hold_deadline if rec.hold == "open" else None
     if held or rec.status != "open" or rec.hold == "open":
@@ -297,7 +298,8 @@ class _Evaluation:
                 self._clear(step)
 
     def _step_done(self, step: str) -> bool:
-        for spec in self.g.step_actions[step]:
+        # A plain loop: all() with a generator costs a frame per call on the hot path.
+        for spec in self.g.step_actions[step]:  # noqa: SIM110
             if self.actions[spec.name].status != "done":
                 return False
         return True
@@ -475,6 +477,8 @@ class _Evaluation:
             attempt=rec.attempt + 1,
             command_id=self.new_command_id(spec.name),
             deadline=self.at + spec.timeout_ms,
+            hold=None,  # a hold answered late belongs to the withdrawn attempt
+            hold_command_id=None,
         )
         self.note(f"{spec.name} re-dispatched: {why} (attempt {rec.attempt} of {limit})")
         self.start_work(spec, rec, "push")
@@ -531,7 +535,8 @@ class _Evaluation:
         """
         rec = self.set(name, hold="notHeld", hold_deadline=None)
         self.note(f"{name}: {why}; the work runs on")
-        if self.held_at is None:
+        if self.held_at is None and rec.deadline is not None and rec.deadline > self.at:
+            # An expired deadline needs no re-issue: the work's expiry handles it.
             self.start_work(self.g.actions[name], rec, rec.work)
         return rec
 
@@ -655,8 +660,8 @@ def _on_answer(ev: _Evaluation, event: ActionCompleted | ActionFailed) -> Handle
     if rec is None:
         return "rejected", f"no command was issued for {name}"
     command_id = None if event.command_id is UNSET else event.command_id
-    if command_id is not None and not command_id.startswith(f"{event.action_key}#"):
-        return "rejected", f"command id {command_id} does not belong to {name}"
+    if command_id is not None and not _issued(command_id, event.action_key, ev.sequence):
+        return "rejected", f"command id {command_id} was never issued for {name}"
     if event.round is not UNSET:
         if event.round < rec.round:
             return "absorbed", f"answer from round {event.round}; {name} is in round {rec.round}"
@@ -819,6 +824,13 @@ _HANDLERS: dict[type, Any] = {
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _issued(command_id: str, action_key: str, sequence: int) -> bool:
+    """Whether `command_id` is one this job issued for the action: `{key}#{n}[:hold]`, n <= sequence."""
+    head, sep, tail = command_id.partition("#")
+    number = tail.removesuffix(":hold")
+    return head == action_key and sep == "#" and number.isdigit() and 0 < int(number) <= sequence
 
 
 def _duration(ms: int) -> str:

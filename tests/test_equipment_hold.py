@@ -38,7 +38,7 @@ from msgspec.structs import replace
 from generated.command_v1_0 import CancelWork, StartWork
 from generated.state_v1_3 import ActionRecord, SfcState
 from generated.step_result_v1_0 import Cancelled, Complete, Defer, FaultContinuation, StepResult
-from tests.corehelpers import Job, push, recipe, t
+from tests.corehelpers import Job, push, recipe, summary, t
 
 WORK_S, HOLD_S, RESTART_S = 60, 10, 30
 WORK_PARAMS = {"torque": 5}
@@ -844,3 +844,38 @@ def test_rule9_the_state_records_hold_status_id_deadline_and_restarted():
 def test_rule9_the_restart_clears_the_hold_command_id():
     job = _restarted(released_at=5_000)
     assert job.rec("tighten").hold_command_id is None
+
+
+def _short_hold_recipe(hold_s: int) -> dict:
+    hold = {"TypeId": "t.hold", "TimeoutSeconds": hold_s}
+    restart = {"TypeId": "t.restart", "TimeoutSeconds": 5}
+    return recipe(
+        ["s0", "s1"],
+        transitions=[t("s0", "s1")],
+        actions=[push("a", "s0", timeout=1, Hold=hold, Restart=restart), push("b", "s1")],
+    )
+
+
+def test_a_hold_that_expires_after_the_work_deadline_passed_issues_no_dead_command():
+    """Found by the properties: the expiry re-dispatches; the old command is not re-issued first."""
+    job = Job(_short_hold_recipe(3))
+    job.start(at=0)
+    job.hold(at=500)
+    assert job.release(at=600).commands == []  # the hold's answer decides
+    r = job.tick(3_500)
+    assert summary(r) == [("cancel", "job-1:a#1", "redispatch"), ("push", "job-1:a#3")]
+
+
+def test_a_late_held_for_the_hold_of_a_redispatched_attempt_is_absorbed():
+    """The hold belonged to attempt 1; the equipment cannot hold attempt 2 with it."""
+    job = Job(_short_hold_recipe(1))
+    job.start(at=0)
+    job.hold(at=100)
+    job.tick(1_100)  # the hold expires unanswered: not held
+    job.release(at=1_200)
+    r = job.tick(2_100)
+    assert summary(r) == [("cancel", "job-1:a#1", "redispatch"), ("push", "job-1:a#3")]
+    late = job.respond("a", "held", command_id="job-1:a#2:hold", at=2_200)
+    assert late.disposition == "absorbed"
+    assert late.commands == []
+    assert job.rec("a").command_id == "job-1:a#3"

@@ -833,3 +833,12 @@ def test_a_state_round_trips_through_the_wire():
     from generated.state_v1_3 import SfcState
 
     assert msgspec.json.decode(data, type=SfcState) == job.state
+
+
+def test_a_response_with_a_command_id_never_issued_is_rejected():
+    job = Job(two_step())
+    job.start()
+    r = job.respond("a1", command_id="job-1:a1#150")
+    assert r.disposition == "rejected"
+    assert "never issued" in r.reason
+    assert job.rec("a1").status == "open"
