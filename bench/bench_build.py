@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from sfc.build import build
+from sfc.builder import build
 
 SIZES = (1_000, 5_000, 20_000)
 RUNS = 11

@@ -37,7 +37,7 @@ from generated.event_v1_0 import ActionCompleted, Start
 from generated.recipe_v1_1_0 import Recipe
 from generated.state_v1_3 import SfcState
 from sfc.codec import encode, state_decoder
-from sfc.evolve import evolve, new_state
+from sfc.evolution import evolve, new_state
 from sfc.graph import Graph, index
 
 RUNS = 7
@@ -104,8 +104,8 @@ def loop_recipe() -> dict[str, Any]:
 def graph_of(doc: dict[str, Any]) -> Graph:
     data = msgspec.json.encode(doc)
     try:
-        from sfc.build import build
-    except ImportError:  # before sfc/build.py exists
+        from sfc.builder import build
+    except ImportError:  # before sfc/builder.py exists
         return index(msgspec.json.decode(data, type=Recipe), "hash", "uri")
     result = build(data)
     assert result.graph is not None, result.errors

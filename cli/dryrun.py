@@ -20,7 +20,7 @@ from cli.validate import format_error
 from generated.capabilities_v1_0 import Capabilities
 from generated.state_v1_3 import SfcState
 from sfc import codec
-from sfc.build import RECIPE_V1_1_0, build, decode_error
+from sfc.builder import RECIPE_V1_1_0, build, decode_error
 from sfc.graph import Graph
 from sfc.interpreter import interpreter_for, known_dataschemas
 from sfc.simulation import (

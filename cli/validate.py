@@ -15,7 +15,7 @@ import typer
 
 from cli.main import app
 from generated.capabilities_v1_0 import Capabilities
-from sfc.build import RECIPE_V1_1_0, BuildError, BuildResult, build, decode_error
+from sfc.builder import RECIPE_V1_1_0, BuildError, BuildResult, build, decode_error
 from sfc.codec import capabilities_decoder
 from sfc.interpreter import interpreter_for, known_dataschemas
 

@@ -8,8 +8,8 @@
 No clock, no I/O, no randomness: time arrives only as `event.at` (epoch milliseconds).
 """
 
-from sfc.build import RECIPE_V1_0_0, RECIPE_V1_1_0, BuildError, BuildResult, build
-from sfc.evolve import evolve, new_state, next_deadline
+from sfc.builder import RECIPE_V1_0_0, RECIPE_V1_1_0, BuildError, BuildResult, build
+from sfc.evolution import evolve, new_state, next_deadline
 from sfc.graph import Graph
 
 __all__ = [

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from generated.state_v1_3 import ActionRecord, SfcState
-from sfc.evolve import DEFAULT_MAX_ATTEMPTS, next_deadline
+from sfc.evolution import DEFAULT_MAX_ATTEMPTS, next_deadline
 from sfc.graph import TRUE, ActionSpec, DivergenceSpec, Graph, TransitionSpec
 
 _VIRTUAL_CLOCK_LIMIT = 10**11

@@ -1,6 +1,6 @@
 """The graph: a recipe that built, with every index evolve needs, computed once and reused.
 
-`build()` (sfc/build.py) validates a recipe and only then calls `index()` here, so
+`build()` (sfc/builder.py) validates a recipe and only then calls `index()` here, so
 `index()` may assume a valid chart: every reference resolves, priorities are unique,
 every divergence has sequences.
 

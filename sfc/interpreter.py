@@ -13,7 +13,7 @@ import msgspec
 
 from generated.capabilities_v1_0 import Capabilities
 from generated.recipe_v1_0_0 import Recipe as RecipeV1_0_0
-from sfc.build import RECIPE_V1_0_0, RECIPE_V1_1_0, BuildResult, decode_and_check
+from sfc.builder import RECIPE_V1_0_0, RECIPE_V1_1_0, BuildResult, decode_and_check
 
 
 class RecipeInterpreter(Protocol):

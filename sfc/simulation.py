@@ -81,7 +81,7 @@ from generated.simulation_script_v1_0 import (
 from generated.snapshot_v1_0 import Snapshot
 from generated.state_v1_3 import SfcState
 from generated.step_result_v1_0 import Cancelled, Complete, FaultContinuation
-from sfc.evolve import evolve, new_state, next_deadline
+from sfc.evolution import evolve, new_state, next_deadline
 from sfc.graph import RESERVED_OUTCOMES, Graph
 
 DEFAULT_TIME_LIMIT_MS = 7 * 24 * 3600 * 1000

@@ -23,12 +23,12 @@ from generated.event_v1_0 import (
     Start,
     Tick,
 )
-from generated.recipe_v1_1_0 import Recipe
 from generated.snapshot_v1_0 import Snapshot
 from generated.state_v1_3 import ActionRecord, SfcState
 from generated.step_result_v1_0 import StepResult
-from sfc.evolve import evolve, new_state, next_deadline
-from sfc.graph import Graph, index
+from sfc.builder import build
+from sfc.evolution import evolve, new_state, next_deadline
+from sfc.graph import Graph
 
 # -- recipe builders (wire JSON, PascalCase)
 
@@ -89,10 +89,6 @@ def divergence(name: str, kind: str, *sequences: list[str]) -> dict[str, Any]:
 
 def graph_of(doc: dict[str, Any] | bytes) -> Graph:
     data = doc if isinstance(doc, bytes) else msgspec.json.encode(doc)
-    try:
-        from sfc.build import build
-    except ImportError:  # pragma: no cover - before build() existed
-        return index(msgspec.json.decode(data, type=Recipe), "test-recipe", "test")
     result = build(data)
     assert result.graph is not None, result.errors
     return result.graph

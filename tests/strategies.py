@@ -50,8 +50,8 @@ from generated.event_v1_0 import (
 from generated.snapshot_v1_0 import Snapshot
 from generated.state_v1_3 import SfcState
 from generated.step_result_v1_0 import StepResult
-from sfc.build import build
-from sfc.evolve import ENDED, evolve, new_state, next_deadline
+from sfc.builder import build
+from sfc.evolution import ENDED, evolve, new_state, next_deadline
 from sfc.graph import Graph
 
 OUTCOMES = ("ok", "nok", "done", "retry", "timeout", "error")

@@ -14,7 +14,7 @@ import pytest
 
 from generated.capabilities_v1_0 import Capabilities
 from sfc import RECIPE_V1_0_0, RECIPE_V1_1_0, BuildError, BuildResult, build
-from sfc.build import MAX_DOCUMENT_BYTES, MAX_ELEMENTS
+from sfc.builder import MAX_DOCUMENT_BYTES, MAX_ELEMENTS
 from sfc.interpreter import SfcInterpreter, interpreter_for, known_dataschemas
 
 RECIPES = Path(__file__).parent / "data" / "python_recipes"

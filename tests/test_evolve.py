@@ -12,7 +12,7 @@ from generated.event_v1_0 import Start
 from generated.snapshot_v1_0 import Snapshot
 from generated.step_result_v1_0 import Cancelled, Complete, Defer, FaultContinuation
 from sfc.codec import encode
-from sfc.evolve import LOG_LIMIT, evolve, new_state
+from sfc.evolution import LOG_LIMIT, evolve, new_state
 from tests.corehelpers import (
     Job,
     divergence,

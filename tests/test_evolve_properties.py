@@ -47,9 +47,9 @@ from generated.step_result_v1_0 import (
     FaultContinuation,
     StepResult,
 )
-from sfc.build import build
+from sfc.builder import build
 from sfc.codec import encode, state_decoder, step_result_decoder
-from sfc.evolve import ENDED, LOG_LIMIT, evolve, new_state, next_deadline
+from sfc.evolution import ENDED, LOG_LIMIT, evolve, new_state, next_deadline
 from tests.corehelpers import push, recipe, t
 from tests.strategies import BuiltRecipe, Trace, built_recipes, endless_recipe_docs, job_traces
 

@@ -22,7 +22,7 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension
 
 from generated.dryrun_result_v1_0 import DryRunResult
 from generated.simulation_script_v1_0 import SimulationScript
-from sfc.build import build
+from sfc.builder import build
 from sfc.graph import Graph
 from sfc.simulation import Simulation, load_script
 from sfc.transcript import to_json, to_text

@@ -8,8 +8,8 @@ import pytest
 from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.single_file import SingleFileSnapshotExtension
 
-from sfc.build import build
-from sfc.evolve import new_state
+from sfc.builder import build
+from sfc.evolution import new_state
 from sfc.explain import duration, explain, explain_recipe, explain_state, when
 from sfc.graph import Graph
 from sfc.simulation import Simulation, load_script

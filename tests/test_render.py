@@ -11,7 +11,7 @@ from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.single_file import SingleFileSnapshotExtension
 
 from generated.state_v1_3 import SfcState
-from sfc.build import build
+from sfc.builder import build
 from sfc.graph import Graph
 from sfc.render import render
 from sfc.simulation import Simulation, load_script
