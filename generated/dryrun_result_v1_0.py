@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from msgspec import Meta, Struct, field
+from msgspec import UNSET, Meta, Struct, UnsetType, field
 
 from .command_v1_0 import Command
 from .event_v1_0 import Event
@@ -26,6 +26,15 @@ class TranscriptEntry(
     reason: str
     commands: list[Command]
     continuation: Continuation
+    active_steps: (
+        Annotated[
+            list[str],
+            Meta(
+                description="The active steps after this evaluation, in the order they became active."
+            ),
+        ]
+        | UnsetType
+    ) = field(name="activeSteps", default=UNSET)
 
 
 class DryRunResult(
