@@ -2,10 +2,10 @@
 
 It runs one job of a recipe through `evolve` the way a host would, without a server:
 the clock is virtual (it starts at 0 ms and jumps from one due item to the next), the
-equipment is a script, and every evaluation goes into a transcript. It is **not durable**
-(nothing is stored; the run lives in this object) and **not distributed** (one job, one
-process, one thread). It proves what a recipe does with a given behaviour of the plant; it
-is not a host.
+equipment is a script, and every evaluation goes into a transcript, with the steps active
+after it. It is **not durable** (nothing is stored; the run lives in this object) and **not
+distributed** (one job, one process, one thread). It proves what a recipe does with a given
+behaviour of the plant; it is not a host.
 
 The script (schemas/simulation_script_v1_0.json, DESIGN.md "The command line")
 -------------------------------------------------------------------------------
@@ -368,6 +368,7 @@ class Simulation:
             reason=result.reason,
             commands=result.commands,
             continuation=result.continuation,
+            active_steps=list(result.state.active_steps),
         )
         self.transcript.append(entry)
         for command in result.commands:

@@ -569,6 +569,38 @@ def test_a_run_is_deterministic() -> None:
     assert isinstance(msgspec.json.decode(first, type=DryRunResult), DryRunResult)
 
 
+def test_every_entry_carries_the_active_steps_after_its_evaluation() -> None:
+    graph = graph_of(
+        recipe(
+            ["s0", "s1", "s4", "s2", "s3"],
+            actions=[
+                push("a", "s1"),
+                push("e", "s4"),
+                pull("b", "s2", type_id="t.b"),
+                push("c", "s3"),
+            ],
+            transitions=[t("s0", "d"), t("d", "s3")],
+            branches=[divergence("d", "simultaneous", ["s1", "s4"], ["s2"])],
+        )
+    )
+    replies = {"a": ["ok@3"], "e": ["ok@10"], "b": ["x@5"], "c": ["ok@2"]}
+    sim = Simulation(graph, script({"replies": replies}))
+    seen = []
+    while (entry := sim.step()) is not None:
+        assert entry.active_steps == sim.state.active_steps
+        seen.append((entry.at_ms, entry.active_steps))
+    # In the order they became active: s4 comes after s2, which was active before it. A
+    # branch that has finished waits at the convergence with no step active.
+    assert seen == [(0, ["s1", "s2"]), (3, ["s2", "s4"]), (5, ["s4"]), (13, ["s3"]), (15, [])]
+    assert sim.end == "completed"
+
+
+def test_the_active_steps_stay_on_the_entry_that_ended_the_job() -> None:
+    sim = run(one_push(timeout=1, attempts=1), {"default": "silent"})
+    assert sim.end == "faulted"
+    assert sim.transcript[-1].active_steps == sim.state.active_steps == ["s1"]
+
+
 def test_result_before_the_end_is_an_error() -> None:
     with pytest.raises(RuntimeError):
         Simulation(one_push()).result()

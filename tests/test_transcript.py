@@ -279,7 +279,15 @@ def test_the_json_form_is_the_dry_run_result_in_schema_order() -> None:
     assert from_json(data) == result
     assert list(msgspec.json.decode(data)) == ["end", "atMs", "fault", "transcript"]
     first = msgspec.json.decode(data)["transcript"][0]
-    assert list(first) == ["atMs", "event", "disposition", "reason", "commands", "continuation"]
+    assert list(first) == [
+        "atMs",
+        "event",
+        "disposition",
+        "reason",
+        "commands",
+        "continuation",
+        "activeSteps",
+    ]
     assert to_json(result, indent=0) == msgspec.json.encode(result) + b"\n"
 
 
