@@ -1,17 +1,22 @@
 """The transcript of a dry run: every evaluation, as JSON (DryRunResult) and as text.
 
 The text form gives one line per evaluation, for a plant engineer to follow the job
-(examples/greetings-demo, retry.script.json):
+(examples/rear-axle-fitting, qa-reject.script.json):
 
-         0.000s  start                               -> applied: job started in step send_greeting  => push send_bye#1 (attempt 1, deadline 30.000s)
-        30.000s  tick                                -> applied: 1 deadline(s) expired  => withdraw send_bye#1 (redispatch); push send_bye#2 (attempt 2, deadline 60.000s)
-        30.800s  reply send_bye#2 (attempt 2): ok    -> applied: send_bye answered ok  => job completed
-    end: completed at 30.800s after 3 evaluations
+         0.000s  start                               -> applied: job started in step Init  => push position_axle#1 (attempt 1, deadline 30.000s); await camera_qa#2 (deadline 45.000s)  [now: Positioning, QaCheck]
+         4.000s  reply position_axle#1 (attempt 1): ok  -> applied: position_axle answered ok  => push tighten#3 (attempt 1, deadline 64.000s)  [now: QaCheck, TightenBolts]
+        15.000s  event for camera_qa#2: qa_nok       -> applied: camera_qa received com.example.station.qa_result.v1: qa_nok  [now: TightenBolts]
+        42.000s  reply tighten#3 (attempt 1): ok     -> applied: tighten answered ok  => push reject#4 (attempt 1, deadline 72.000s)  [now: RejectAxle]
+        42.000s  reply reject#4 (attempt 1): ok      -> applied: reject answered ok  => job completed with outcomes ok
+    end: completed at 42.000s after 5 evaluations
 
 Columns: the virtual time in seconds from the start; what happened (the event); what the
-engine made of it (its disposition and reason); `=>` the commands it gave, in order; and,
-when the job ended, how. Command ids are shown without the job id (`tighten#4` stands for
-`job-1:tighten#4`); the JSON form has them in full. The last line says how the run ended.
+engine made of it (its disposition and reason); `=>` the commands it gave, in order; when
+the job ended, how; and `[now: ...]` where the job is: the active steps after the
+evaluation, in the order they became active, shown on the first line and whenever they
+changed (not when the job ended: the line says how). Command ids are shown without the job
+id (`tighten#4` stands for `job-1:tighten#4`); the JSON form has them in full, and
+`activeSteps` on every entry. The last line says how the run ended.
 """
 
 from __future__ import annotations
@@ -184,10 +189,16 @@ def _summary(result: DryRunResult) -> Line:
     )
 
 
+def describe_steps(steps: list[str]) -> str:
+    """Where the job is: `[now: TightenBolts, QaCheck]`, in the order the steps became active."""
+    return f"[now: {', '.join(steps)}]" if steps else "[now: no active step]"
+
+
 def lines(result: DryRunResult) -> list[Line]:
     """One line per evaluation, then the end of the run."""
     issued: dict[str, StartWork] = {}
     out: list[Line] = []
+    shown: list[str] | None = None  # the active steps as the lines so far tell them
     for entry in result.transcript:
         event = describe_event(entry.event, issued)
         text = f"{seconds(entry.at_ms):>11}  {event:<{_EVENT_COLUMN}}  -> {entry.disposition}: {entry.reason}"
@@ -196,6 +207,12 @@ def lines(result: DryRunResult) -> list[Line]:
         ended = describe_continuation(entry.continuation)
         if ended is not None:
             text += f"  => {ended}"
+        # A document written before activeSteps existed has none: then the lines say nothing.
+        steps = None if isinstance(entry.active_steps, msgspec.UnsetType) else entry.active_steps
+        if steps is not None and steps != shown:
+            if ended is None:
+                text += f"  {describe_steps(steps)}"
+            shown = steps
         out.append(Line(text, _tone(entry.disposition, entry.continuation)))
         for command in entry.commands:
             if isinstance(command, StartWork):

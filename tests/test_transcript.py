@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+from msgspec import UNSET
 
 from generated.command_v1_0 import CancelWork, StartWork
 from generated.dryrun_result_v1_0 import DryRunResult, RunFault, TranscriptEntry
@@ -18,12 +19,19 @@ from generated.event_v1_0 import (
     Start,
     Tick,
 )
-from generated.step_result_v1_0 import Cancelled, Complete, Defer, FaultContinuation
+from generated.step_result_v1_0 import (
+    Cancelled,
+    Complete,
+    Continuation,
+    Defer,
+    FaultContinuation,
+)
 from sfc.simulation import Simulation, load_script
 from sfc.transcript import (
     describe_command,
     describe_continuation,
     describe_event,
+    describe_steps,
     from_json,
     lines,
     seconds,
@@ -174,6 +182,7 @@ def entry(at: int, event: object, disposition: str = "applied", **kw: object) ->
         reason=str(kw.get("reason", "why")),
         commands=list(kw.get("commands", [])),  # type: ignore[call-overload]
         continuation=kw.get("continuation", Defer()),  # type: ignore[arg-type]
+        active_steps=kw.get("steps", UNSET),  # type: ignore[arg-type]
     )
 
 
@@ -261,11 +270,11 @@ def simulated() -> DryRunResult:
 def test_a_run_reads_as_a_plant_engineer_would_tell_it() -> None:
     assert to_text(simulated()).splitlines() == [
         "     0.000s  start                               -> applied: job started in step s1  "
-        "=> push tighten#1 (attempt 1, deadline 10.000s)",
+        "=> push tighten#1 (attempt 1, deadline 10.000s)  [now: s1]",
         "    10.000s  tick                                -> applied: 1 deadline(s) expired  "
         "=> withdraw tighten#1 (redispatch); push tighten#2 (attempt 2, deadline 20.000s)",
         "    10.500s  reply tighten#2 (attempt 2): ok     -> applied: tighten answered ok  "
-        "=> await qa#3 (deadline 20.500s)",
+        "=> await qa#3 (deadline 20.500s)  [now: s2]",
         "    10.520s  event for qa#3: pass                -> applied: qa received t.qa: pass  "
         "=> job completed with outcomes pass",
         "end: completed at 10.520s after 4 evaluations",
@@ -303,3 +312,119 @@ def test_the_json_form_carries_selectors_and_causation() -> None:
         "q/job-1",
         "job-1:qa#3",
     )
+
+
+# --------------------------------------------------------------------------- where the job is
+
+
+def test_describe_steps() -> None:
+    assert describe_steps(["TightenBolts", "QaCheck"]) == "[now: TightenBolts, QaCheck]"
+    assert describe_steps(["s1"]) == "[now: s1]"
+    assert describe_steps([]) == "[now: no active step]"
+
+
+def test_the_json_entries_carry_the_active_steps_of_the_state() -> None:
+    graph = graph_of(
+        recipe(
+            ["s1", "s2"],
+            actions=[push("tighten", "s1"), pull("qa", "s2", type_id="t.qa")],
+            transitions=[t("s1", "s2")],
+        )
+    )
+    sim = Simulation(graph, load_script(b'{"replies": {"qa": ["pass@20"]}}', graph))
+    states = []
+    while sim.step() is not None:
+        states.append(list(sim.state.active_steps))
+    doc = msgspec.json.decode(to_json(sim.result()))
+    assert [e["activeSteps"] for e in doc["transcript"]] == states == [["s1"], ["s2"], []]
+
+
+def steps_result(*steps: list[str], end: Continuation | None = None) -> DryRunResult:
+    """One applied tick per list of active steps; the last one ends the job with `end`."""
+    transcript = [entry(i * 1000, Tick(at=i * 1000), steps=s) for i, s in enumerate(steps)]
+    if end is not None:
+        last = transcript[-1]
+        transcript[-1] = entry(last.at_ms, last.event, continuation=end, steps=steps[-1])
+    return DryRunResult(end="time_limit", at_ms=9000, fault=None, transcript=transcript)
+
+
+def now(result: DryRunResult) -> list[str | None]:
+    """The `[now: ...]` part of each evaluation's line, None where the line has none."""
+    out: list[str | None] = []
+    for line in lines(result)[:-1]:
+        _, found, rest = line.text.partition("  [now: ")
+        out.append(f"[now: {rest}" if found else None)
+    return out
+
+
+def test_a_line_shows_the_active_steps_exactly_when_they_changed() -> None:
+    result = steps_result(
+        ["a"],  # the first line always says where the job is
+        ["a"],
+        ["b", "c"],
+        ["b", "c"],
+        ["c", "b"],  # b was left and entered again: the order is when they became active
+        ["c"],
+        ["c", "d"],
+    )
+    assert now(result) == [
+        "[now: a]",
+        None,
+        "[now: b, c]",
+        None,
+        "[now: c, b]",
+        "[now: c]",
+        "[now: c, d]",
+    ]
+    for line in lines(result)[:-1]:
+        assert line.text.count("[now:") <= 1 and line.text.endswith(("]", "why"))
+
+
+def test_the_steps_come_at_the_end_of_the_line_after_the_commands() -> None:
+    result = DryRunResult(
+        end="time_limit",
+        at_ms=0,
+        fault=None,
+        transcript=[entry(0, Start(at=0), commands=[work("job-1:a#1")], steps=["A", "B"])],
+    )
+    assert lines(result)[0].text.endswith(
+        "-> applied: why  => push a#1 (attempt 1, deadline 61.500s)  [now: A, B]"
+    )
+
+
+@pytest.mark.parametrize(
+    "end",
+    [
+        Complete(outcomes=["ok"]),
+        FaultContinuation(code="timeout", message="b timed out"),
+        Cancelled(reason="x"),
+    ],
+)
+def test_the_line_that_ends_the_job_shows_no_steps(end: Continuation) -> None:
+    assert now(steps_result(["a"], ["b"], end=end)) == ["[now: a]", None]
+    assert now(steps_result(["a"], ["a"], end=end)) == ["[now: a]", None]
+    assert now(steps_result(["a"], [], end=end)) == ["[now: a]", None]
+
+
+def test_a_document_without_active_steps_reads_as_before() -> None:
+    old = DryRunResult(
+        end="time_limit",
+        at_ms=1000,
+        fault=None,
+        transcript=[entry(0, Start(at=0)), entry(1000, Tick(at=1000))],
+    )
+    assert now(old) == [None, None]
+    assert b"activeSteps" not in to_json(old)
+    assert from_json(to_json(old)) == old
+    # Steps known on some lines only: each known line is compared with the last known one.
+    mixed = DryRunResult(
+        end="time_limit",
+        at_ms=2000,
+        fault=None,
+        transcript=[
+            entry(0, Start(at=0), steps=["a"]),
+            entry(1000, Tick(at=1000)),
+            entry(2000, Tick(at=2000), steps=["a"]),
+        ],
+    )
+    assert now(mixed) == ["[now: a]", None, None]
