@@ -30,6 +30,7 @@ Every pass is linear in the size of the recipe (the benchmark in bench/ measures
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
@@ -55,6 +56,8 @@ MAX_ELEMENTS: Final = 20_000
 MAX_TIMEOUT_SECONDS: Final = 604_800
 """One week."""
 MAX_ATTEMPTS: Final = 100
+SUGGESTIONS: Final = 20
+"""Most unknown names that get a "did you mean" in their message."""
 
 PUSH: Final = "push_command"
 PULL: Final = "pull_event"
@@ -245,6 +248,7 @@ class _Checker:
         self.divergences = [] if recipe.branches is UNSET else recipe.branches
         self.caps = capabilities
         self.errors: list[BuildError] = []
+        self.suggested = 0
 
         self.step_at: dict[str, int] = {}
         """Step name -> index of its first declaration."""
@@ -279,6 +283,18 @@ class _Checker:
 
     def error(self, code: str, path: str, message: str) -> None:
         self.errors.append(BuildError(code, path, message))
+
+    def did_you_mean(self, name: str, known: Iterable[str]) -> str:
+        """`; did you mean "Fill"?` for a misspelt reference, for the first few of them.
+
+        A recipe with thousands of broken references would make this quadratic, so only
+        the first SUGGESTIONS unknown names get a suggestion.
+        """
+        if self.suggested >= SUGGESTIONS:
+            return ""
+        self.suggested += 1
+        close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
+        return f"; did you mean {_q(close[0])}?" if close else ""
 
     def run(self) -> list[BuildError]:
         if self.sizes():
@@ -467,7 +483,8 @@ class _Checker:
             self.error(
                 "SFC003",
                 f"$.Actions[{i}].Step",
-                f"action {_q(a.name)} belongs to step {_q(a.step)}, which does not exist",
+                f"action {_q(a.name)} belongs to step {_q(a.step)}, which does not exist"
+                + self.did_you_mean(a.step, self.step_at),
             )
 
     def check_selector(self, i: int, a: Action) -> bool:
@@ -611,7 +628,7 @@ class _Checker:
                                 "SFC003",
                                 path,
                                 f"a sequence of divergence {name} lists step {_q(step)}, "
-                                "which does not exist",
+                                "which does not exist" + self.did_you_mean(step, self.step_at),
                             )
                     elif step in self.position:
                         usable = False
@@ -645,14 +662,14 @@ class _Checker:
                     "SFC003",
                     f"$.Transitions[{j}].Source",
                     f"transition {_q(f'{source} -> {target}')} leaves {_q(source)}, "
-                    "which is neither a step nor a divergence",
+                    "which is neither a step nor a divergence" + self.did_you_mean(source, kind),
                 )
             if tgt is None:
                 self.error(
                     "SFC003",
                     f"$.Transitions[{j}].Target",
                     f"transition {_q(f'{source} -> {target}')} targets {_q(target)}, "
-                    "which is neither a step nor a divergence",
+                    "which is neither a step nor a divergence" + self.did_you_mean(target, kind),
                 )
             ok = src == STEP or (src == DIVERGENCE and usable[div_at[source]])
             if src == STEP and source in position:

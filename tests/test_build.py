@@ -1095,3 +1095,18 @@ def test_build_accepts_any_bytes_like_input() -> None:
     data = enc(chain())
     assert build(bytearray(data)).ok
     assert build(memoryview(data)).ok  # type: ignore[arg-type]
+
+
+def test_a_misspelt_reference_gets_a_suggestion_and_a_far_one_does_not():
+    doc = {
+        "Steps": [{"Name": "Init", "Initial": True}, {"Name": "Fill"}],
+        "Transitions": [
+            {"Source": "Init", "Target": "Fil", "Condition": "true"},
+            {"Source": "Fill", "Target": "Xyzzy", "Condition": "true"},
+        ],
+        "Actions": [],
+    }
+    errors = build(msgspec.json.encode(doc)).errors
+    messages = {e.path: e.message for e in errors if e.code == "SFC003"}
+    assert messages["$.Transitions[0].Target"].endswith('; did you mean "Fill"?')
+    assert "did you mean" not in messages["$.Transitions[1].Target"]
