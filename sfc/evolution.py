@@ -22,24 +22,28 @@ An evaluation has two phases.
    actions is done at once, so it is passed through in the same loop. The loop ends when
    every active step waits for something, the job is held, or the job ended.
 
-Where each rule lives
----------------------
-- entering a step or a divergence .......................... `_enter`, `_enter_step`
-- starting an action block (push command or await) ......... `_start_action`
-- a step's and a divergence's outcome set .................. `_outcomes_of`
-- which transition fires ................................... `_select`
-- sequences, convergence ................................... `_clear`, `_fire`
-- deadlines that count, expiry, re-dispatch, attempts ...... `_due`, `_expire`, `_redispatch`
-- matching answers to the command they answer .............. `_on_answer`
-- equipment hold and restart (ISA-88) ...................... `_send_hold`, `_on_hold_answer`, `_restart`
+Where each rule lives (methods of `_Evaluation` unless marked)
+--------------------------------------------------------------
+- entering a step or a divergence .......................... `enter`, `enter_step`
+- starting an action block (push command or await) ......... `start_action`
+- a step's and a divergence's outcome set .................. `outcomes_of`
+- which transition fires ................................... `_select` (module)
+- sequences, convergence, ending without a transition ...... `clear`, `fire`
+- deadlines that count ..................................... `_due` (module)
+- expiry, re-dispatch, attempts ............................ `expire`, `redispatch`
+- matching answers to the command they answer .............. `_on_answer` (handler)
+- equipment hold and restart (ISA-88) ...................... `send_hold`, `_on_hold_answer`,
+                                                              `not_held`, `restart`
 - job hold and release ..................................... `_on_hold`, `_on_release`
-- ending the job ........................................... `_complete`, `_fault`, `_on_cancel`
-- the propagation limit .................................... `_spend`
+- ending the job ........................................... `complete_job`, `fault_job`,
+                                                              `_on_cancel`
+- the propagation limit .................................... `spend`
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from msgspec import UNSET
@@ -216,7 +220,7 @@ class _Evaluation:
     def max_attempts(self, spec: ActionSpec) -> int:
         return self.max_attempts_default if spec.max_attempts is None else spec.max_attempts
 
-    def _spend(self, dispatches: int = 0, entries: int = 0) -> None:
+    def spend(self, dispatches: int = 0, entries: int = 0) -> None:
         self.dispatched += dispatches
         self.entered += entries
         if self.dispatched > PROPAGATION_LIMIT or self.entered > PROPAGATION_LIMIT:
@@ -242,7 +246,7 @@ class _Evaluation:
                 else spec.parameters
             )
         assert command_id is not None and deadline is not None
-        self._spend(dispatches=1)
+        self.spend(dispatches=1)
         self.commands.append(
             StartWork(
                 work=work,  # type: ignore[arg-type]
@@ -253,7 +257,7 @@ class _Evaluation:
                 round=rec.round,
                 deadline=deadline,
                 parameters=params,
-                selector=self._selector(spec) if work == "await" else None,
+                selector=self.selector(spec) if work == "await" else None,
             )
         )
 
@@ -263,7 +267,7 @@ class _Evaluation:
                 CancelWork(action_key=self.key(action), command_id=command_id, reason=reason)
             )
 
-    def _selector(self, spec: ActionSpec) -> WorkSelector | None:
+    def selector(self, spec: ActionSpec) -> WorkSelector | None:
         if spec.subject is None and spec.correlation_id is None:
             return None
         return WorkSelector(
@@ -294,17 +298,17 @@ class _Evaluation:
             self.worklist.extend(self.active)
         while self.worklist and self.status == "running":
             step = self.worklist.popleft()
-            if step in self.active and self._step_done(step):
-                self._clear(step)
+            if step in self.active and self.step_done(step):
+                self.clear(step)
 
-    def _step_done(self, step: str) -> bool:
+    def step_done(self, step: str) -> bool:
         # A plain loop: all() with a generator costs a frame per call on the hot path.
         for spec in self.g.step_actions[step]:  # noqa: SIM110
             if self.actions[spec.name].status != "done":
                 return False
         return True
 
-    def _outcomes_of(self, specs: Any) -> tuple[list[str], str | None]:
+    def outcomes_of(self, specs: Iterable[ActionSpec]) -> tuple[list[str], str | None]:
         """The outcome set of some action blocks, in recipe order, and the first failure."""
         outcomes: list[str] = []
         failure: str | None = None
@@ -318,17 +322,17 @@ class _Evaluation:
                 failure = outcome
         return outcomes, failure
 
-    def _clear(self, step: str) -> None:
+    def clear(self, step: str) -> None:
         """A done step: follow its sequence, or fire one of its transitions."""
         specs = self.g.step_actions[step]
-        outcomes, failure = self._outcomes_of(specs)
+        outcomes, failure = self.outcomes_of(specs)
         pos = self.g.position.get(step)
         if pos is None:
-            self._fire(step, self.g.outgoing[step], outcomes, failure)
+            self.fire(step, self.g.outgoing[step], outcomes, failure)
             return
         if failure is not None:
             failed = next(s.name for s in specs if self.actions[s.name].outcome == failure)
-            self._fault(
+            self.fault_job(
                 failure,
                 f"action {failed} in step {step} ended with {failure}; step {step} is in "
                 f"a sequence of divergence {pos.divergence}, and a sequence cannot route a failure",
@@ -339,7 +343,7 @@ class _Evaluation:
         if not pos.last:
             nxt = spec.sequences[pos.sequence][pos.index + 1]
             self.note(f"{step} done, next in sequence: {nxt}")
-            self._enter_step(nxt)
+            self.enter_step(nxt)
             return
         rec = self.divergences[pos.divergence]
         finished = [*rec.finished, pos.sequence]
@@ -349,11 +353,11 @@ class _Evaluation:
                 f"{step} done, sequence {pos.sequence + 1} of {spec.name} waits at the convergence"
             )
             return
-        d_outcomes, d_failure = self._outcomes_of(self.g.sequence_actions(spec.name, rec.sequences))
+        d_outcomes, d_failure = self.outcomes_of(self.g.sequence_actions(spec.name, rec.sequences))
         self.note(f"{spec.name} converged with outcomes {_fmt(d_outcomes)}")
-        self._fire(spec.name, spec.exits, d_outcomes, d_failure)
+        self.fire(spec.name, spec.exits, d_outcomes, d_failure)
 
-    def _fire(
+    def fire(
         self,
         source: str,
         transitions: tuple[TransitionSpec, ...],
@@ -363,10 +367,10 @@ class _Evaluation:
         """Leave `source` through the first transition its outcomes clear, or end the job."""
         if not transitions:
             if failure is None:
-                self._leave(source)
-                self._complete(source, outcomes)
+                self.leave(source)
+                self.complete_job(source, outcomes)
             else:
-                self._fault(
+                self.fault_job(
                     failure,
                     f"{source} ended with {failure} (outcomes {_fmt(outcomes)}) "
                     "and has no transition to route it",
@@ -374,25 +378,25 @@ class _Evaluation:
             return
         t = _select(transitions, outcomes, failure)
         if t is None:
-            self._fault(
+            self.fault_job(
                 failure or "no_transition",
                 f"{source} ended with outcomes {_fmt(outcomes)}; no transition matches "
                 f"({', '.join(f'{x.target} on {x.condition}' for x in transitions)})",
             )
             return
         self.note(f"{source} -> {t.target} fired on {t.condition} (outcomes {_fmt(outcomes)})")
-        self._leave(source)
-        self._enter(t.target, outcomes, failure)
+        self.leave(source)
+        self.enter(t.target, outcomes, failure)
 
-    def _leave(self, node: str) -> None:
+    def leave(self, node: str) -> None:
         self.active.pop(node, None)
         self.divergences.pop(node, None)
 
-    def _enter(self, node: str, outcomes: list[str], failure: str | None) -> None:
+    def enter(self, node: str, outcomes: list[str], failure: str | None) -> None:
         """Enter a step, or a divergence with the outcomes of the node that led into it."""
         spec = self.g.divergences.get(node)
         if spec is None:
-            self._enter_step(node)
+            self.enter_step(node)
             return
         if spec.kind == "simultaneous":
             taken = list(range(len(spec.sequences)))
@@ -400,7 +404,7 @@ class _Evaluation:
         else:
             t = _select(spec.entries, outcomes, failure)
             if t is None:
-                self._fault(
+                self.fault_job(
                     failure or "no_transition",
                     f"selection divergence {node}: no selection transition matches "
                     f"outcomes {_fmt(outcomes)}",
@@ -410,16 +414,16 @@ class _Evaluation:
             self.note(f"{node}: selection on {t.condition} takes the sequence of {t.target}")
         self.divergences[node] = DivergenceRecord(name=node, sequences=taken, finished=[])
         for i in taken:
-            self._enter_step(spec.sequences[i][0])
+            self.enter_step(spec.sequences[i][0])
 
-    def _enter_step(self, step: str) -> None:
-        self._spend(entries=1)
+    def enter_step(self, step: str) -> None:
+        self.spend(entries=1)
         self.active[step] = None
         for spec in self.g.step_actions[step]:
-            self._start_action(spec)
+            self.start_action(spec)
         self.worklist.append(step)
 
-    def _start_action(self, spec: ActionSpec) -> None:
+    def start_action(self, spec: ActionSpec) -> None:
         """A fresh record in a new round, and the command that starts the action block."""
         prev = self.actions.get(spec.name)
         work: Literal["push", "await"] = "push" if spec.push else "await"
@@ -465,7 +469,7 @@ class _Evaluation:
         self.record_outcome(name, "timeout")
         self.note(f"{name} timed out: {why}")
 
-    def _redispatch(self, spec: ActionSpec, rec: ActionRecord, why: str) -> None:
+    def redispatch(self, spec: ActionSpec, rec: ActionRecord, why: str) -> None:
         """Another attempt of a push command, or `timeout` when none is left."""
         limit = self.max_attempts(spec)
         if rec.attempt >= limit:
@@ -507,7 +511,7 @@ class _Evaluation:
                 expired += 1
                 spec = self.g.actions[name]
                 if rec.work == "push":
-                    self._redispatch(spec, rec, "deadline passed")
+                    self.redispatch(spec, rec, "deadline passed")
                 elif rec.work == "restart":
                     self.time_out(name, "the restart was not answered in time")
                 else:
@@ -559,12 +563,12 @@ class _Evaluation:
 
     # -- ending the job
 
-    def _complete(self, last: str, outcomes: list[str]) -> None:
+    def complete_job(self, last: str, outcomes: list[str]) -> None:
         self.status = "completed"
         self.outcomes = outcomes
         self.note(f"job completed after {last} with outcomes {_fmt(outcomes)}")
 
-    def _fault(self, code: str, message: str) -> None:
+    def fault_job(self, code: str, message: str) -> None:
         self.withdraw_all("teardown")
         self.status = "faulted"
         self.fault = Fault(code=code, message=message)  # type: ignore[arg-type]
@@ -623,7 +627,7 @@ def _on_start(ev: _Evaluation, event: Start) -> Handled:
     ev.status = "running"
     ev.started_at = event.at
     ev.note(f"job started, entering {ev.g.initial}")
-    ev._enter(ev.g.initial, [], None)
+    ev.enter(ev.g.initial, [], None)
     return "applied", f"job started in step {ev.g.initial}"
 
 
@@ -732,7 +736,7 @@ def _on_event(ev: _Evaluation, event: EventReceived) -> Handled:
         rec = ev.actions.get(spec.name)
         if rec is None or rec.status != "open":
             continue
-        sel = ev._selector(spec)
+        sel = ev.selector(spec)
         if sel is not None and (
             (sel.subject is not None and sel.subject != subject)
             or (sel.correlation_id is not None and sel.correlation_id != correlation)
@@ -758,7 +762,7 @@ def _on_resume(ev: _Evaluation, event: Resume) -> Handled:
         spec = ev.g.actions[name]
         reissued += 1
         if rec.work == "push":
-            ev._redispatch(spec, rec, "resumed without live work")
+            ev.redispatch(spec, rec, "resumed without live work")
         else:  # a wait or a restart is announced again under its command id
             ev.note(f"{name}: {rec.work} announced again")
             ev.start_work(spec, rec, rec.work)
@@ -888,7 +892,7 @@ def _misfit(graph: Graph, state: SfcState) -> str | None:
 def _propagation_fault(graph: Graph, state: SfcState, at: int) -> StepResult:
     """The evaluation is discarded: the job faults where it stood before the event."""
     ev = _Evaluation(graph, state, _DEFAULT_SNAPSHOT, at)
-    ev._fault(
+    ev.fault_job(
         "propagation_limit",
         f"one evaluation would dispatch or enter more than {PROPAGATION_LIMIT} times",
     )
