@@ -71,7 +71,7 @@ from generated.step_result_v1_0 import (
     FaultContinuation,
     StepResult,
 )
-from sfc.graph import RESERVED_OUTCOMES, TRUE, ActionSpec, Graph, TransitionSpec
+from sfc.graph import DEFAULT_OUTCOME, RESERVED_OUTCOMES, TRUE, ActionSpec, Graph, TransitionSpec
 
 STATE_FORMAT: Literal["1.3"] = "1.3"
 PROPAGATION_LIMIT = 10_000
@@ -386,14 +386,18 @@ class _Evaluation:
             return
         self.note(f"{source} -> {t.target} fired on {t.condition} (outcomes {_fmt(outcomes)})")
         self.leave(source)
-        self.enter(t.target, outcomes, failure)
+        self.enter(t.target, outcomes)
 
     def leave(self, node: str) -> None:
         self.active.pop(node, None)
         self.divergences.pop(node, None)
 
-    def enter(self, node: str, outcomes: list[str], failure: str | None) -> None:
-        """Enter a step, or a divergence with the outcomes of the node that led into it."""
+    def enter(self, node: str, outcomes: list[str]) -> None:
+        """Enter a step, or a divergence with the outcomes of the node that led into it.
+
+        A failure among those outcomes was routed by the transition that fired, so the
+        selection transitions see the outcomes as they are, the default included.
+        """
         spec = self.g.divergences.get(node)
         if spec is None:
             self.enter_step(node)
@@ -402,10 +406,10 @@ class _Evaluation:
             taken = list(range(len(spec.sequences)))
             self.note(f"{node}: all {len(taken)} sequences start")
         else:
-            t = _select(spec.entries, outcomes, failure)
+            t = _select(spec.entries, outcomes, None)
             if t is None:
                 self.fault_job(
-                    failure or "no_transition",
+                    "no_transition",
                     f"selection divergence {node}: no selection transition matches "
                     f"outcomes {_fmt(outcomes)}",
                 )
@@ -487,7 +491,9 @@ class _Evaluation:
         self.note(f"{spec.name} re-dispatched: {why} (attempt {rec.attempt} of {limit})")
         self.start_work(spec, rec, "push")
 
-    def shift_deadlines(self, gap: int, work: bool, holds: bool) -> None:
+    def shift_deadlines(self, gap: int, work: bool, holds: bool) -> int:
+        """Move open deadlines by `gap`; returns how many moved."""
+        moved = 0
         for name, rec in self.open_work():
             changes: dict[str, int] = {}
             if work and rec.deadline is not None:
@@ -496,6 +502,8 @@ class _Evaluation:
                 changes["hold_deadline"] = rec.hold_deadline + gap
             if changes:
                 self.set(name, **changes)
+                moved += len(changes)
+        return moved
 
     def expire(self) -> int:
         """Handle every deadline at or before now; returns how many expired."""
@@ -604,14 +612,15 @@ def _select(
 ) -> TransitionSpec | None:
     """The first transition, by priority, whose condition is among the outcomes.
 
-    The default condition "true" does not match after a failure (timeout or error): only a
-    transition that names the failure routes it, so a recipe never silently goes on.
+    After a failure (an action ended with timeout or error) only a transition that names a
+    failure among the outcomes matches; neither "true" nor the outcome of another action
+    does, so a recipe never silently goes on. The transition that fires has routed it.
     """
     for t in transitions:
-        if t.condition == TRUE:
-            if failure is None:
+        if failure is not None:
+            if t.condition in RESERVED_OUTCOMES and t.condition in outcomes:
                 return t
-        elif t.condition in outcomes:
+        elif t.condition == TRUE or t.condition in outcomes:
             return t
     return None
 
@@ -627,7 +636,7 @@ def _on_start(ev: _Evaluation, event: Start) -> Handled:
     ev.status = "running"
     ev.started_at = event.at
     ev.note(f"job started, entering {ev.g.initial}")
-    ev.enter(ev.g.initial, [], None)
+    ev.enter(ev.g.initial, [])
     return "applied", f"job started in step {ev.g.initial}"
 
 
@@ -636,9 +645,10 @@ def _on_tick(ev: _Evaluation, event: Tick) -> Handled:
         return "absorbed", "the job has not started"
     held = ev.held_at is not None
     outage = 0 if event.outage_ms is UNSET else int(event.outage_ms)
+    # While held, work deadlines wait for the release, which moves them by the whole hold.
+    if outage > 0 and ev.shift_deadlines(outage, work=not held, holds=True) == 0:
+        outage = 0  # nothing was open to move
     if outage > 0:
-        # While held, work deadlines wait for the release, which moves them by the whole hold.
-        ev.shift_deadlines(outage, work=not held, holds=True)
         ev.note(f"platform outage of {_duration(outage)}: open deadlines moved by it")
     expired = ev.expire()
     if expired == 0 and outage == 0:
@@ -682,7 +692,8 @@ def _on_answer(ev: _Evaluation, event: ActionCompleted | ActionFailed) -> Handle
             (event.error if event.error is not UNSET else "") or "failure reported",
         )
     else:
-        outcome, error = str(event.outcome), None
+        outcome = DEFAULT_OUTCOME if event.outcome is UNSET else event.outcome
+        error = None
 
     if command_id is not None and command_id.endswith(":hold"):
         return _on_hold_answer(ev, spec, rec, command_id, outcome)
@@ -773,6 +784,7 @@ def _on_resume(ev: _Evaluation, event: Resume) -> Handled:
 
 def _on_cancel(ev: _Evaluation, event: Cancel) -> Handled:
     ev.withdraw_all(event.reason)
+    ev.held_at = None
     ev.status = "cancelled"
     ev.cancel_reason = event.reason
     ev.note(f"job cancelled: {event.reason}")
@@ -832,8 +844,7 @@ _HANDLERS: dict[type, Any] = {
 
 def _issued(command_id: str, action_key: str, sequence: int) -> bool:
     """Whether `command_id` is one this job issued for the action: `{key}#{n}[:hold]`, n <= sequence."""
-    head, sep, tail = command_id.partition("#")
-    number = tail.removesuffix(":hold")
+    head, sep, number = command_id.removesuffix(":hold").rpartition("#")
     return head == action_key and sep == "#" and number.isdigit() and 0 < int(number) <= sequence
 
 

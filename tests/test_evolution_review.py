@@ -2,14 +2,13 @@
 release), spec/03 and spec/04: edge cases that tests/test_evolve.py,
 tests/test_equipment_hold.py and the properties do not pin down.
 
-Tests marked xfail(strict=True) state what the spec requires and fail because evolve does
-something else; each reason names the difference. The others are regression tests for
-corners of loops, divergences and holds that no other test covers.
+The first group are findings of that review: each failed before evolve was fixed. The
+others are regression tests for corners of loops, divergences and holds that no other test
+covers.
 """
 
 from __future__ import annotations
 
-import pytest
 from msgspec import UNSET
 
 from generated.event_v1_0 import ActionCompleted
@@ -17,14 +16,9 @@ from generated.step_result_v1_0 import Complete, Defer, FaultContinuation
 from sfc.codec import encode, event_decoder
 from tests.corehelpers import Job, divergence, pull, push, recipe, summary, t
 
-# ============================================================== findings (evolve contradicts the spec)
+# ============================================================== findings (fixed in evolve)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_select matches a named non-failure outcome even when another action of the "
-    "step failed, so the step goes on to `next` instead of the `error` route",
-)
 def test_after_a_failure_only_a_transition_that_names_the_failure_matches():
     """spec/02 Semantics, Failures: "true does not match when an action failed; only a
     transition that names timeout or error does. If nothing matches, the continuation is
@@ -57,11 +51,6 @@ def test_after_a_failure_only_a_transition_that_names_the_failure_matches():
     assert summary(r) == [("push", "job-1:r#3")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a tick with outageMs > 0 on a held job without an open hold command is applied "
-    "(a log entry 'open deadlines moved by it' is written although nothing moved)",
-)
 def test_an_outage_tick_while_held_without_hold_commands_is_absorbed():
     """spec/02 Hold and release: "Deadlines do not expire during a hold. NextDeadline is
     empty, so the host has no due-index entry for the job, and a tick or a resume is
@@ -79,11 +68,6 @@ def test_an_outage_tick_while_held_without_hold_commands_is_absorbed():
     assert encode(job.state) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="evolve records str(UNSET) == 'UNSET' as the outcome of an ActionCompleted whose "
-    "outcome is unset; the same event after an encode/decode round trip gives 'done'",
-)
 def test_a_response_that_names_no_outcome_has_the_outcome_done():
     """spec/04 (Push commands and responses): "the outcome names are declared on the factory,
     and done is the default" (sfc/graph.py DEFAULT_OUTCOME: "The outcome of a push response
@@ -122,11 +106,6 @@ def _hash_job() -> Job:
     return job
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_issued splits the command id at the first '#', so for a job id that contains '#' "
-    "every command id the job issued counts as 'never issued' and the response is rejected",
-)
 def test_a_job_id_with_a_hash_still_accepts_answers_that_carry_their_command_id():
     """spec/02 Time: "A response from an earlier attempt completes the action while it is
     open"; State: "Command ids are {actionKey}#{sequence}". Nothing restricts the job id
@@ -139,11 +118,6 @@ def test_a_job_id_with_a_hash_still_accepts_answers_that_carry_their_command_id(
     assert job.state.active_steps == ["s2"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the same '#' split rejects the answer to the hold command, so equipment that "
-    "did hold its work is treated as not held and never gets its restart",
-)
 def test_a_job_id_with_a_hash_still_matches_the_answer_held_to_its_hold_command():
     """spec/02 Equipment hold: "The equipment answers held: The attempt ends: its command is
     withdrawn (CancelWork reason held) ... On resume the restart command is sent." and
@@ -397,3 +371,27 @@ def test_a_hold_1_ms_before_the_deadline_leaves_1_ms_of_the_attempt_after_the_re
     r = job.tick(at=15_001)
     assert summary(r) == [("cancel", "job-1:a#1", "redispatch"), ("push", "job-1:a#2")]
     assert isinstance(r.continuation, Defer)
+
+
+def test_a_failure_routed_into_a_selection_divergence_is_handled_there():
+    """The transition that names the failure has routed it: the selection divergence then
+    takes a sequence by its own transitions, the default included (a recipe that routes
+    `error` to a recovery divergence must not fault there)."""
+    doc = recipe(
+        ["s1", "wipe", "purge", "done"],
+        transitions=[
+            t("s1", "recovery", "error", 0),
+            t("s1", "done", "true", 1),
+            t("recovery", "purge", "error", 0),
+            t("recovery", "wipe", "true", 1),
+            t("recovery", "done", "true", 2),
+        ],
+        actions=[push("a", "s1"), push("w", "wipe"), push("p", "purge"), push("d", "done")],
+        branches=[divergence("recovery", "selection", ["wipe"], ["purge"])],
+    )
+    job = Job(doc)
+    job.start()
+    r = job.fail("a", "nozzle clogged")
+    assert job.state.status == "running"
+    assert job.state.active_steps == ["purge"]
+    assert summary(r) == [("push", "job-1:p#2")]
