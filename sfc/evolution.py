@@ -473,12 +473,12 @@ class _Evaluation:
         self.record_outcome(name, "timeout")
         self.note(f"{name} timed out: {why}")
 
-    def redispatch(self, spec: ActionSpec, rec: ActionRecord, why: str) -> None:
-        """Another attempt of a push command, or `timeout` when none is left."""
+    def redispatch(self, spec: ActionSpec, rec: ActionRecord, why: str) -> str:
+        """Another attempt of a push command, or `timeout` when none is left; says which."""
         limit = self.max_attempts(spec)
         if rec.attempt >= limit:
             self.time_out(spec.name, f"{why}, and all {limit} attempts are used")
-            return
+            return f"{spec.name} timed out after {limit} attempt(s)"
         self.cancel_work(spec.name, rec.command_id, "redispatch")
         rec = self.set(
             spec.name,
@@ -490,6 +490,7 @@ class _Evaluation:
         )
         self.note(f"{spec.name} re-dispatched: {why} (attempt {rec.attempt} of {limit})")
         self.start_work(spec, rec, "push")
+        return f"{spec.name} sent again (attempt {rec.attempt} of {limit})"
 
     def shift_deadlines(self, gap: int, work: bool, holds: bool) -> int:
         """Move open deadlines by `gap`; returns how many moved."""
@@ -505,25 +506,26 @@ class _Evaluation:
                 moved += len(changes)
         return moved
 
-    def expire(self) -> int:
-        """Handle every deadline at or before now; returns how many expired."""
+    def expire(self) -> list[str]:
+        """Handle every deadline at or before now; says what became of each."""
         held = self.held_at is not None
-        expired = 0
+        expired: list[str] = []
         for name, rec in self.open_work():
             _, hold_deadline = _due(rec, held)
             if hold_deadline is not None and hold_deadline <= self.at:
-                expired += 1
                 rec = self.not_held(name, "the hold was not answered in time")
+                expired.append(f"the hold of {name} got no answer, the work runs on")
             deadline, _ = _due(rec, held)
             if deadline is not None and deadline <= self.at:
-                expired += 1
                 spec = self.g.actions[name]
                 if rec.work == "push":
-                    self.redispatch(spec, rec, "deadline passed")
+                    expired.append(self.redispatch(spec, rec, "deadline passed"))
                 elif rec.work == "restart":
                     self.time_out(name, "the restart was not answered in time")
+                    expired.append(f"the restart of {name} timed out")
                 else:
                     self.time_out(name, f"no {spec.type_id} event arrived in time")
+                    expired.append(f"{name} timed out waiting for {spec.type_id}")
         return expired
 
     # -- equipment hold
@@ -651,9 +653,9 @@ def _on_tick(ev: _Evaluation, event: Tick) -> Handled:
     if outage > 0:
         ev.note(f"platform outage of {_duration(outage)}: open deadlines moved by it")
     expired = ev.expire()
-    if expired == 0 and outage == 0:
+    if not expired and outage == 0:
         return "absorbed", "the job is held" if held else "nothing is due"
-    parts = [f"{expired} deadline(s) expired"] if expired else []
+    parts = [f"deadline passed: {'; '.join(expired)}"] if expired else []
     if outage:
         parts.insert(0, f"deadlines moved by an outage of {_duration(outage)}")
     return "applied", "; ".join(parts)

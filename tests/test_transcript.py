@@ -271,7 +271,8 @@ def test_a_run_reads_as_a_plant_engineer_would_tell_it() -> None:
     assert to_text(simulated()).splitlines() == [
         "     0.000s  start                               -> applied: job started in step s1  "
         "=> push tighten#1 (attempt 1, deadline 10.000s)  [now: s1]",
-        "    10.000s  tick                                -> applied: 1 deadline(s) expired  "
+        "    10.000s  tick                                -> applied: deadline passed: tighten "
+        "sent again (attempt 2 of 3)  "
         "=> withdraw tighten#1 (redispatch); push tighten#2 (attempt 2, deadline 20.000s)",
         "    10.500s  reply tighten#2 (attempt 2): ok     -> applied: tighten answered ok  "
         "=> await qa#3 (deadline 20.500s)  [now: s2]",
