@@ -28,6 +28,7 @@ from sfc.simulation import (
     DEFAULT_TIME_LIMIT_MS,
     ScriptError,
     Simulation,
+    job_id_problem,
     load_script,
 )
 from sfc.transcript import Tone, lines, to_json
@@ -122,9 +123,13 @@ def dryrun(
     evaluation_limit: Annotated[
         int, typer.Option(min=1, help="Most evaluations before the run stops.")
     ] = DEFAULT_EVALUATION_LIMIT,
-    job_id: Annotated[str, typer.Option(help="The job id (action keys are JOBID:ACTION).")] = (
-        "job-1"
-    ),
+    job_id: Annotated[
+        str,
+        typer.Option(
+            help="The job id (action keys are JOBID:ACTION): not empty, no white space "
+            "or control characters."
+        ),
+    ] = "job-1",
     capabilities: Annotated[
         Path | None,
         typer.Option(help="Station capabilities (JSON): check types and outcomes at build."),
@@ -142,6 +147,9 @@ def dryrun(
     Exit 0 when the job completed, 1 when it faulted, was cancelled or hit a limit,
     2 for an invalid recipe or script. The simulation is in memory: nothing is stored or sent.
     """
+    problem = job_id_problem(job_id)
+    if problem is not None:
+        fail(f"--job-id: {problem}", 2)
     graph = load_graph(recipe, 2, load_capabilities(capabilities), dataschema)
     loaded = None
     if script is not None:

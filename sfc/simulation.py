@@ -216,19 +216,33 @@ def check_script(script: SimulationScript, graph: Graph) -> None:
     replies = {} if script.replies is UNSET else script.replies
     for key in replies:
         path = _key_path("$.replies", key)
-        name, _, suffix = key.partition(":")
+        name, colon, suffix = key.partition(":")
         spec = graph.actions.get(name)
         if spec is None:
             known = ", ".join(graph.actions) or "none"
             raise ScriptError(path, f"the recipe has no action {name!r} (its actions: {known})")
-        if suffix and suffix not in _SUFFIXES:
-            raise ScriptError(
-                path, f"unknown key suffix {suffix!r}; use NAME, NAME:hold or NAME:restart"
-            )
+        if colon and suffix not in _SUFFIXES:
+            what = f"unknown key suffix {suffix!r}" if suffix else "an empty key suffix"
+            raise ScriptError(path, f"{what}; use NAME, NAME:hold or NAME:restart")
         if suffix and spec.hold is None:
             raise ScriptError(
                 path, f"action {name!r} has no hold logic, so it gets no {suffix} command"
             )
+
+
+def job_id_problem(job_id: str) -> str | None:
+    """Why `job_id` cannot name a job, or None when it can.
+
+    Action keys are `{jobId}:{action}` and command ids `{actionKey}#{n}`, and a transcript
+    line shows them as single words. So a job id must not be empty (`--job-id "$JOB"` with JOB
+    unset would give keys such as `:send_bye`) and must contain no white space or control
+    characters. Colons and '#' are fine: keys are split at their last ':' and '#'.
+    """
+    if not job_id:
+        return "the job id is empty; action keys are JOBID:ACTION"
+    if any(c.isspace() or not c.isprintable() for c in job_id):
+        return f"the job id {job_id!r} contains white space or a control character"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +301,9 @@ class Simulation:
         evaluation_limit: int = DEFAULT_EVALUATION_LIMIT,
         snapshot: Snapshot | None = None,
     ) -> None:
+        problem = job_id_problem(job_id)
+        if problem is not None:
+            raise ValueError(problem)
         script = SimulationScript() if script is None else script
         check_script(script, graph)
         self.graph = graph

@@ -92,9 +92,6 @@ ENDLESS: dict[str, Any] = {
 # =========================================================================== findings
 
 
-@pytest.mark.xfail(
-    strict=True, reason="an empty --job-id is accepted; the action keys become ':send_bye'"
-)
 def test_an_empty_job_id_is_refused() -> None:
     """spec/03 S-5: a work item needs an action and a job id; DESIGN.md's action keys are
     `{jobId}:{action}`. `--job-id ""` (e.g. `--job-id "$JOB"` with JOB unset) is an unusable
@@ -105,11 +102,6 @@ def test_an_empty_job_id_is_refused() -> None:
     assert "job id" in done.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="check_script ignores an empty suffix: 'send_bye:' passes and its replies are "
-    "silently never used",
-)
 def test_a_reply_key_with_an_empty_suffix_is_refused(tmp_path: Path) -> None:
     """DESIGN.md/issue 6: replies are keyed NAME, NAME:hold or NAME:restart; "Bad scripts,
     such as unknown keys ... are refused with a clear message and exit code 2".

@@ -29,6 +29,7 @@ from sfc.simulation import (
     Reply,
     ScriptError,
     Simulation,
+    job_id_problem,
     load_script,
     parse_reply,
 )
@@ -503,6 +504,22 @@ def test_the_job_id_can_be_chosen() -> None:
     assert sim.state.job_id == "order-42"
 
 
+@pytest.mark.parametrize(
+    ("job_id", "words"),
+    [("", "empty"), (" job-1", "white space"), ("job 1", "white space"), ("job\x001", "control")],
+)
+def test_a_job_id_that_cannot_name_the_action_keys_is_refused(job_id: str, words: str) -> None:
+    problem = job_id_problem(job_id)
+    assert problem is not None and words in problem
+    with pytest.raises(ValueError, match=words):
+        Simulation(one_push(), job_id=job_id)
+
+
+@pytest.mark.parametrize("job_id", ["job-1", "line:1", "line#1", "ordre-é"])
+def test_a_job_id_with_colons_hashes_or_letters_beyond_ascii_is_fine(job_id: str) -> None:
+    assert job_id_problem(job_id) is None
+
+
 def test_a_fault_ends_the_run_with_the_fault() -> None:
     sim = run(one_push(attempts=2), {"default": "silent"})
     result = sim.result()
@@ -660,6 +677,8 @@ def test_bad_scripts_are_refused_with_the_path_of_the_problem(
         ({"nope": ["ok"]}, "$.replies.nope", "the recipe has no action 'nope' (its actions: a)"),
         ({"a:hold": ["held"]}, '$.replies["a:hold"]', "no hold logic"),
         ({"a:stop": ["ok"]}, '$.replies["a:stop"]', "unknown key suffix"),
+        ({"a:": ["ok"]}, '$.replies["a:"]', "an empty key suffix"),
+        ({"a:hold:": ["ok"]}, '$.replies["a:hold:"]', "unknown key suffix 'hold:'"),
     ],
 )
 def test_replies_must_fit_the_recipe(replies: dict[str, list[str]], path: str, words: str) -> None:
