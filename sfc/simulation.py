@@ -24,7 +24,8 @@ The script (schemas/simulation_script_v1_0.json, DESIGN.md "The command line")
   that was withdrawn in the meantime is still delivered: real equipment may finish it.
 - `events` are delivered at their `atMs`; `controls` are operator hold, release and cancel
   at `atMs`, and a platform outage: no ticks from `atMs` for `ms`, then one tick with
-  `outageMs = ms`. Replies and events are still delivered during an outage.
+  `outageMs = ms`. Replies and events are still delivered during an outage. Outages may
+  touch but not overlap (the common time would move the deadlines twice).
 
 Order of items that fall on the same millisecond
 ------------------------------------------------
@@ -195,7 +196,8 @@ def _validation_error(e: msgspec.ValidationError) -> ScriptError:
 def load_script(data: bytes, graph: Graph | None = None) -> SimulationScript:
     """Decode and check a simulation script; ScriptError names the path of the first problem.
 
-    With a graph, replies are also checked against the recipe's actions (`check_script`).
+    Overlapping outages are refused; with a graph, replies are also checked against the
+    recipe's actions (`check_script`).
     """
     try:
         raw = msgspec.json.decode(data)
@@ -206,13 +208,40 @@ def load_script(data: bytes, graph: Graph | None = None) -> SimulationScript:
         script = msgspec.json.decode(data, type=SimulationScript)
     except msgspec.ValidationError as e:
         raise _validation_error(e) from None
-    if graph is not None:
+    if graph is None:
+        check_outages(script)
+    else:
         check_script(script, graph)
     return script
 
 
+def check_outages(script: SimulationScript) -> None:
+    """Refuse an outage that starts before another one has ended.
+
+    The platform is either down or not: two overlapping outages would each end with a tick
+    that moves the deadlines by its full length, counting the common time twice.
+    """
+    controls = [] if script.controls is UNSET else script.controls
+    outages = sorted(
+        (c.at_ms, c.at_ms + c.ms, i) for i, c in enumerate(controls) if isinstance(c, OutageControl)
+    )
+    latest: tuple[int, int, int] | None = None  # the outage so far that ends last
+    for start, end, i in outages:
+        if latest is not None and start < latest[1]:
+            raise ScriptError(
+                f"$.controls[{i}]",
+                f"this outage ({start} ms to {end} ms) overlaps the outage at "
+                f"$.controls[{latest[2]}] ({latest[0]} ms to {latest[1]} ms); "
+                "script one outage for the time the platform is down",
+            )
+        if latest is None or end > latest[1]:
+            latest = (start, end, i)
+
+
 def check_script(script: SimulationScript, graph: Graph) -> None:
-    """Refuse replies for actions the recipe lacks, and hold or restart replies for actions without hold logic."""
+    """Refuse replies for actions the recipe lacks, hold or restart replies for actions
+    without hold logic, and overlapping outages."""
+    check_outages(script)
     replies = {} if script.replies is UNSET else script.replies
     for key in replies:
         path = _key_path("$.replies", key)

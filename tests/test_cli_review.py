@@ -213,11 +213,6 @@ def test_a_job_held_for_good_says_so_instead_of_a_reached_time_limit(tmp_path: P
     assert "held" in last
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="overlapping outages are accepted and each moves the deadlines by its full "
-    "length: a 35 s window moves them by 60 s",
-)
 def test_overlapping_outages_are_refused_or_not_counted_twice(tmp_path: Path) -> None:
     """DESIGN.md: an outage is "no ticks for `ms`, then one tick with that outage"; issue 6:
     bad scripts are refused with a clear message and exit 2.

@@ -688,6 +688,40 @@ def test_replies_must_fit_the_recipe(replies: dict[str, list[str]], path: str, w
     assert words in caught.value.message
 
 
+@pytest.mark.parametrize(
+    ("outages", "path", "other"),
+    [
+        ([(5_000, 30_000), (10_000, 30_000)], "$.controls[1]", "$.controls[0]"),
+        ([(10_000, 30_000), (5_000, 30_000)], "$.controls[0]", "$.controls[1]"),
+        ([(0, 100_000), (10_000, 1_000), (50_000, 1_000)], "$.controls[1]", "$.controls[0]"),
+    ],
+)
+def test_overlapping_outages_are_refused(
+    outages: list[tuple[int, int]], path: str, other: str
+) -> None:
+    doc = {"controls": [{"kind": "outage", "atMs": at, "ms": ms} for at, ms in outages]}
+    with pytest.raises(ScriptError) as caught:
+        script(doc)
+    assert caught.value.path == path
+    assert f"overlaps the outage at {other}" in caught.value.message
+    with pytest.raises(ScriptError):
+        Simulation(one_push(), msgspec.convert(doc, SimulationScript))
+
+
+def test_outages_that_touch_are_two_outages() -> None:
+    doc = {
+        "default": "silent",
+        "controls": [
+            {"kind": "outage", "atMs": 1_000, "ms": 2_000},
+            {"kind": "outage", "atMs": 3_000, "ms": 2_000},
+        ],
+    }
+    sim = run(one_push(timeout=10, attempts=1), doc)
+    ticks = [e for e in events(sim, Tick) if e.outage_ms]
+    assert [(e.at, e.outage_ms) for e in ticks] == [(3_000, 2_000), (5_000, 2_000)]
+    assert sim.result().at_ms == 14_000
+
+
 def test_a_simulation_refuses_a_script_that_does_not_fit_its_recipe() -> None:
     unchecked = script({"replies": {"nope": ["ok"]}})
     with pytest.raises(ScriptError):
