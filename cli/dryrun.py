@@ -8,19 +8,20 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import msgspec
 import typer
 from rich.console import Console
 from rich.text import Text
 
+from cli.files import decode_failure, fail, read
 from cli.main import app
 from cli.validate import format_error
 from generated.capabilities_v1_0 import Capabilities
 from generated.state_v1_3 import SfcState
 from sfc import codec
-from sfc.builder import RECIPE_V1_1_0, build, decode_error
+from sfc.builder import RECIPE_V1_1_0, build
 from sfc.graph import Graph
 from sfc.interpreter import interpreter_for, known_dataschemas
 from sfc.simulation import (
@@ -44,18 +45,6 @@ TONES: dict[Tone, str] = {
 }
 
 
-def fail(message: str, code: int) -> NoReturn:
-    typer.echo(f"sfc: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def read(path: Path, what: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as e:
-        fail(f"cannot read the {what} {path}: {e.strerror or e}", 2)
-
-
 def terminal() -> bool:
     return sys.stdout.isatty()
 
@@ -67,10 +56,11 @@ def console() -> Console:
 def load_capabilities(path: Path | None) -> Capabilities | None:
     if path is None:
         return None
+    data = read(path, "capabilities")
     try:
-        return codec.capabilities_decoder.decode(read(path, "capabilities"))
+        return codec.capabilities_decoder.decode(data)
     except msgspec.DecodeError as e:
-        where, message = decode_error(e, what="capabilities")
+        where, message = decode_failure(data, codec.capabilities_decoder, e, "capabilities")
         fail(f"the capabilities {path} are not valid: {where}: {message}", 2)
 
 
@@ -94,10 +84,12 @@ def load_graph(
 
 def load_state(path: Path, graph: Graph) -> SfcState:
     """A job's state, refused (exit 1) when it is not one or belongs to another recipe."""
+    data = read(path, "state")
     try:
-        state = codec.state_decoder.decode(read(path, "state"))
-    except (msgspec.ValidationError, msgspec.DecodeError) as e:
-        fail(f"state {path}: not a job state (format 1.3): {e}", 1)
+        state = codec.state_decoder.decode(data)
+    except msgspec.DecodeError as e:
+        where, message = decode_failure(data, codec.state_decoder, e, "job state")
+        fail(f"state {path}: not a job state (format 1.3): {where}: {message}", 1)
     if state.recipe_hash != graph.recipe_hash:
         fail(
             f"state {path}: the job runs recipe {state.recipe_hash[:12]}, "

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import msgspec
 import typer
 
+from cli.files import decode_failure, fail, read
 from cli.main import app
 from generated.capabilities_v1_0 import Capabilities
-from sfc.builder import RECIPE_V1_1_0, BuildError, BuildResult, build, decode_error
+from sfc.builder import RECIPE_V1_1_0, BuildError, BuildResult, build
 from sfc.codec import capabilities_decoder
 from sfc.interpreter import interpreter_for, known_dataschemas
 
@@ -30,27 +31,15 @@ def json_path(path: str) -> str:
     return path.removeprefix("$").removeprefix(".")
 
 
-def _fail(message: str) -> NoReturn:
-    typer.echo(f"sfc: {message}", err=True)
-    raise typer.Exit(2)
-
-
-def _read(path: str, what: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as e:
-        _fail(f"cannot read the {what} {path}: {e.strerror or e}")
-
-
 def _capabilities(path: Path | None) -> Capabilities | None:
     if path is None:
         return None
-    data = _read(str(path), "capabilities")
+    data = read(path, "capabilities")
     try:
         return capabilities_decoder.decode(data)
     except msgspec.DecodeError as e:
-        where, message = decode_error(e, what="capabilities")
-        _fail(f"the capabilities {path} are not valid: {where}: {message}")
+        where, message = decode_failure(data, capabilities_decoder, e, "capabilities")
+        fail(f"the capabilities {path} are not valid: {where}: {message}", 2)
 
 
 @app.command()
@@ -79,9 +68,9 @@ def validate(
     Exit 0 when every recipe is valid, 1 when some is not, 2 on unusable arguments.
     """
     if interpreter_for(dataschema) is None:
-        _fail(f"unknown dataschema {dataschema}; known: {', '.join(known_dataschemas())}")
+        fail(f"unknown dataschema {dataschema}; known: {', '.join(known_dataschemas())}", 2)
     station = _capabilities(capabilities)
-    documents = [(name, _read(name, "recipe")) for name in recipes]
+    documents = [(name, read(name, "recipe")) for name in recipes]
     results: list[tuple[str, BuildResult]] = [
         (name, build(data, station, dataschema=dataschema)) for name, data in documents
     ]

@@ -149,7 +149,8 @@ def parse_reply(text: str) -> Reply:
     return Reply("error", error=m["text"] or None, delay_ms=int(m["error_delay"] or 0))
 
 
-def _key_path(base: str, key: str) -> str:
+def json_key_path(base: str, key: str) -> str:
+    """The path of `key` in the object at `base`: `$.replies.tighten`, `$.replies["a:hold"]`."""
     return f"{base}.{key}" if _IDENTIFIER.fullmatch(key) else f"{base}[{json.dumps(key)}]"
 
 
@@ -169,7 +170,7 @@ def _check_replies(raw: Any) -> None:
     if not isinstance(replies, dict):
         raise ScriptError("$.replies", "expected an object: action name -> list of replies")
     for key, items in replies.items():
-        path = _key_path("$.replies", key)
+        path = json_key_path("$.replies", key)
         if not isinstance(items, list):
             raise ScriptError(path, f"expected a list of replies ({REPLY_GRAMMAR})")
         for i, item in enumerate(items):
@@ -189,7 +190,7 @@ def _validation_error(e: msgspec.ValidationError) -> ScriptError:
     path = at.rstrip("`") or "$"
     unknown = _UNKNOWN.fullmatch(text)
     if unknown is not None:
-        return ScriptError(_key_path(path, unknown["field"]), "unknown key")
+        return ScriptError(json_key_path(path, unknown["field"]), "unknown key")
     return ScriptError(path, text)
 
 
@@ -244,7 +245,7 @@ def check_script(script: SimulationScript, graph: Graph) -> None:
     check_outages(script)
     replies = {} if script.replies is UNSET else script.replies
     for key in replies:
-        path = _key_path("$.replies", key)
+        path = json_key_path("$.replies", key)
         name, colon, suffix = key.partition(":")
         spec = graph.actions.get(name)
         if spec is None:

@@ -238,11 +238,6 @@ def test_overlapping_outages_are_refused_or_not_counted_twice(tmp_path: Path) ->
     assert moved <= 35000
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a UTF-8 byte order mark is reported as 'JSON is malformed: invalid character "
-    "(byte 0)', which names neither the BOM nor a fix",
-)
 @pytest.mark.parametrize("what", ["recipe", "script", "state"])
 def test_a_file_with_a_utf8_bom_is_read_or_the_bom_is_named(tmp_path: Path, what: str) -> None:
     """Issue 6: malformed input is refused "with a clear message"; RFC 8259 section 8.1 lets a
@@ -264,11 +259,6 @@ def test_a_file_with_a_utf8_bom_is_read_or_the_bom_is_named(tmp_path: Path, what
     assert done.exit_code == 0 or "byte order mark" in done.output.lower()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="state errors pass msgspec's text through: '$.actions[...].attempt' and an "
-    "unknown field with no path at all",
-)
 @pytest.mark.parametrize(
     ("edit", "path"),
     [
