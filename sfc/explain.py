@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from generated.state_v1_3 import ActionRecord, SfcState
-from sfc.evolution import DEFAULT_MAX_ATTEMPTS, next_deadline
+from sfc.evolution import DEFAULT_MAX_ATTEMPTS, ENDED, next_deadline
 from sfc.graph import TRUE, ActionSpec, DivergenceSpec, Graph, TransitionSpec
 
 _VIRTUAL_CLOCK_LIMIT = 10**11
@@ -243,50 +243,105 @@ def _short(state: SfcState, command_id: str | None) -> str:
     return command_id.removeprefix(f"{state.job_id}:")
 
 
+def _deadline(state: SfcState, rec: ActionRecord, then: str) -> str:
+    """`, deadline 64.000s; if no answer by then, ...`, or `, with no deadline` when it has none."""
+    if rec.deadline is None:
+        return ", with no deadline"
+    moved = " (moved by the length of the hold on release)" if state.held_at is not None else ""
+    return f", deadline {when(rec.deadline)}{moved}; {then}"
+
+
+def _command(state: SfcState, rec: ActionRecord, limit: int) -> tuple[str, str]:
+    """(`push command tighten#2 (type)`, `, attempt 1 of 3`), or the restart command and ``."""
+    cmd = _short(state, rec.command_id)
+    round_ = f", round {rec.round}" if rec.round > 1 else ""
+    if rec.work == "restart":
+        return f"restart command {cmd} ({rec.type_id})", round_
+    return f"push command {cmd} ({rec.type_id})", f", attempt {rec.attempt} of {limit}{round_}"
+
+
+def _expiry(rec: ActionRecord, limit: int) -> str:
+    """What the deadline of open work does."""
+    if rec.work == "push" and rec.attempt < limit:
+        return f"if no answer by then, attempt {rec.attempt + 1} is sent"
+    if rec.work == "push":
+        return "if no answer by then, the outcome is timeout (no attempt left)"
+    return "no answer by then gives outcome timeout"
+
+
 def _open_lines(
     graph: Graph, state: SfcState, name: str, rec: ActionRecord, default_attempts: int
 ) -> list[str]:
+    """An open record of a running job: the command or wait that is out, and its hold."""
     spec = graph.actions[name]
     limit = default_attempts if spec.max_attempts is None else spec.max_attempts
-    round_ = f", round {rec.round}" if rec.round > 1 else ""
-    deadline = "no deadline" if rec.deadline is None else f"deadline {when(rec.deadline)}"
-    if rec.deadline is not None and state.held_at is not None:
-        deadline += " (moved by the length of the hold on release)"
-    cmd = _short(state, rec.command_id)
-    out: list[str] = []
+    head = f"{name} (step {spec.step}): "
     if rec.work == "await":
-        out.append(
-            f"{name} (step {spec.step}): waits for event {rec.type_id}{_selector_of(state, spec)}"
-            f" as {cmd}{round_}, {deadline}; no event by then gives outcome timeout"
-        )
-    elif rec.work == "restart":
-        out.append(
-            f"{name} (step {spec.step}): restart command {cmd} ({rec.type_id}) is out{round_}, "
-            f"{deadline}; no answer by then gives outcome timeout"
-        )
-    else:
+        round_ = f", round {rec.round}" if rec.round > 1 else ""
+        return [
+            f"{head}waits for event {rec.type_id}{_selector_of(state, spec)} as "
+            f"{_short(state, rec.command_id)}{round_}"
+            + _deadline(state, rec, "no event by then gives outcome timeout")
+        ]
+    command, details = _command(state, rec, limit)
+    restart = (
+        ""
+        if spec.restart is None
+        else f" ({spec.restart.type_id}, {duration(spec.restart.timeout_ms)} to answer)"
+    )
+    if rec.hold == "held":
         then = (
-            f"attempt {rec.attempt + 1} is sent"
-            if rec.attempt < limit
-            else "the outcome is timeout (no attempt left)"
+            f"the release sends the restart command{restart}"
+            if state.held_at is not None
+            else f"the restart command{restart} follows"
         )
-        out.append(
-            f"{name} (step {spec.step}): push command {cmd} ({rec.type_id}) is out, "
-            f"attempt {rec.attempt} of {limit}{round_}, {deadline}; if no answer by then, {then}"
-        )
+        return [f"{head}{command}{details}, was withdrawn: the equipment held the work; {then}"]
     if rec.hold == "open":
         hold_deadline = "" if rec.hold_deadline is None else f", deadline {when(rec.hold_deadline)}"
-        out.append(
+        if state.held_at is not None:
+            held = "the work is withdrawn and the release sends the restart command"
+        else:
+            held = "the work is withdrawn and the restart command is sent at once"
+        return [
+            f"{head}{command} is out{details}"
+            + _deadline(state, rec, "it does not run until the hold is answered"),
             f"  hold command {_short(state, rec.hold_command_id)} is out{hold_deadline}: "
-            "the equipment was asked to hold the work; until it answers, the work's deadline "
-            "does not run"
-        )
-    elif rec.hold == "held":
-        out.append("  the equipment held the work; the release sends the restart command")
-    elif rec.hold == "notHeld":
+            f"if the equipment answers held, {held}; any other answer, or none by then, "
+            "and the work runs on to its deadline",
+        ]
+    out = [f"{head}{command} is out{details}" + _deadline(state, rec, _expiry(rec, limit))]
+    if rec.hold == "notHeld":
         out.append("  the equipment could not hold the work; it runs on to its end")
-    if rec.restarted and rec.work != "restart":
-        out.append("  restarted after a hold")
+    if rec.restarted:
+        out.append("  it restarts the work the equipment held")
+    return out
+
+
+def _withdrawn_lines(
+    graph: Graph, state: SfcState, name: str, rec: ActionRecord, default_attempts: int
+) -> list[str]:
+    """A record the core left open when the job ended: its work was withdrawn (or is moot)."""
+    spec = graph.actions[name]
+    limit = default_attempts if spec.max_attempts is None else spec.max_attempts
+    head = f"{name} (step {spec.step}): "
+    if rec.work == "await":
+        what = f"the wait {_short(state, rec.command_id)} for event {rec.type_id}"
+    else:
+        what = "".join(_command(state, rec, limit)) + ","
+    if state.status == "completed":
+        return [f"{head}{what} was no longer awaited when the job completed"]
+    if state.status == "cancelled":
+        why = f"when the job was cancelled ({state.cancel_reason or 'cancelled'})"
+    else:
+        why = "when the job faulted (teardown)"
+    if rec.hold == "held":
+        return [
+            f"{head}{what} was withdrawn when the equipment held the work; "
+            f"no restart command was sent, as the job ended"
+        ]
+    out = [f"{head}{what} was withdrawn {why}"]
+    if rec.hold == "open":
+        out.append(f"  and with it hold command {_short(state, rec.hold_command_id)}")
     return out
 
 
@@ -353,8 +408,9 @@ def explain_state(
         )
     out += _status_lines(graph, state)
 
+    ended = state.status in ENDED
     if state.active_steps:
-        out += ["", "Where the job is"]
+        out += ["", "Where the job stopped" if ended else "Where the job is"]
         for step in state.active_steps:
             out.append(f"  step {step}{_where(graph, step)}")
         for d in state.divergences:
@@ -368,6 +424,15 @@ def explain_state(
             )
 
     open_recs = [(n, r) for n, r in state.actions.items() if r.status == "open"]
+    if ended and open_recs:
+        # The core leaves these records as they were; the work itself was withdrawn.
+        out += ["", "Work that was open when the job ended"]
+        for name, rec in open_recs:
+            if name in graph.actions:
+                out.extend(
+                    f"  {line}"
+                    for line in _withdrawn_lines(graph, state, name, rec, max_attempts_default)
+                )
     if state.status == "running":
         out += ["", "What it waits for"]
         if not open_recs:

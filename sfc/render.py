@@ -7,7 +7,9 @@
   bar of the standard, with the condition beside it.
 - A simultaneous divergence and its convergence are double bars; a selection divergence
   and its convergence single bars, the selection transitions below the divergence.
-- With a job's state, the active steps are highlighted and open action blocks marked.
+- With a job's state, the active steps are highlighted and open action blocks marked. When
+  the job has ended, no work is open: what was open when it faulted or was cancelled is
+  marked withdrawn.
 
 The output depends only on the graph and the state, in recipe order: the same inputs give
 the same text, so it can be kept under version control and snapshot-tested.
@@ -84,14 +86,29 @@ def _interaction(spec: ActionSpec) -> str:
     return f"{kind} {duration(spec.timeout_ms)}{hold}"
 
 
-def _mark(rec: ActionRecord | None, active: bool) -> str | None:
+def _open(state: SfcState | None, rec: ActionRecord | None) -> bool:
+    """Whether the drawing marks the record as open work: only while the job runs.
+
+    When a job ends the core leaves its records as they were; a cancel or a fault withdrew
+    the work they name.
+    """
+    running = state is not None and state.status == "running"
+    return running and rec is not None and rec.status == "open"
+
+
+def _mark(state: SfcState | None, rec: ActionRecord | None, active: bool) -> str | None:
     """The state of an action block, for the drawing: open, or its outcome in an active step."""
-    if rec is None:
+    if state is None or rec is None:
         return None
     if rec.status == "open":
+        what = f"attempt {rec.attempt}" if rec.work == "push" else rec.work
+        if state.status == "completed":
+            return f"no longer awaited, {what}"
+        if state.status != "running":
+            held = ", held by the equipment" if rec.hold == "held" else ""
+            return f"withdrawn, {what}{held}"
         if rec.hold == "held":
             return "held by the equipment"
-        what = f"attempt {rec.attempt}" if rec.work == "push" else rec.work
         if rec.hold == "open":
             what += ", hold asked"
         elif rec.hold == "notHeld":
@@ -104,7 +121,7 @@ def _mark(rec: ActionRecord | None, active: bool) -> str | None:
 
 def _status(state: SfcState) -> str:
     text = f"job {state.job_id}: {state.status}"
-    if state.held_at is not None:
+    if state.held_at is not None and state.status == "running":
         text += f", held since {when(state.held_at)}"
     if state.fault is not None:
         text += f" ({state.fault.code})"
@@ -131,8 +148,8 @@ def _mermaid(graph: Graph, state: SfcState | None) -> str:
         rows = [_mm(step)]
         for spec in graph.step_actions[step]:
             rec = None if state is None else state.actions.get(spec.name)
-            mark = _mark(rec, step in active)
-            bullet = "● " if rec is not None and rec.status == "open" else ""
+            mark = _mark(state, rec, step in active)
+            bullet = "● " if _open(state, rec) else ""
             row = f"{bullet}N {_mm(spec.name)} · {_mm(_interaction(spec))}"
             if mark is not None:
                 row += f" [{_mm(mark)}]"
@@ -200,8 +217,8 @@ def _step_label(graph: Graph, step: str, state: SfcState | None) -> str:
         rows = []
         for spec in specs:
             rec = None if state is None else state.actions.get(spec.name)
-            mark = _mark(rec, active)
-            colour = ' bgcolor="#ffe08a"' if rec is not None and rec.status == "open" else ""
+            mark = _mark(state, rec, active)
+            colour = ' bgcolor="#ffe08a"' if _open(state, rec) else ""
             state_cell = "" if mark is None else f'<td align="left">{_html(mark)}</td>'
             rows.append(
                 f"<tr><td{colour}>N</td>"

@@ -117,11 +117,6 @@ def test_a_reply_key_with_an_empty_suffix_is_refused(tmp_path: Path) -> None:
     assert str(script) in done.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="explain says the withdrawn attempt 'is out' with 'no deadline; if no answer by "
-    "then, attempt 2 is sent', though the equipment held it and the release sends a restart",
-)
 def test_explain_of_a_job_whose_equipment_held_the_work_does_not_promise_a_retry(
     tmp_path: Path,
 ) -> None:
@@ -163,10 +158,6 @@ ENDED = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="render marks the work of an ended job as open although cancel or teardown withdrew it",
-)
 @pytest.mark.parametrize(("recipe", "script", "status"), ENDED)
 def test_render_of_an_ended_job_marks_no_work_as_open(
     tmp_path: Path, recipe: Path, script: Path | dict[str, Any], status: str

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.single_file import SingleFileSnapshotExtension
@@ -206,6 +208,70 @@ def test_a_held_job_with_held_equipment() -> None:
     assert "Next deadline: none while the job is held (no hold command is open)" in text
 
 
+def scripted(name: str, doc: dict[str, Any], until_ms: int) -> tuple[Graph, Simulation]:
+    graph = example(name)
+    sim = Simulation(graph, load_script(msgspec.json.encode(doc), graph), time_limit_ms=until_ms)
+    sim.run()
+    return graph, sim
+
+
+def test_work_held_by_the_equipment_is_withdrawn_and_restarted_on_release() -> None:
+    graph, sim = mid_run("tightening-hold", "pause-resume", 200_000)
+    text = explain_state(graph, sim.state)
+    assert (
+        "tighten (step Tighten): push command tighten#2 (com.example.tightening.run.v1), "
+        "attempt 1 of 2, was withdrawn: the equipment held the work; the release sends the "
+        "restart command (com.example.tightening.restart.v1, 2 min to answer)\n"
+    ) in text
+    assert "is out" not in text
+    assert "attempt 2 is sent" not in text
+
+
+def test_an_open_hold_command_says_what_each_answer_does() -> None:
+    graph, sim = mid_run("tightening-hold", "pause-resume", 10_100)
+    text = explain_state(graph, sim.state)
+    assert (
+        "push command tighten#2 (com.example.tightening.run.v1) is out, attempt 1 of 2, deadline "
+        "120.500s (moved by the length of the hold on release); it does not run until the hold "
+        "is answered\n"
+        "    hold command tighten#3:hold is out, deadline 20.000s: if the equipment answers held, "
+        "the work is withdrawn and the release sends the restart command; any other answer, or "
+        "none by then, and the work runs on to its deadline\n"
+    ) in text
+    assert "Next deadline: 20.000s: the hold of tighten counts as not held" in text
+
+
+def test_a_hold_still_open_after_the_release_restarts_at_once_when_answered_held() -> None:
+    doc = {
+        "default": "ok@500",
+        "replies": {"tighten": ["silent"], "tighten:hold": ["held@5000"]},
+        "controls": [{"atMs": 10_000, "kind": "hold"}, {"atMs": 12_000, "kind": "release"}],
+    }
+    graph, sim = scripted("tightening-hold", doc, 13_000)
+    text = explain_state(graph, sim.state)
+    assert "HELD" not in text
+    assert "the work is withdrawn and the restart command is sent at once" in text
+
+
+def test_work_the_equipment_could_not_hold_runs_on() -> None:
+    graph, sim = mid_run("tightening-hold", "hold-refused", 10_400)
+    text = explain_state(graph, sim.state)
+    assert (
+        "push command tighten#2 (com.example.tightening.run.v1) is out, attempt 1 of 2, deadline "
+        "120.500s (moved by the length of the hold on release); if no answer by then, attempt 2 "
+        "is sent\n    the equipment could not hold the work; it runs on to its end\n"
+    ) in text
+
+
+@pytest.mark.parametrize("script", ["pause-resume", "hold-refused", "abort-while-held"])
+def test_no_state_of_a_hold_promises_an_expiry_without_a_deadline(script: str) -> None:
+    graph, sim = mid_run("tightening-hold", script, 0)
+    sim = Simulation(graph, sim.script)
+    while sim.step() is not None:  # every state the job passes through
+        text = explain_state(graph, sim.state)
+        assert "no deadline" not in text, sim.now
+
+
 def test_an_open_restart_is_named() -> None:
     graph, sim = mid_run("tightening-hold", "pause-resume", 310_000)
     text = explain_state(graph, sim.state)
@@ -245,6 +311,45 @@ def test_a_cancelled_job_names_the_reason() -> None:
     assert "The job was cancelled, started at 0.000s: operator stopped the demo." in explain_state(
         graph, sim.state
     )
+
+
+def test_work_open_when_the_job_was_cancelled_was_withdrawn() -> None:
+    graph, sim = mid_run("tightening-hold", "abort-while-held", 20_000)
+    text = explain_state(graph, sim.state)
+    assert "Where the job stopped\n  step Tighten\n" in text
+    assert "Where the job is" not in text
+    assert (
+        "Work that was open when the job ended\n"
+        "  tighten (step Tighten): push command tighten#2 (com.example.tightening.run.v1), "
+        "attempt 1 of 2, was withdrawn when the job was cancelled (order aborted by the MES)\n"
+        "    and with it hold command tighten#3:hold\n"
+    ) in text
+    assert "is out" not in text
+
+
+def test_work_open_when_the_job_faulted_was_withdrawn_by_the_teardown() -> None:
+    doc = {"replies": {"camera_qa": ["silent"], "tighten": ["silent"]}}
+    graph, sim = scripted("rear-axle-fitting", doc, 600_000)
+    text = explain_state(graph, sim.state)
+    assert sim.state.status == "faulted"
+    assert (
+        "  tighten (step TightenBolts): push command tighten#3 (com.example.station.tighten.v1), "
+        "attempt 1 of 3, was withdrawn when the job faulted (teardown)\n"
+    ) in text
+
+
+def test_held_work_of_a_cancelled_job_gets_no_restart() -> None:
+    doc = {
+        "default": "ok@500",
+        "replies": {"tighten": ["silent"]},
+        "controls": [{"atMs": 10_000, "kind": "hold"}, {"atMs": 12_000, "kind": "cancel"}],
+    }
+    graph, sim = scripted("tightening-hold", doc, 600_000)
+    text = explain_state(graph, sim.state)
+    assert (
+        "was withdrawn when the equipment held the work; no restart command was sent, as the "
+        "job ended"
+    ) in text
 
 
 def test_a_job_that_has_not_started() -> None:

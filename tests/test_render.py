@@ -174,6 +174,29 @@ def test_a_held_state_is_named() -> None:
     assert "● N tighten · push 2 min, hold/restart [held by the equipment]" in mermaid
 
 
+def test_work_of_a_cancelled_job_is_marked_withdrawn_not_open() -> None:
+    state = state_at("tightening-hold", "abort-while-held", 20_000)
+    graph = example("tightening-hold")
+    mermaid = render(graph, state)
+    assert "  %% job job-1: cancelled\n" in mermaid
+    assert "N tighten · push 2 min, hold/restart [withdrawn, attempt 1]" in mermaid
+    assert "●" not in mermaid
+    dot = render(graph, state, "dot")
+    assert "withdrawn, attempt 1" in dot
+    assert "#ffe08a" not in dot
+
+
+def test_work_of_a_faulted_job_is_marked_withdrawn_not_open() -> None:
+    graph = example("rear-axle-fitting")
+    doc = b'{"replies": {"camera_qa": ["silent"], "tighten": ["silent"]}}'
+    sim = Simulation(graph, load_script(doc, graph))
+    sim.run()
+    mermaid = render(graph, sim.state)
+    assert "  %% job job-1: faulted (timeout)\n" in mermaid
+    assert "N tighten · push 1 min [withdrawn, attempt 1]" in mermaid
+    assert "open," not in mermaid
+
+
 def test_names_are_escaped() -> None:
     graph = graph_of(
         recipe(
