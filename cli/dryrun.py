@@ -167,9 +167,9 @@ def dryrun(
         sys.stdout.flush()
     elif terminal():
         out = console()
-        for line in lines(result):
+        for line in lines(result, stalled=sim.stalled):
             out.print(Text(line.text, style=TONES[line.tone]))
     else:
-        for line in lines(result):
+        for line in lines(result, stalled=sim.stalled):
             typer.echo(line.text)
     raise typer.Exit(0 if result.end == "completed" else 1)

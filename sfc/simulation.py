@@ -44,7 +44,8 @@ said is recorded before an operator's hold or cancel of the same millisecond. An
 scheduled during an evaluation (a reply with no delay) joins this order at its own time.
 
 A run ends `completed`, `faulted` or `cancelled` with the job; `time_limit` when the next
-item would come after the time limit (or nothing more can happen, e.g. a job held for good);
+item would come after the time limit, or when nothing more can happen (a job held for good:
+then `stalled` is set, and the transcript's last line says so);
 `evaluation_limit` when that many evaluations did not end the job.
 """
 
@@ -349,6 +350,8 @@ class Simulation:
         """Every question to the equipment, in order."""
         self.end: End | None = None
         self.end_at: int = 0
+        self.stalled = False
+        """The run ended `time_limit` because nothing more could happen (a job held for good)."""
         self.fault: RunFault | None = None
 
         self._replies: dict[str, list[str]] = {} if script.replies is UNSET else script.replies
@@ -403,6 +406,7 @@ class Simulation:
             return None
         item = self._next()
         if item is None or item[0] > self.time_limit_ms:
+            self.stalled = item is None
             self._finish("time_limit", self.time_limit_ms)
             return None
         self.now, event = item

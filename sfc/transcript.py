@@ -62,6 +62,24 @@ def seconds(ms: int) -> str:
     return f"{ms / 1000:.3f}s"
 
 
+_UNITS = ((86_400_000, "day", "days"), (3_600_000, "h", "h"), (60_000, "min", "min"))
+
+
+def span(ms: int) -> str:
+    """A length of time: in seconds below a minute (`30.000s`), else in words (`7 days`,
+    `1 h 30 min`, `2 min 0.5 s`)."""
+    if ms < 60_000:
+        return seconds(ms)
+    parts = []
+    for size, one, many in _UNITS:
+        n, ms = divmod(ms, size)
+        if n:
+            parts.append(f"{n} {one if n == 1 else many}")
+    if ms:
+        parts.append(f"{ms / 1000:g} s")
+    return " ".join(parts)
+
+
 def _name(action_key: str) -> str:
     # Action names contain no ':' (SFC017), so the name is what follows the last one.
     return action_key.rpartition(":")[2]
@@ -96,7 +114,7 @@ def describe_event(event: object, issued: dict[str, StartWork] | None = None) ->
         return "start"
     if isinstance(event, Tick):
         outage = 0 if isinstance(event.outage_ms, msgspec.UnsetType) else event.outage_ms
-        return f"tick after an outage of {seconds(outage)}" if outage else "tick"
+        return f"tick after an outage of {span(outage)}" if outage else "tick"
     if isinstance(event, ActionCompleted):
         command_id = None if isinstance(event.command_id, msgspec.UnsetType) else event.command_id
         outcome = "done" if isinstance(event.outcome, msgspec.UnsetType) else event.outcome
@@ -168,7 +186,20 @@ def _tone(disposition: str, continuation: Continuation) -> Tone:
     )
 
 
-def _summary(result: DryRunResult) -> Line:
+def held_since(result: DryRunResult) -> int | None:
+    """When the operator hold in force at the end of the run began, or None."""
+    since: int | None = None
+    for entry in result.transcript:
+        if entry.disposition != "applied":
+            continue
+        if isinstance(entry.event, Hold):
+            since = entry.at_ms
+        elif isinstance(entry.event, (Release, Cancel)):
+            since = None
+    return since
+
+
+def _summary(result: DryRunResult, stalled: bool) -> Line:
     n = len(result.transcript)
     evaluations = f"{n} evaluation{'' if n == 1 else 's'}"
     at = seconds(result.at_ms)
@@ -180,9 +211,17 @@ def _summary(result: DryRunResult) -> Line:
     if result.end == "cancelled":
         return Line(f"end: cancelled at {at} after {evaluations}", "cancelled")
     if result.end == "time_limit":
+        held = held_since(result)
+        if stalled and held is not None:
+            why = f"the job is held since {seconds(held)} and nothing more can happen"
+        elif stalled:
+            why = "nothing more can happen and the job had not ended"
+        elif held is not None:
+            why = f"the job had not ended (held since {seconds(held)})"
+        else:
+            why = "the job had not ended"
         return Line(
-            f"end: time limit of {at} reached after {evaluations}; the job had not ended",
-            "limit",
+            f"end: time limit of {span(result.at_ms)} reached after {evaluations}; {why}", "limit"
         )
     return Line(
         f"end: evaluation limit of {evaluations} reached at {at}; the job had not ended", "limit"
@@ -194,8 +233,12 @@ def describe_steps(steps: list[str]) -> str:
     return f"[now: {', '.join(steps)}]" if steps else "[now: no active step]"
 
 
-def lines(result: DryRunResult) -> list[Line]:
-    """One line per evaluation, then the end of the run."""
+def lines(result: DryRunResult, *, stalled: bool = False) -> list[Line]:
+    """One line per evaluation, then the end of the run.
+
+    `stalled`: the run ended `time_limit` because nothing more could happen (Simulation.stalled),
+    e.g. a job held for good; the last line then says so.
+    """
     issued: dict[str, StartWork] = {}
     out: list[Line] = []
     shown: list[str] | None = None  # the active steps as the lines so far tell them
@@ -217,13 +260,13 @@ def lines(result: DryRunResult) -> list[Line]:
         for command in entry.commands:
             if isinstance(command, StartWork):
                 issued[command.command_id] = command
-    out.append(_summary(result))
+    out.append(_summary(result, stalled))
     return out
 
 
-def to_text(result: DryRunResult) -> str:
+def to_text(result: DryRunResult, *, stalled: bool = False) -> str:
     """The text form: one line per evaluation and a last line on how the run ended."""
-    return "".join(line.text + "\n" for line in lines(result))
+    return "".join(line.text + "\n" for line in lines(result, stalled=stalled))
 
 
 def to_json(result: DryRunResult, indent: int = 2) -> bytes:

@@ -71,6 +71,16 @@ def test_a_run_that_hits_the_time_limit_exits_1(tmp_path: Path) -> None:
     )
 
 
+def test_a_job_held_for_good_says_so_on_the_last_line(tmp_path: Path) -> None:
+    doc = {"default": "silent", "controls": [{"kind": "hold", "atMs": 1000}]}
+    done = sfc("dryrun", GREETINGS, "--script", write(tmp_path, "s.json", doc))
+    assert done.exit_code == 1
+    assert done.stdout.splitlines()[-1] == (
+        "end: time limit of 7 days reached after 2 evaluations; "
+        "the job is held since 1.000s and nothing more can happen"
+    )
+
+
 def test_the_evaluation_limit_can_be_set(tmp_path: Path) -> None:
     script = write(tmp_path, "s.json", {"default": "silent"})
     done = sfc("dryrun", GREETINGS, "--script", script, "--evaluation-limit", 2, "--json")

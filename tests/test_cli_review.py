@@ -180,11 +180,6 @@ def test_render_of_an_ended_job_marks_no_work_as_open(
         assert "held since" not in drawn.stdout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the run stalls at 1 s (held, nothing due) but the last line says a time limit "
-    "of 604800.000s was reached",
-)
 def test_a_job_held_for_good_says_so_instead_of_a_reached_time_limit(tmp_path: Path) -> None:
     """Issue 6: the text transcript is for "a plant engineer [to] follow the job"; sfc/
     simulation.py: `time_limit` also covers "nothing more can happen, e.g. a job held for good".

@@ -533,6 +533,7 @@ def test_the_time_limit_ends_a_run_that_goes_on() -> None:
     result = sim.result()
     assert (result.end, result.at_ms, result.fault) == ("time_limit", 5000, None)
     assert timeline(sim) == [(0, "Start")]
+    assert not sim.stalled
 
 
 def test_an_item_exactly_at_the_time_limit_still_runs() -> None:
@@ -548,6 +549,7 @@ def test_a_job_held_for_good_ends_at_the_time_limit() -> None:
     )
     assert (sim.end, sim.end_at) == ("time_limit", 60_000)
     assert sim.state.held_at == 100
+    assert sim.stalled  # nothing more could happen
 
 
 def test_the_evaluation_limit_ends_a_run() -> None:

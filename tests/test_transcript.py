@@ -33,8 +33,10 @@ from sfc.transcript import (
     describe_event,
     describe_steps,
     from_json,
+    held_since,
     lines,
     seconds,
+    span,
     to_json,
     to_text,
 )
@@ -65,6 +67,23 @@ def test_seconds() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("ms", "text"),
+    [
+        (0, "0.000s"),
+        (59_999, "59.999s"),
+        (60_000, "1 min"),
+        (90_500, "1 min 30.5 s"),
+        (3_600_000, "1 h"),
+        (86_400_000, "1 day"),
+        (604_800_000, "7 days"),
+        (90_061_000, "1 day 1 h 1 min 1 s"),
+    ],
+)
+def test_lengths_of_time_read_in_seconds_below_a_minute_else_in_words(ms: int, text: str) -> None:
+    assert span(ms) == text
+
+
 # --------------------------------------------------------------------------- events
 
 
@@ -73,7 +92,8 @@ def test_seconds() -> None:
     [
         (Start(at=0), "start"),
         (Tick(at=5), "tick"),
-        (Tick(at=5, outage_ms=60_000), "tick after an outage of 60.000s"),
+        (Tick(at=5, outage_ms=30_000), "tick after an outage of 30.000s"),
+        (Tick(at=5, outage_ms=5_400_000), "tick after an outage of 1 h 30 min"),
         (Hold(at=5), "operator hold"),
         (Release(at=5), "operator release"),
         (Cancel(at=5, reason="shift end"), "operator cancel: shift end"),
@@ -237,6 +257,43 @@ def test_the_last_line_says_how_the_run_ended(end: str, last: str, tone: str) ->
     result = DryRunResult(end=end, at_ms=2000, fault=None, transcript=[entry(0, Start(at=0))])  # type: ignore[arg-type]
     assert lines(result)[-1].text == last
     assert lines(result)[-1].tone == tone
+
+
+HELD = [entry(0, Start(at=0)), entry(1000, Hold(at=1000))]
+
+
+@pytest.mark.parametrize(
+    ("transcript", "stalled", "why"),
+    [
+        (HELD, True, "the job is held since 1.000s and nothing more can happen"),
+        (HELD, False, "the job had not ended (held since 1.000s)"),
+        (HELD[:1], True, "nothing more can happen and the job had not ended"),
+        (HELD + [entry(2000, Release(at=2000))], False, "the job had not ended"),
+        (
+            HELD + [entry(2000, Hold(at=2000), "absorbed")],
+            True,
+            "the job is held since 1.000s and nothing more can happen",
+        ),
+    ],
+)
+def test_a_time_limit_says_whether_the_job_is_held_and_whether_anything_could_happen(
+    transcript: list[TranscriptEntry], stalled: bool, why: str
+) -> None:
+    result = DryRunResult(end="time_limit", at_ms=604_800_000, fault=None, transcript=transcript)
+    last = lines(result, stalled=stalled)[-1].text
+    n = len(transcript)
+    assert last == (f"end: time limit of 7 days reached after {n} evaluation{'s' * (n > 1)}; {why}")
+    assert to_text(result, stalled=stalled).endswith(last + "\n")
+
+
+def test_a_cancel_ends_the_hold() -> None:
+    result = DryRunResult(
+        end="cancelled",
+        at_ms=3000,
+        fault=None,
+        transcript=[*HELD, entry(3000, Cancel(at=3000, reason="x"))],
+    )
+    assert held_since(result) is None
 
 
 def test_a_rejected_event_reads_as_rejected() -> None:
