@@ -268,9 +268,9 @@ HELD = [entry(0, Start(at=0)), entry(1000, Hold(at=1000))]
         (HELD, True, "the job is held since 1.000s and nothing more can happen"),
         (HELD, False, "the job had not ended (held since 1.000s)"),
         (HELD[:1], True, "nothing more can happen and the job had not ended"),
-        (HELD + [entry(2000, Release(at=2000))], False, "the job had not ended"),
+        ([*HELD, entry(2000, Release(at=2000))], False, "the job had not ended"),
         (
-            HELD + [entry(2000, Hold(at=2000), "absorbed")],
+            [*HELD, entry(2000, Hold(at=2000), "absorbed")],
             True,
             "the job is held since 1.000s and nothing more can happen",
         ),
