@@ -16,7 +16,9 @@ the job ended, how; and `[now: ...]` where the job is: the active steps after th
 evaluation, in the order they became active, shown on the first line and whenever they
 changed (not when the job ended: the line says how). Command ids are shown without the job
 id (`tighten#4` stands for `job-1:tighten#4`); the JSON form has them in full, and
-`activeSteps` on every entry. The last line says how the run ended.
+`activeSteps` on every entry. A command whose id was given before in the run (a release
+issues open work again) reads `push send_bye#1 again (attempt 1, deadline moved to 42.000s)`.
+The last line says how the run ended.
 """
 
 from __future__ import annotations
@@ -140,22 +142,29 @@ def describe_event(event: object, issued: dict[str, StartWork] | None = None) ->
     if isinstance(event, Release):
         return "operator release"
     if isinstance(event, Cancel):
-        return f"operator cancel: {event.reason}"
+        return f"operator cancel: {event.reason}" if event.reason else "operator cancel"
     if isinstance(event, Resume):
         return "resume"
     return type(event).__name__
 
 
-def describe_command(command: Command) -> str:
-    """One command, e.g. `push tighten#4 (attempt 2, deadline 120.000s)`."""
+def describe_command(command: Command, issued: dict[str, StartWork] | None = None) -> str:
+    """One command, e.g. `push tighten#4 (attempt 2, deadline 120.000s)`.
+
+    A command id in `issued` (the commands given so far) is issued again, e.g. by a release:
+    `push send_bye#1 again (attempt 1, deadline moved to 42.000s)`.
+    """
     short = _short(command.command_id, command.action_key)
     if isinstance(command, CancelWork):
-        return f"withdraw {short} ({command.reason})"
+        return f"withdraw {short} ({command.reason})" if command.reason else f"withdraw {short}"
     details = [f"attempt {command.attempt}"] if command.work == "push" else []
     if command.round > 1:
         details.append(f"round {command.round}")
-    details.append(f"deadline {seconds(command.deadline)}")
-    return f"{command.work} {short} ({', '.join(details)})"
+    before = None if issued is None else issued.get(command.command_id)
+    moved = before is not None and before.deadline != command.deadline
+    details.append(f"deadline {'moved to ' if moved else ''}{seconds(command.deadline)}")
+    again = " again" if before is not None else ""
+    return f"{command.work} {short}{again} ({', '.join(details)})"
 
 
 def describe_continuation(continuation: Continuation) -> str | None:
@@ -246,7 +255,7 @@ def lines(result: DryRunResult, *, stalled: bool = False) -> list[Line]:
         event = describe_event(entry.event, issued)
         text = f"{seconds(entry.at_ms):>11}  {event:<{_EVENT_COLUMN}}  -> {entry.disposition}: {entry.reason}"
         if entry.commands:
-            text += "  => " + "; ".join(describe_command(c) for c in entry.commands)
+            text += "  => " + "; ".join(describe_command(c, issued) for c in entry.commands)
         ended = describe_continuation(entry.continuation)
         if ended is not None:
             text += f"  => {ended}"

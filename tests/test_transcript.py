@@ -179,6 +179,34 @@ def test_describe_command() -> None:
     assert describe_command(cancel) == "withdraw a#4 (redispatch)"
 
 
+def test_a_withdrawal_without_a_reason_has_no_empty_brackets() -> None:
+    cancel = CancelWork(action_key="job-1:a", command_id="job-1:a#4", reason="")
+    assert describe_command(cancel) == "withdraw a#4"
+    assert describe_event(Cancel(at=5, reason="")) == "operator cancel"
+
+
+def test_a_command_id_issued_before_reads_as_issued_again() -> None:
+    first = work("job-1:a#1")
+    issued = {first.command_id: first}
+    moved = msgspec.structs.replace(first, deadline=65_500)
+    assert (
+        describe_command(moved, issued) == "push a#1 again (attempt 1, deadline moved to 65.500s)"
+    )
+    assert describe_command(first, issued) == "push a#1 again (attempt 1, deadline 61.500s)"
+    assert describe_command(work("job-1:a#2"), issued) == "push a#2 (attempt 1, deadline 61.500s)"
+
+
+def test_a_release_that_issues_work_again_says_so_in_the_transcript() -> None:
+    graph = graph_of(recipe(["s1"], actions=[push("a", "s1", timeout=30)]))
+    doc = {
+        "replies": {"a": ["silent", "ok@100"]},
+        "controls": [{"kind": "hold", "atMs": 1000}, {"kind": "release", "atMs": 5000}],
+    }
+    sim = Simulation(graph, load_script(msgspec.json.encode(doc), graph))
+    text = to_text(sim.run())
+    assert "=> push a#1 again (attempt 1, deadline moved to 34.000s)\n" in text
+
+
 def test_describe_continuation() -> None:
     assert describe_continuation(Defer()) is None
     assert describe_continuation(Complete(outcomes=[])) == "job completed"
