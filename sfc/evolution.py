@@ -789,8 +789,9 @@ def _on_cancel(ev: _Evaluation, event: Cancel) -> Handled:
     ev.held_at = None
     ev.status = "cancelled"
     ev.cancel_reason = event.reason
-    ev.note(f"job cancelled: {event.reason}")
-    return "applied", f"job cancelled: {event.reason}"
+    said = f"job cancelled: {event.reason}" if event.reason else "job cancelled"
+    ev.note(said)
+    return "applied", said
 
 
 def _on_hold(ev: _Evaluation, event: Hold) -> Handled:

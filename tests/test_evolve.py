@@ -842,3 +842,11 @@ def test_a_response_with_a_command_id_never_issued_is_rejected():
     assert r.disposition == "rejected"
     assert "never issued" in r.reason
     assert job.rec("a1").status == "open"
+
+
+def test_a_cancel_without_a_reason_reads_plainly():
+    job = Job(two_step())
+    job.start()
+    r = job.cancel(at=1, reason="")
+    assert r.reason == "job cancelled"
+    assert summary(r) == [("cancel", "job-1:a1#1", "")]
