@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -56,3 +57,10 @@ def test_the_readme_code_runs():
     exec(compile(code, "README.md", "exec"), namespace)
     step = namespace["step"]
     assert step.disposition == "applied"  # type: ignore[attr-defined]
+
+
+def test_the_readme_recipe_and_script_are_the_main_jobs_files():
+    args = _main_job_args()
+    files = [args[1], args[args.index("--script") + 1]]
+    shown = [json.loads(b) for b in _blocks("json")]
+    assert shown == [json.loads((ROOT / f).read_text(encoding="utf-8")) for f in files]
