@@ -67,10 +67,6 @@ class TransitionSpec:
     condition: str
     priority: int
 
-    @property
-    def label(self) -> str:
-        return f"{self.source} -> {self.target} [{self.condition}]"
-
 
 @dataclass(frozen=True, slots=True)
 class DivergenceSpec:
@@ -113,9 +109,6 @@ class Graph:
     """Steps inside sequences."""
     waits_by_type: dict[str, tuple[ActionSpec, ...]] = field(default_factory=dict)
     """Pull-event actions by the type id they await."""
-
-    def is_divergence(self, name: str) -> bool:
-        return name in self.divergences
 
     def sequence_actions(self, divergence: str, sequences: list[int]) -> list[ActionSpec]:
         """The action blocks of the given sequences of a divergence, in sequence order."""
