@@ -365,28 +365,45 @@ class _Evaluation:
         failure: str | None,
     ) -> None:
         """Leave `source` through the first transition its outcomes clear, or end the job."""
-        if not transitions:
-            if failure is None:
-                self.leave(source)
-                self.complete_job(source, outcomes)
-            else:
-                self.fault_job(
-                    failure,
-                    f"{source} ended with {failure} (outcomes {_fmt(outcomes)}) "
-                    "and has no transition to route it",
-                )
+        if not transitions and failure is None:
+            self.leave(source)
+            self.complete_job(source, outcomes)
             return
         t = _select(transitions, outcomes, failure)
         if t is None:
             self.fault_job(
-                failure or "no_transition",
-                f"{source} ended with outcomes {_fmt(outcomes)}; no transition matches "
-                f"({', '.join(f'{x.target} on {x.condition}' for x in transitions)})",
+                failure or "no_transition", self._why_stuck(source, transitions, outcomes, failure)
             )
             return
         self.note(f"{source} -> {t.target} fired on {t.condition} (outcomes {_fmt(outcomes)})")
         self.leave(source)
         self.enter(t.target, outcomes)
+
+    def _why_stuck(
+        self,
+        source: str,
+        transitions: tuple[TransitionSpec, ...],
+        outcomes: list[str],
+        failure: str | None,
+    ) -> str:
+        """The fault message when no transition leaves `source`, in a plant engineer's words."""
+        options = ", ".join(f"to {x.target} on {x.condition}" for x in transitions)
+        if failure is None:
+            return (
+                f"{source} ended with outcomes {_fmt(outcomes)}; no transition matches ({options})"
+            )
+        failed = [
+            a.name
+            for a in self.g.step_actions.get(source, ())
+            if self.actions[a.name].outcome == failure
+        ]
+        who = f"{', '.join(failed)} in step {source}" if failed else source
+        if not transitions:
+            return f"{who} ended with {failure}, and {source} has no transition to route it"
+        return (
+            f"{who} ended with {failure}, and no transition of {source} names {failure} "
+            f'({options}); the default "true" does not match after a failure'
+        )
 
     def leave(self, node: str) -> None:
         self.active.pop(node, None)

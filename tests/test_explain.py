@@ -294,8 +294,9 @@ def test_a_faulted_job_says_why() -> None:
     graph, sim = mid_run("bottling-line", "vision-timeout", 600_000)
     text = explain_state(graph, sim.state)
     assert text.splitlines()[1] == (
-        "The job FAULTED, started at 0.000s (timeout): Inspect ended with outcomes {timeout}; "
-        "no transition matches (QualityGate on true)."
+        "The job FAULTED, started at 0.000s (timeout): vision in step Inspect ended with "
+        "timeout, and no transition of Inspect names timeout (to QualityGate on true); "
+        'the default "true" does not match after a failure.'
     )
     assert "Next deadline" not in text
 
