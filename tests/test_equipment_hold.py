@@ -29,7 +29,7 @@ Map to the contract table (spec/02) and the rules of issue #5:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import pytest
@@ -94,62 +94,46 @@ def hid(n: int) -> str:
     return f"{KEY}#{n}:hold"
 
 
-def work(n: int, deadline: int, attempt: int = 1, key: str = KEY) -> StartWork:
+def _start(
+    work: Literal["push", "hold", "restart"],
+    key: str,
+    command_id: str,
+    type_id: str,
+    deadline: int,
+    attempt: int,
+    params: dict,
+) -> StartWork:
+    """A push, hold or restart command as the core must emit it (round 1, no selector)."""
     return StartWork(
-        work="push",
+        work=work,
         action_key=key,
-        command_id=f"{key}#{n}",
-        type_id="t.tighten",
+        command_id=command_id,
+        type_id=type_id,
         attempt=attempt,
         round=1,
         deadline=deadline,
-        parameters=WORK_PARAMS,
+        parameters=params,
         selector=None,
     )
+
+
+def work(n: int, deadline: int, attempt: int = 1, key: str = KEY) -> StartWork:
+    return _start("push", key, f"{key}#{n}", "t.tighten", deadline, attempt, WORK_PARAMS)
 
 
 def hold(n: int, deadline: int, attempt: int = 1, key: str = KEY) -> StartWork:
-    return StartWork(
-        work="hold",
-        action_key=key,
-        command_id=f"{key}#{n}:hold",
-        type_id="t.tighten.hold",
-        attempt=attempt,
-        round=1,
-        deadline=deadline,
-        parameters=HOLD_PARAMS,
-        selector=None,
-    )
+    return _start("hold", key, f"{key}#{n}:hold", "t.tighten.hold", deadline, attempt, HOLD_PARAMS)
 
 
 def restart(n: int, deadline: int, attempt: int = 1) -> StartWork:
     # "It uses no attempt": the restart carries the attempt it restarts and spends none.
-    return StartWork(
-        work="restart",
-        action_key=KEY,
-        command_id=cid(n),
-        type_id="t.tighten.restart",
-        attempt=attempt,
-        round=1,
-        deadline=deadline,
-        parameters=RESTART_PARAMS,
-        selector=None,
-    )
+    return _start("restart", KEY, cid(n), "t.tighten.restart", deadline, attempt, RESTART_PARAMS)
 
 
 def plain(action: str, n: int, deadline: int) -> StartWork:
     """The push of `report` (step s2), `rework` (step s3) or `scrap` (step s4)."""
-    return StartWork(
-        work="push",
-        action_key=f"job-1:{action}",
-        command_id=f"job-1:{action}#{n}",
-        type_id=f"t.{action}",
-        attempt=1,
-        round=1,
-        deadline=deadline,
-        parameters={},
-        selector=None,
-    )
+    key = f"job-1:{action}"
+    return _start("push", key, f"{key}#{n}", f"t.{action}", deadline, 1, {})
 
 
 def cancel(command_id: str, reason: str) -> CancelWork:
