@@ -19,11 +19,13 @@ from cli.files import decode_failure, fail, read
 from cli.main import app
 from cli.validate import format_error
 from generated.capabilities_v1_0 import Capabilities
-from generated.state_v1_3 import SfcState
+from generated.state_v1_4 import SfcState
 from sfc import codec
 from sfc.builder import RECIPE_V1_1_0, build
+from sfc.evolution import STATE_FORMAT
 from sfc.graph import Graph
 from sfc.interpreter import interpreter_for, known_dataschemas
+from sfc.migrate import READERS, MigrationError, migrate, state_format
 from sfc.simulation import (
     DEFAULT_EVALUATION_LIMIT,
     DEFAULT_TIME_LIMIT_MS,
@@ -42,6 +44,7 @@ TONES: dict[Tone, str] = {
     "faulted": "bold red",
     "cancelled": "bold yellow",
     "limit": "bold magenta",
+    "decision": "dim",
 }
 
 
@@ -83,13 +86,31 @@ def load_graph(
 
 
 def load_state(path: Path, graph: Graph) -> SfcState:
-    """A job's state, refused (exit 1) when it is not one or belongs to another recipe."""
+    """A job's state, refused (exit 1) when it is not one or belongs to another recipe.
+
+    A state of an older format is migrated to the current one, and stderr says so.
+    """
     data = read(path, "state")
+    fmt = state_format(data)
+    reader = READERS.get(fmt) if fmt is not None else None
+    if reader is None:
+        said = "no format" if fmt is None else f"format {fmt!r}"
+        fail(
+            f"state {path}: not a job state: it has {said}; "
+            f"this engine reads state formats {', '.join(READERS)}",
+            1,
+        )
     try:
-        state = codec.state_decoder.decode(data)
+        reader.decode(data)
     except msgspec.DecodeError as e:
-        where, message = decode_failure(data, codec.state_decoder, e, "job state")
-        fail(f"state {path}: not a job state (format 1.3): {where}: {message}", 1)
+        where, message = decode_failure(data, reader, e, "job state")
+        fail(f"state {path}: not a job state (format {fmt}): {where}: {message}", 1)
+    try:
+        state = migrate(data, graph)
+    except MigrationError as e:
+        fail(f"state {path}: {e}", 1)
+    if fmt != STATE_FORMAT:
+        typer.echo(f"sfc: state {path}: format {fmt} migrated to {STATE_FORMAT}", err=True)
     if state.recipe_hash != graph.recipe_hash:
         fail(
             f"state {path}: the job runs recipe {state.recipe_hash[:12]}, "
@@ -133,6 +154,14 @@ def dryrun(
         Path | None,
         typer.Option(help="Write the job's state at the end of the run here, for `sfc explain`."),
     ] = None,
+    decisions: Annotated[
+        bool,
+        typer.Option(
+            "--decisions",
+            help="Beneath each line, the decisions behind it (transitions fired, sequences "
+            "started). The JSON form always has them.",
+        ),
+    ] = False,
 ) -> None:
     """Run RECIPE on a virtual clock with scripted equipment and print the transcript.
 
@@ -167,9 +196,9 @@ def dryrun(
         sys.stdout.flush()
     elif terminal():
         out = console()
-        for line in lines(result, stalled=sim.stalled):
+        for line in lines(result, stalled=sim.stalled, decisions=decisions):
             out.print(Text(line.text, style=TONES[line.tone]))
     else:
-        for line in lines(result, stalled=sim.stalled):
+        for line in lines(result, stalled=sim.stalled, decisions=decisions):
             typer.echo(line.text)
     raise typer.Exit(0 if result.end == "completed" else 1)

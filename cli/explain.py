@@ -28,7 +28,9 @@ def explain(
     recipe: Annotated[Path, typer.Argument(help="The recipe (wire JSON).")],
     state: Annotated[
         Path | None,
-        typer.Option(help="A job's state (JSON, format 1.3): explain where the job is instead."),
+        typer.Option(
+            help="A job's state (JSON, format 1.4; older formats are migrated): explain where the job is instead."
+        ),
     ] = None,
 ) -> None:
     """Describe RECIPE: steps, action blocks, transitions, divergences and what ends a job.

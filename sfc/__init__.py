@@ -6,11 +6,13 @@
     # store step.state, apply step.commands in order, map step.continuation to the job
 
 No clock, no I/O, no randomness: time arrives only as `event.at` (epoch milliseconds).
+A stored state of an older format is read with `migrate(document, graph)`.
 """
 
 from sfc.builder import RECIPE_V1_0_0, RECIPE_V1_1_0, BuildError, BuildResult, build
 from sfc.evolution import evolve, new_state, next_deadline
 from sfc.graph import Graph
+from sfc.migrate import MigrationError, migrate
 
 __all__ = [
     "RECIPE_V1_0_0",
@@ -18,8 +20,10 @@ __all__ = [
     "BuildError",
     "BuildResult",
     "Graph",
+    "MigrationError",
     "build",
     "evolve",
+    "migrate",
     "new_state",
     "next_deadline",
 ]

@@ -62,23 +62,27 @@ from generated.event_v1_0 import (
     Tick,
 )
 from generated.snapshot_v1_0 import Snapshot
-from generated.state_v1_3 import ActionRecord, DivergenceRecord, Fault, LogEntry, SfcState
+from generated.state_v1_4 import ActionRecord, DivergenceRecord, Fault, SfcState
 from generated.step_result_v1_0 import (
     Cancelled,
     Complete,
     Continuation,
     Defer,
     FaultContinuation,
-    StepResult,
 )
+from generated.step_result_v1_1 import Decision, StepResult
 from sfc.graph import DEFAULT_OUTCOME, RESERVED_OUTCOMES, TRUE, ActionSpec, Graph, TransitionSpec
 
-STATE_FORMAT: Literal["1.3"] = "1.3"
+STATE_FORMAT: Literal["1.4"] = "1.4"
 PROPAGATION_LIMIT = 10_000
 """Most dispatches, and most step entries, in one evaluation; beyond it the job faults."""
-LOG_LIMIT = 200
-"""Most entries in the state's decision log; the oldest go first."""
 DEFAULT_MAX_ATTEMPTS = 3
+OUTCOME_LIMIT = 256
+"""Most characters of an outcome; an answer or event with a longer one is rejected."""
+ERROR_LIMIT = 4096
+"""Most characters of a reported failure kept in the state; a longer text is cut, with a mark."""
+REASON_LIMIT = 1024
+"""Most characters of a cancel reason; a longer one is cut, with a mark."""
 
 Disposition = Literal["applied", "absorbed", "rejected"]
 FaultCode = Literal["timeout", "error", "no_transition", "propagation_limit"]
@@ -109,7 +113,8 @@ def new_state(graph: Graph, job_id: str, scope: str) -> SfcState:
         fault=None,
         outcomes=[],
         cancel_reason=None,
-        log=[],
+        rounds={},
+        ended_at=None,
     )
 
 
@@ -145,6 +150,16 @@ def evolve(graph: Graph, state: SfcState, snapshot: Snapshot | None, event: Any)
     handler = _HANDLERS.get(type(event))
     if handler is None:
         return _unchanged(state, "rejected", f"not an event: {type(event).__name__}")
+    if not isinstance(state, SfcState):
+        return StepResult(
+            state=state,
+            continuation=_DEFER,
+            commands=[],
+            disposition="rejected",
+            reason=f"evolve takes a state of format {STATE_FORMAT}; migrate older ones first "
+            "(sfc.migrate)",
+            decisions=[],
+        )
     if state.recipe_hash != graph.recipe_hash:
         return _unchanged(
             state,
@@ -171,6 +186,7 @@ def evolve(graph: Graph, state: SfcState, snapshot: Snapshot | None, event: Any)
         commands=ev.commands,
         disposition="applied",
         reason=reason,
+        decisions=ev.decisions,
     )
 
 
@@ -193,14 +209,17 @@ class _Evaluation:
         self.active: dict[str, None] = dict.fromkeys(state.active_steps)
         self.divergences = {d.name: d for d in state.divergences}
         self.actions = dict(state.actions)
+        self.rounds = state.rounds  # copied on the first change (it grows with the recipe)
+        self.rounds_copied = False
         self.sequence = state.sequence
         self.started_at = state.started_at
         self.held_at = state.held_at
+        self.ended_at = state.ended_at
         self.fault = state.fault
         self.outcomes = state.outcomes
         self.cancel_reason = state.cancel_reason
         self.commands: list[Command] = []
-        self.decisions: list[LogEntry] = []
+        self.decisions: list[Decision] = []
         self.worklist: deque[str] = deque()
         self.dispatched = 0
         self.entered = 0
@@ -208,7 +227,7 @@ class _Evaluation:
     # -- bookkeeping
 
     def note(self, decision: str) -> None:
-        self.decisions.append(LogEntry(at=self.at, decision=decision))
+        self.decisions.append(Decision(at=self.at, decision=decision))
 
     def key(self, action: str) -> str:
         return f"{self.job}:{action}"
@@ -406,8 +425,29 @@ class _Evaluation:
         )
 
     def leave(self, node: str) -> None:
+        """Leave a step, or a divergence that converged: their action records are dropped."""
         self.active.pop(node, None)
-        self.divergences.pop(node, None)
+        if self.divergences.pop(node, None) is not None:
+            specs = self.g.divergence_actions[node]
+        else:
+            specs = self.g.step_actions.get(node, ())
+        for spec in specs:
+            self.drop(spec.name)
+
+    def drop(self, name: str) -> None:
+        """Forget an action block's record; one on a cycle keeps the round it was in."""
+        rec = self.actions.pop(name, None)
+        if rec is not None and name in self.g.cyclic:
+            self.set_round(name, rec.round)
+
+    def set_round(self, name: str, value: int | None) -> None:
+        if not self.rounds_copied:
+            self.rounds = dict(self.rounds)
+            self.rounds_copied = True
+        if value is None:
+            self.rounds.pop(name, None)
+        else:
+            self.rounds[name] = value
 
     def enter(self, node: str, outcomes: list[str]) -> None:
         """Enter a step, or a divergence with the outcomes of the node that led into it.
@@ -447,15 +487,23 @@ class _Evaluation:
     def start_action(self, spec: ActionSpec) -> None:
         """A fresh record in a new round, and the command that starts the action block."""
         prev = self.actions.get(spec.name)
+        if prev is not None:
+            last_round = prev.round
+        else:
+            last_round = self.rounds.get(spec.name, 0)
+            if last_round:
+                self.set_round(spec.name, None)  # the record carries it from now on
         work: Literal["push", "await"] = "push" if spec.push else "await"
+        command_id = self.new_command_id(spec.name)
         rec = ActionRecord(
             status="open",
             work=work,
             type_id=spec.type_id,
             attempt=1,
-            round=1 if prev is None else prev.round + 1,
+            round=last_round + 1,
+            first_command=self.sequence,
             deadline=self.at + spec.timeout_ms,
-            command_id=self.new_command_id(spec.name),
+            command_id=command_id,
             outcome=None,
             error=None,
             hold=None,
@@ -592,21 +640,20 @@ class _Evaluation:
 
     def complete_job(self, last: str, outcomes: list[str]) -> None:
         self.status = "completed"
+        self.ended_at = self.at
         self.outcomes = outcomes
         self.note(f"job completed after {last} with outcomes {_fmt(outcomes)}")
 
     def fault_job(self, code: str, message: str) -> None:
         self.withdraw_all("teardown")
         self.status = "faulted"
+        self.ended_at = self.at
         self.fault = Fault(code=code, message=message)  # type: ignore[arg-type]
         self.note(f"job faulted ({code}): {message}")
 
     # -- the result
 
     def result_state(self) -> SfcState:
-        log = self.prior.log
-        if self.decisions:
-            log = [*log, *self.decisions][-LOG_LIMIT:]
         return SfcState(
             format=STATE_FORMAT,
             job_id=self.job,
@@ -622,7 +669,8 @@ class _Evaluation:
             fault=self.fault,
             outcomes=self.outcomes,
             cancel_reason=self.cancel_reason,
-            log=log,
+            rounds=self.rounds,
+            ended_at=self.ended_at,
         )
 
 
@@ -679,7 +727,14 @@ def _on_tick(ev: _Evaluation, event: Tick) -> Handled:
 
 
 def _on_answer(ev: _Evaluation, event: ActionCompleted | ActionFailed) -> Handled:
-    """A response from the equipment, matched by action key, command id and round."""
+    """A response from the equipment, matched by action key, command id and round.
+
+    A command id `{key}#{n}[:hold]` is rejected when n is above the state's counter (never
+    issued) or the key is not the answer's; it is absorbed when its action has no open
+    record (its step was left, or the action is done) or n lies below the first command of
+    the open round (an earlier round's); otherwise it answers the open round, whatever its
+    attempt. A `round` below the record's is absorbed, one above it rejected.
+    """
     prefix = f"{ev.job}:"
     if not event.action_key.startswith(prefix):
         return "rejected", f"action key {event.action_key} belongs to another job"
@@ -689,12 +744,28 @@ def _on_answer(ev: _Evaluation, event: ActionCompleted | ActionFailed) -> Handle
         return "rejected", f"the recipe has no action {name}"
     if not spec.push:
         return "rejected", f"{name} waits for an event; it sent no command to answer"
+    failed = isinstance(event, ActionFailed)
+    if isinstance(event, ActionFailed):
+        outcome = "error"
+        error = cut(event.error if event.error is not UNSET else "", ERROR_LIMIT)
+        error = error or "failure reported"
+    else:
+        outcome = DEFAULT_OUTCOME if event.outcome is UNSET else event.outcome
+        error = None
+        if len(outcome) > OUTCOME_LIMIT:
+            return "rejected", _too_long(name, outcome)
+    command_id = None if event.command_id is UNSET else event.command_id
+    number = None if command_id is None else _command_number(command_id, event.action_key)
+    if command_id is not None and (number is None or number > ev.sequence):
+        return "rejected", f"command id {command_id} was never issued for {name}"
     rec = ev.actions.get(name)
     if rec is None:
-        return "rejected", f"no command was issued for {name}"
-    command_id = None if event.command_id is UNSET else event.command_id
-    if command_id is not None and not _issued(command_id, event.action_key, ev.sequence):
-        return "rejected", f"command id {command_id} was never issued for {name}"
+        if ev.status == "ready":
+            return "rejected", f"no command was issued for {name}: the job has not started"
+        return "absorbed", (
+            f"late answer to {name}: its step {spec.step} is not active "
+            "(it was left, or not entered again yet)"
+        )
     if event.round is not UNSET:
         if event.round < rec.round:
             return "absorbed", f"answer from round {event.round}; {name} is in round {rec.round}"
@@ -703,16 +774,11 @@ def _on_answer(ev: _Evaluation, event: ActionCompleted | ActionFailed) -> Handle
                 "rejected",
                 f"answer from round {event.round}, but {name} is in round {rec.round}",
             )
-
-    failed = isinstance(event, ActionFailed)
-    if isinstance(event, ActionFailed):
-        outcome, error = (
-            "error",
-            (event.error if event.error is not UNSET else "") or "failure reported",
+    if number is not None and number < rec.first_command:
+        return "absorbed", (
+            f"answer to {_short(command_id, ev.job)}, a command of an earlier round of {name} "
+            f"(round {rec.round} began with #{rec.first_command})"
         )
-    else:
-        outcome = DEFAULT_OUTCOME if event.outcome is UNSET else event.outcome
-        error = None
 
     if command_id is not None and command_id.endswith(":hold"):
         return _on_hold_answer(ev, spec, rec, command_id, outcome)
@@ -757,15 +823,25 @@ def _on_hold_answer(
 
 
 def _on_event(ev: _Evaluation, event: EventReceived) -> Handled:
-    """An event completes the open wait whose type and selector it matches."""
+    """An event completes the open wait whose type and selector it matches.
+
+    Waits are tried in recipe order; only open records are looked at, so the cost is that
+    of the state, not of the recipe.
+    """
     if ev.status != "running":
         return "absorbed", "the job has not started"
+    if len(event.outcome) > OUTCOME_LIMIT:
+        return "rejected", _too_long(event.type_id, event.outcome)
     subject = None if event.subject is UNSET else event.subject
     correlation = None if event.correlation_id is UNSET else event.correlation_id
-    for spec in ev.g.waits_by_type.get(event.type_id, ()):
-        rec = ev.actions.get(spec.name)
-        if rec is None or rec.status != "open":
-            continue
+    waits = sorted(
+        (spec.index, spec)
+        for name, rec in ev.actions.items()
+        if rec.status == "open" and rec.work == "await"
+        for spec in (ev.g.actions[name],)
+        if spec.type_id == event.type_id
+    )
+    for _, spec in waits:
         sel = ev.selector(spec)
         if sel is not None and (
             (sel.subject is not None and sel.subject != subject)
@@ -802,11 +878,13 @@ def _on_resume(ev: _Evaluation, event: Resume) -> Handled:
 
 
 def _on_cancel(ev: _Evaluation, event: Cancel) -> Handled:
-    ev.withdraw_all(event.reason)
+    reason = cut(event.reason, REASON_LIMIT)
+    ev.withdraw_all(reason)
     ev.held_at = None
     ev.status = "cancelled"
-    ev.cancel_reason = event.reason
-    said = f"job cancelled: {event.reason}" if event.reason else "job cancelled"
+    ev.ended_at = ev.at
+    ev.cancel_reason = reason
+    said = f"job cancelled: {reason}" if reason else "job cancelled"
     ev.note(said)
     return "applied", said
 
@@ -862,10 +940,32 @@ _HANDLERS: dict[type, Any] = {
 # --------------------------------------------------------------------------- helpers
 
 
-def _issued(command_id: str, action_key: str, sequence: int) -> bool:
-    """Whether `command_id` is one this job issued for the action: `{key}#{n}[:hold]`, n <= sequence."""
+def _command_number(command_id: str, action_key: str) -> int | None:
+    """The sequence number n of `{action_key}#{n}[:hold]`, or None when it is not of that form."""
     head, sep, number = command_id.removesuffix(":hold").rpartition("#")
-    return head == action_key and sep == "#" and number.isdigit() and 0 < int(number) <= sequence
+    if head != action_key or sep != "#" or not number.isdigit() or len(number) > 19:
+        return None
+    n = int(number)
+    return n if n > 0 else None
+
+
+def _short(command_id: str | None, job: str) -> str:
+    return "" if command_id is None else command_id.removeprefix(f"{job}:")
+
+
+def cut(text: str, limit: int) -> str:
+    """`text`, or its first characters and a mark saying how long it was, in `limit` characters."""
+    if len(text) <= limit:
+        return text
+    mark = f" ...[cut: {len(text)} characters in all]"
+    return text[: limit - len(mark)] + mark
+
+
+def _too_long(what: str, outcome: str) -> str:
+    return (
+        f"the outcome for {what} has {len(outcome)} characters; "
+        f"an outcome has at most {OUTCOME_LIMIT}"
+    )
 
 
 def _duration(ms: int) -> str:
@@ -904,16 +1004,18 @@ def _unchanged(state: SfcState, disposition: Disposition, reason: str) -> StepRe
         commands=[],
         disposition=disposition,
         reason=reason,
+        decisions=[],
     )
 
 
 def _misfit(graph: Graph, state: SfcState) -> str | None:
+    """Whatever in the state the recipe does not know; O(the records kept), not the recipe."""
     for step in state.active_steps:
         if step not in graph.step_actions:
             return f"active step {step} is not in the recipe"
-    if not graph.actions.keys() >= state.actions.keys():
-        unknown = next(n for n in state.actions if n not in graph.actions)
-        return f"action {unknown} is not in the recipe"
+    for name in state.actions:
+        if name not in graph.actions:
+            return f"action {name} is not in the recipe"
     for d in state.divergences:
         if d.name not in graph.divergences:
             return f"divergence {d.name} is not in the recipe"
@@ -933,4 +1035,5 @@ def _propagation_fault(graph: Graph, state: SfcState, at: int) -> StepResult:
         commands=ev.commands,
         disposition="applied",
         reason="propagation limit reached",
+        decisions=ev.decisions,
     )

@@ -16,13 +16,12 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from generated.state_v1_3 import ActionRecord, SfcState
+from generated.state_v1_4 import ActionRecord, SfcState
 from sfc.evolution import DEFAULT_MAX_ATTEMPTS, ENDED, next_deadline
 from sfc.graph import TRUE, ActionSpec, DivergenceSpec, Graph, TransitionSpec
 
 _VIRTUAL_CLOCK_LIMIT = 10**11
 """Below this (early 1973 as epoch ms) a time is taken to be on a virtual clock."""
-_LOG_LINES = 8
 
 
 def when(ms: int) -> str:
@@ -377,6 +376,8 @@ def _status_lines(graph: Graph, state: SfcState) -> list[str]:
     if state.status == "ready":
         return [f"The job has not started; a start enters step {graph.initial}."]
     since = "" if state.started_at is None else f", started at {when(state.started_at)}"
+    if state.ended_at is not None:
+        since += f", ended at {when(state.ended_at)}"
     if state.status == "completed":
         outcomes = ", ".join(state.outcomes) or "none"
         return [f"The job completed{since}; the outcomes of its last step: {outcomes}."]
@@ -443,14 +444,12 @@ def explain_state(
                     f"  {line}"
                     for line in _open_lines(graph, state, name, rec, max_attempts_default)
                 )
-        active = set(state.active_steps)
+        # The state keeps records of active steps and of open divergences only.
         recorded = [
-            (n, r)
-            for n, r in state.actions.items()
-            if r.status == "done" and n in graph.actions and graph.actions[n].step in active
+            (n, r) for n, r in state.actions.items() if r.status == "done" and n in graph.actions
         ]
         if recorded:
-            out += ["", "Already done in the active steps"]
+            out += ["", "Already done in the active steps and open divergences"]
             for name, rec in recorded:
                 error = f" ({rec.error})" if rec.error else ""
                 out.append(f"  {name}: outcome {rec.outcome}{error}")
@@ -466,9 +465,6 @@ def explain_state(
         else:
             what = _due_lines(graph, state, due, max_attempts_default)
             out.append(f"Next deadline: {when(due)}" + (f": {'; '.join(what)}" if what else ""))
-    if state.log:
-        out += ["", "Recent decisions (newest last)"]
-        out.extend(f"  {when(e.at):>11}  {e.decision}" for e in state.log[-_LOG_LINES:])
     return "\n".join(out) + "\n"
 
 

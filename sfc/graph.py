@@ -109,6 +109,11 @@ class Graph:
     """Steps inside sequences."""
     waits_by_type: dict[str, tuple[ActionSpec, ...]] = field(default_factory=dict)
     """Pull-event actions by the type id they await."""
+    cyclic: frozenset[str] = frozenset()
+    """Action blocks that can be entered again: their step, or the divergence it lies in,
+    is on a cycle of the chart. Only these need a round counter once their step is left."""
+    divergence_actions: dict[str, tuple[ActionSpec, ...]] = field(default_factory=dict)
+    """The action blocks of every sequence of each divergence."""
 
     def sequence_actions(self, divergence: str, sequences: list[int]) -> list[ActionSpec]:
         """The action blocks of the given sequences of a divergence, in sequence order."""
@@ -197,6 +202,18 @@ def index(recipe: Recipe, recipe_hash: str, dataschema: str) -> Graph:
         )
 
     outgoing = {s: _by_priority(by_source.get(s, [])) for s in steps if s not in position}
+    divergence_actions = {
+        name: tuple(a for seq in d.sequences for step in seq for a in step_actions[step])
+        for name, d in divergences.items()
+    }
+    edges: dict[str, list[str]] = {node: [t.target for t in ts] for node, ts in outgoing.items()}
+    edges.update({name: [t.target for t in d.exits] for name, d in divergences.items()})
+    on_cycle = _on_cycle(edges)
+    cyclic = frozenset(
+        a.name
+        for a in actions.values()
+        if (a.step if a.step not in position else position[a.step].divergence) in on_cycle
+    )
     return Graph(
         recipe_hash=recipe_hash,
         dataschema=dataschema,
@@ -209,4 +226,49 @@ def index(recipe: Recipe, recipe_hash: str, dataschema: str) -> Graph:
         divergences=divergences,
         position=position,
         waits_by_type={t: tuple(a) for t, a in waits.items()},
+        cyclic=cyclic,
+        divergence_actions=divergence_actions,
     )
+
+
+def _on_cycle(edges: dict[str, list[str]]) -> set[str]:
+    """The nodes that lie on a cycle: Tarjan's strongly connected components, iteratively
+    (a chart may have 20,000 steps), keeping those of more than one node or with a self-loop."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: set[str] = set()
+    for root in edges:
+        if root in order:
+            continue
+        work: list[tuple[str, int]] = [(root, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                order[node] = low[node] = len(order)
+                stack.append(node)
+                on_stack.add(node)
+            targets = edges.get(node, [])
+            if i < len(targets):
+                work.append((node, i + 1))
+                nxt = targets[i]
+                if nxt not in order:
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], order[nxt])
+                continue
+            if work:  # back in the caller: pass the low link up
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == order[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1 or node in targets:
+                    found.update(component)
+    return found

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Literal
 
-from generated.state_v1_3 import ActionRecord, SfcState
+from generated.state_v1_4 import ActionRecord, SfcState
 from sfc.explain import duration, when
 from sfc.graph import ActionSpec, Graph, TransitionSpec
 

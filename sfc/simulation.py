@@ -61,7 +61,7 @@ import msgspec
 from msgspec import UNSET
 
 from generated.command_v1_0 import StartWork
-from generated.dryrun_result_v1_0 import DryRunResult, RunFault, TranscriptEntry
+from generated.dryrun_result_v1_1 import DryRunResult, RunFault, TranscriptEntry
 from generated.event_v1_0 import (
     ActionCompleted,
     ActionFailed,
@@ -81,7 +81,7 @@ from generated.simulation_script_v1_0 import (
     SimulationScript,
 )
 from generated.snapshot_v1_0 import Snapshot
-from generated.state_v1_3 import SfcState
+from generated.state_v1_4 import SfcState
 from generated.step_result_v1_0 import Cancelled, Complete, FaultContinuation
 from sfc.evolution import evolve, new_state, next_deadline
 from sfc.graph import RESERVED_OUTCOMES, Graph
@@ -420,6 +420,7 @@ class Simulation:
             commands=result.commands,
             continuation=result.continuation,
             active_steps=list(result.state.active_steps),
+            decisions=result.decisions,
         )
         self.transcript.append(entry)
         for command in result.commands:

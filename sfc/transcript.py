@@ -29,7 +29,7 @@ from typing import Literal
 import msgspec
 
 from generated.command_v1_0 import CancelWork, Command, StartWork
-from generated.dryrun_result_v1_0 import DryRunResult
+from generated.dryrun_result_v1_1 import DryRunResult, TranscriptEntry
 from generated.event_v1_0 import (
     ActionCompleted,
     ActionFailed,
@@ -43,7 +43,9 @@ from generated.event_v1_0 import (
 )
 from generated.step_result_v1_0 import Cancelled, Complete, Continuation, FaultContinuation
 
-Tone = Literal["applied", "absorbed", "rejected", "completed", "faulted", "cancelled", "limit"]
+Tone = Literal[
+    "applied", "absorbed", "rejected", "completed", "faulted", "cancelled", "limit", "decision"
+]
 """How a line reads: a front end may colour it (the CLI does, on a terminal)."""
 
 _EVENT_COLUMN = 34
@@ -242,8 +244,11 @@ def describe_steps(steps: list[str]) -> str:
     return f"[now: {', '.join(steps)}]" if steps else "[now: no active step]"
 
 
-def lines(result: DryRunResult, *, stalled: bool = False) -> list[Line]:
+def lines(result: DryRunResult, *, stalled: bool = False, decisions: bool = False) -> list[Line]:
     """One line per evaluation, then the end of the run.
+
+    `decisions`: beneath each line, the decisions of the evaluation that its reason does not
+    already say (a transition that fired, a sequence that started), indented and marked `·`.
 
     `stalled`: the run ended `time_limit` because nothing more could happen (Simulation.stalled),
     e.g. a job held for good; the last line then says so.
@@ -266,6 +271,8 @@ def lines(result: DryRunResult, *, stalled: bool = False) -> list[Line]:
                 text += f"  {describe_steps(steps)}"
             shown = steps
         out.append(Line(text, _tone(entry.disposition, entry.continuation)))
+        if decisions:
+            out.extend(Line(text, "decision") for text in _decision_lines(entry))
         for command in entry.commands:
             if isinstance(command, StartWork):
                 issued[command.command_id] = command
@@ -273,13 +280,21 @@ def lines(result: DryRunResult, *, stalled: bool = False) -> list[Line]:
     return out
 
 
-def to_text(result: DryRunResult, *, stalled: bool = False) -> str:
-    """The text form: one line per evaluation and a last line on how the run ended."""
-    return "".join(line.text + "\n" for line in lines(result, stalled=stalled))
+def _decision_lines(entry: TranscriptEntry) -> list[str]:
+    """The evaluation's decisions that its reason does not already say, one per line."""
+    if isinstance(entry.decisions, msgspec.UnsetType):  # written before decisions existed
+        return []
+    return [f"{'':>11}  · {d.decision}" for d in entry.decisions if d.decision not in entry.reason]
+
+
+def to_text(result: DryRunResult, *, stalled: bool = False, decisions: bool = False) -> str:
+    """The text form: one line per evaluation (with `decisions`, and the decisions beneath
+    it) and a last line on how the run ended."""
+    return "".join(line.text + "\n" for line in lines(result, stalled=stalled, decisions=decisions))
 
 
 def to_json(result: DryRunResult, indent: int = 2) -> bytes:
-    """The JSON form (schemas/dryrun_result_v1_0.json), keys in schema order, newline-terminated."""
+    """The JSON form (schemas/dryrun_result_v1_1.json), keys in schema order, newline-terminated."""
     data = _encoder.encode(result)
     if indent:
         data = msgspec.json.format(data, indent=indent)

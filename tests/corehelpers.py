@@ -24,8 +24,8 @@ from generated.event_v1_0 import (
     Tick,
 )
 from generated.snapshot_v1_0 import Snapshot
-from generated.state_v1_3 import ActionRecord, SfcState
-from generated.step_result_v1_0 import StepResult
+from generated.state_v1_4 import ActionRecord, SfcState
+from generated.step_result_v1_1 import StepResult
 from sfc.builder import build
 from sfc.evolution import evolve, new_state, next_deadline
 from sfc.graph import Graph
@@ -111,18 +111,28 @@ class Job:
         self.snapshot = snapshot
         self.state: SfcState = new_state(self.graph, job_id, "test")
         self.results: list[StepResult] = []
+        self.last_seen: dict[str, ActionRecord] = {}
+        """Each action's record as the state last held it (a step that is left drops it)."""
 
     def send(self, event: Any) -> StepResult:
         result = evolve(self.graph, self.state, self.snapshot, event)
         self.state = result.state
         self.results.append(result)
+        self.last_seen.update(result.state.actions)
         return result
 
     def key(self, action: str) -> str:
         return f"{self.job_id}:{action}"
 
     def rec(self, action: str) -> ActionRecord:
-        return self.state.actions[action]
+        """The action's record; once its step was left, the record it had when it was dropped."""
+        found = self.state.actions.get(action)
+        return self.last_seen[action] if found is None else found
+
+    @property
+    def decisions(self) -> list[str]:
+        """Every decision of the job so far, in order."""
+        return [d.decision for r in self.results for d in r.decisions]
 
     @property
     def next_deadline(self) -> int | None:

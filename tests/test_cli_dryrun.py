@@ -11,8 +11,8 @@ from click.testing import Result
 from typer.testing import CliRunner
 
 from cli.main import app
-from generated.dryrun_result_v1_0 import DryRunResult
-from generated.state_v1_3 import SfcState
+from generated.dryrun_result_v1_1 import DryRunResult
+from generated.state_v1_4 import SfcState
 from tests.corehelpers import push, recipe, t
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -36,8 +36,9 @@ import pytest
 from msgspec.structs import replace
 
 from generated.command_v1_0 import CancelWork, StartWork
-from generated.state_v1_3 import ActionRecord, SfcState
-from generated.step_result_v1_0 import Cancelled, Complete, Defer, FaultContinuation, StepResult
+from generated.state_v1_4 import ActionRecord, SfcState
+from generated.step_result_v1_0 import Cancelled, Complete, Defer, FaultContinuation
+from generated.step_result_v1_1 import StepResult
 from tests.corehelpers import Job, push, recipe, summary, t
 
 WORK_S, HOLD_S, RESTART_S = 60, 10, 30
@@ -146,6 +147,7 @@ RUNNING = ActionRecord(
     type_id="t.tighten",
     attempt=1,
     round=1,
+    first_command=1,
     deadline=WORK_S * 1000,
     command_id=cid(1),
     outcome=None,
@@ -359,7 +361,7 @@ def test_rule2_the_restart_uses_no_attempt():
     # one attempt is left, yet the restart's expiry is the outcome timeout, not attempt 3
     r = job.tick(at=93_000)
     assert r.commands == [cancel(cid(4), "timeout"), plain("scrap", 5, 98_000)]
-    assert job.rec("tighten").outcome == "timeout"
+    assert r.decisions[0].decision.startswith("tighten timed out")
     assert job.state.active_steps == ["s4"]  # s1 -> s4 on timeout
 
 
@@ -543,8 +545,8 @@ def test_row6_the_restart_response_completes_the_action_and_routes_on_its_outcom
     assert r.disposition == "applied"
     assert r.continuation == Defer()
     assert r.commands == [next_command]
-    rec = job.rec("tighten")
-    assert (rec.status, rec.outcome, rec.work, rec.restarted) == ("done", outcome, "restart", True)
+    assert r.decisions[0].decision == f"tighten answered {outcome}"
+    assert "tighten" not in job.state.actions  # s1 was left
     assert job.state.active_steps == [step]
 
     before = job.state
@@ -559,7 +561,7 @@ def test_row6_the_restart_expires_with_the_outcome_timeout():
     r = job.tick(at=35_000)
     assert r.disposition == "applied"
     assert r.commands == [cancel(cid(3), "timeout"), plain("scrap", 4, 40_000)]
-    assert job.rec("tighten").outcome == "timeout"
+    assert r.decisions[0].decision.startswith("tighten timed out")
     assert job.state.active_steps == ["s4"]
 
     r = job.respond("scrap", "done", at=36_000)
@@ -736,7 +738,7 @@ def test_rule6_an_answer_without_command_id_belongs_to_the_open_restart():
     job = _restarted(released_at=5_000)
     r = job.respond("tighten", "retightened", at=6_000)
     assert r.disposition == "applied"
-    assert job.rec("tighten").outcome == "retightened"
+    assert r.decisions[0].decision == "tighten answered retightened"
     assert r.commands == [plain("report", 4, 11_000)]
 
 
@@ -815,14 +817,9 @@ def test_rule9_the_state_records_hold_status_id_deadline_and_restarted():
     wire = msgspec.json.encode(rec)
     assert b'"restarted":true' in wire and b'"holdDeadline":null' in wire
 
-    job.respond("tighten", "retightened", at=5_000, command_id=cid(3))
-    done = job.rec("tighten")
-    assert (done.status, done.outcome, done.deadline, done.restarted) == (
-        "done",
-        "retightened",
-        None,
-        True,
-    )
+    r = job.respond("tighten", "retightened", at=5_000, command_id=cid(3))
+    assert r.decisions[0].decision == "tighten answered retightened"
+    assert "tighten" not in job.state.actions  # the step was left: no record of it stays
 
 
 def test_rule9_the_restart_clears_the_hold_command_id():

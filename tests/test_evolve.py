@@ -12,7 +12,7 @@ from generated.event_v1_0 import Start
 from generated.snapshot_v1_0 import Snapshot
 from generated.step_result_v1_0 import Cancelled, Complete, Defer, FaultContinuation
 from sfc.codec import encode
-from sfc.evolution import LOG_LIMIT, evolve, new_state
+from sfc.evolution import evolve, new_state
 from tests.corehelpers import (
     Job,
     divergence,
@@ -193,7 +193,8 @@ def test_a_transition_that_names_the_failure_routes_it():
     job.start()
     r = job.fail("a", "motor stalled")
     assert job.state.active_steps == ["recover"]
-    assert job.rec("a").error == "motor stalled"
+    assert "a failed: motor stalled" in job.decisions
+    assert "a" not in job.state.actions  # s1 was left: its record is dropped
     assert summary(r) == [("push", "job-1:fix#2")]
 
 
@@ -527,7 +528,7 @@ def test_a_response_to_an_earlier_attempt_completes_the_open_action():
     job.tick(10_000)
     r = job.respond("a1", "ok", command_id="job-1:a1#1", at=10_500)
     assert r.disposition == "applied"
-    assert job.rec("a1").outcome == "ok"
+    assert r.decisions[0].decision == "a1 answered ok"
     assert job.state.status == "completed"  # s2 has no actions and no transitions
 
 
@@ -590,7 +591,7 @@ def test_action_failed_gives_outcome_error_with_its_text():
     )
     job.start()
     job.fail("a", "torque out of range")
-    assert (job.rec("a").outcome, job.rec("a").error) == ("error", "torque out of range")
+    assert "a failed: torque out of range" in job.decisions
 
 
 def test_an_event_completes_the_wait_whose_selector_matches_exactly():
@@ -785,17 +786,22 @@ def test_more_than_ten_thousand_dispatches_in_one_evaluation_fault():
     assert job.state.status == "faulted"
 
 
-# ---------------------------------------------------------------- 12. dispositions and the log
+# ---------------------------------------------------------------- 12. dispositions and decisions
 
 
-def test_every_result_has_a_readable_reason_and_the_log_is_capped():
+def test_every_result_has_a_reason_and_its_own_decisions_and_the_state_does_not_grow():
     job = Job(loop())
     job.start(at=0)
+    sizes = []
     for i in range(150):
         r = job.respond("w", "again", at=i + 1)
         assert r.reason
-    assert len(job.state.log) == LOG_LIMIT
-    assert job.state.log[-1].decision.startswith("work -> work fired on again")
+        assert [d.at for d in r.decisions] == [i + 1] * len(r.decisions)
+        assert r.decisions[-1].decision.startswith("work -> work fired on again")
+        sizes.append(len(encode(job.state)))
+    assert job.state.actions["w"].round == 151
+    # Only the counters' digits grow: round 10 -> 151, sequence 10 -> 151.
+    assert sizes[-1] - sizes[9] <= 4
 
 
 # ---------------------------------------------------------------- 13. pinning
@@ -830,7 +836,7 @@ def test_a_state_round_trips_through_the_wire():
     job.start(at=0)
     job.respond("init_push", at=1)
     data = encode(job.state)
-    from generated.state_v1_3 import SfcState
+    from generated.state_v1_4 import SfcState
 
     assert msgspec.json.decode(data, type=SfcState) == job.state
 

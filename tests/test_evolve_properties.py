@@ -36,20 +36,22 @@ import msgspec
 from hypothesis import HealthCheck, given, settings, target
 from hypothesis import strategies as st
 from msgspec import UNSET
+from msgspec.structs import replace
 
 from generated.command_v1_0 import CancelWork, StartWork
 from generated.event_v1_0 import ActionCompleted, Release, Start, Tick
-from generated.state_v1_3 import SfcState
+from generated.state_v1_4 import ActionRecord, DivergenceRecord, SfcState
 from generated.step_result_v1_0 import (
     Cancelled,
     Complete,
     Defer,
     FaultContinuation,
-    StepResult,
 )
+from generated.step_result_v1_1 import StepResult
 from sfc.builder import build
 from sfc.codec import encode, state_decoder, step_result_decoder
-from sfc.evolution import ENDED, LOG_LIMIT, evolve, new_state, next_deadline
+from sfc.evolution import ENDED, evolve, new_state, next_deadline
+from sfc.graph import Graph
 from tests.corehelpers import push, recipe, t
 from tests.strategies import BuiltRecipe, Trace, built_recipes, endless_recipe_docs, job_traces
 
@@ -321,32 +323,110 @@ def test_absorbed_and_rejected_change_nothing_and_every_result_has_a_reason(
             assert result.disposition == "applied"
 
 
-# ------------------------------------------------------------------------ 11. the log
+# ------------------------------------------------------------------------ 11. a bounded state
+
+_WIDEST = 10**19 - 1
+"""A counter or time at its widest (19 digits)."""
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def _texts(trace: Trace) -> tuple[int, int, int]:
+    """The widest outcome, error and cancel reason the trace's events carry (its alphabet,
+    not its length): the state keeps texts, never more of them as the job runs."""
+    outcome = max(len(o) for o in ("timeout", "error", "done", "held"))
+    error, reason = len("failure reported"), 0
+    for e in trace.steps:
+        ev = e.event
+        if isinstance(getattr(ev, "outcome", None), str):
+            outcome = max(outcome, len(ev.outcome))
+        if isinstance(getattr(ev, "error", None), str):
+            error = max(error, len(ev.error))
+        if isinstance(getattr(ev, "reason", None), str):
+            reason = max(reason, len(ev.reason))
+    return outcome, error, reason
+
+
+def state_bound(graph: Graph, job_id: str, scope: str, texts: tuple[int, int, int]) -> int:
+    """The encoded size of the largest state a job of this recipe can have, fault aside.
+
+    The records kept at once are those of one top-level step, or of every sequence of one
+    divergence; each at its widest (counters of 19 digits, the widest texts), plus a round
+    counter for every action on a cycle and every other field at its widest.
+    """
+    ow, ew, rw = texts
+    type_width = max(
+        [len(a.type_id) for a in graph.actions.values()]
+        + [len(c.type_id) for a in graph.actions.values() for c in (a.hold, a.restart) if c]
+        + [1]
+    )
+    top = [(s, [s], graph.step_actions[s], None) for s in graph.steps if s not in graph.position]
+    groups = top + [
+        (d, [x for seq in spec.sequences for x in seq], graph.divergence_actions[d], spec)
+        for d, spec in graph.divergences.items()
+    ]
+    widest = 0
+    for _, steps, specs, spec in groups:
+        records = {
+            a.name: ActionRecord(
+                status="open",
+                work="restart",
+                type_id="t" * type_width,
+                attempt=_WIDEST,
+                round=_WIDEST,
+                first_command=_WIDEST,
+                deadline=_WIDEST,
+                command_id=f"{job_id}:{a.name}#{_WIDEST}",
+                outcome="o" * ow,
+                error="e" * ew,
+                hold="notHeld",
+                hold_command_id=f"{job_id}:{a.name}#{_WIDEST}:hold",
+                hold_deadline=_WIDEST,
+                restarted=False,
+            )
+            for a in specs
+        }
+        n = 0 if spec is None else len(spec.sequences)
+        state = SfcState(
+            format="1.4",
+            job_id=job_id,
+            scope=scope,
+            recipe_hash=graph.recipe_hash,
+            status="cancelled",
+            active_steps=steps,
+            divergences=[]
+            if spec is None
+            else [
+                DivergenceRecord(name=spec.name, sequences=list(range(n)), finished=list(range(n)))
+            ],
+            actions=records,
+            rounds={a: _WIDEST for a in graph.cyclic},
+            sequence=_WIDEST,
+            started_at=_WIDEST,
+            held_at=_WIDEST,
+            ended_at=_WIDEST,
+            fault=None,
+            outcomes=["o" * ow] * max(len(v) for v in graph.step_actions.values()),
+            cancel_reason="r" * rw,
+        )
+        widest = max(widest, len(encode(state)))
+    return widest
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.one_of(
         job_traces(),
         job_traces(max_events=250, recipes=built_recipes(endless_recipe_docs()), cancels=False),
     )
 )
-def test_the_log_never_exceeds_200_entries_and_drops_the_oldest(trace: Trace) -> None:
-    longest = 0
-    for step, result in trace.results():
-        log, prior = result.state.log, step.prior.log
-        assert len(log) <= LOG_LIMIT
-        # The new log is a tail of the old one followed by this evaluation's decisions.
-        fresh = 0
-        while fresh < len(log) and log[len(log) - 1 - fresh].at == step.event.at:
-            fresh += 1
-        assert any(
-            log[: len(log) - n] == prior[len(prior) - (len(log) - n) :]
-            for n in range(fresh + 1)
-            if len(log) - n <= len(prior)
-        ), "the log lost entries other than its oldest"
-        longest = max(longest, len(log))
-    target(float(longest), label="longest log")  # steer generation towards the cap
+def test_the_state_never_outgrows_a_bound_computed_from_the_recipe(trace: Trace) -> None:
+    """However long the trace, the state stays within what the recipe allows at once."""
+    bound = state_bound(trace.graph, trace.initial.job_id, trace.initial.scope, _texts(trace))
+    largest = 0
+    for _, result in trace.results():
+        size = len(encode(replace(result.state, fault=None)))
+        assert size <= bound, (size, bound)
+        largest = max(largest, size)
+    target(float(largest) / bound, label="state size against its bound")
 
 
 # ------------------------------------------------------------------------ propagation limit

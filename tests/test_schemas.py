@@ -110,7 +110,7 @@ def test_schema_is_valid_draft_2020_12(name: str) -> None:
 AGREED_KEYWORDS = frozenset(
     {"$schema", "$id", "$defs", "$ref", "title", "description", "default", "discriminator"}
     | {"type", "properties", "required", "additionalProperties", "items", "enum", "const"}
-    | {"oneOf", "anyOf", "minimum", "maximum", "maxItems", "pattern"}
+    | {"oneOf", "anyOf", "minimum", "maximum", "maxItems", "maxLength", "pattern"}
 )
 
 

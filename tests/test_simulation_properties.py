@@ -13,7 +13,7 @@ does.
    ScriptError (the documented refusal);
 1. Simulation.run() never raises and ends completed, faulted, cancelled, time_limit or
    evaluation_limit, within its limits;
-2. the JSON result validates against schemas/dryrun_result_v1_0.json and decodes back with
+2. the JSON result validates against schemas/dryrun_result_v1_1.json and decodes back with
    from_json to an equal DryRunResult;
 3. to_text never raises and has one line per transcript entry, then the end line;
 4. explain of the recipe names every step; explain of the job's state before the run,
@@ -39,9 +39,9 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from generated.dryrun_result_v1_0 import DryRunResult
+from generated.dryrun_result_v1_1 import DryRunResult
 from generated.simulation_script_v1_0 import SimulationScript
-from generated.state_v1_3 import SfcState
+from generated.state_v1_4 import SfcState
 from sfc.explain import explain
 from sfc.graph import RESERVED_OUTCOMES, Graph
 from sfc.render import FORMATS, render
@@ -396,7 +396,7 @@ def test_1_a_run_never_raises_and_ends_in_a_documented_way(case: Case) -> None:
 def test_2_the_json_result_validates_and_decodes_to_an_equal_result(case: Case) -> None:
     _, result = ran(case)
     data = to_json(result)
-    errors = sorted(validator("dryrun_result_v1_0").iter_errors(msgspec.json.decode(data)), key=str)
+    errors = sorted(validator("dryrun_result_v1_1").iter_errors(msgspec.json.decode(data)), key=str)
     assert not errors, f"{errors[0].message} at {errors[0].json_path}"
     assert from_json(data) == result
 

@@ -7,7 +7,7 @@ import pytest
 from msgspec import UNSET
 
 from generated.command_v1_0 import CancelWork, StartWork
-from generated.dryrun_result_v1_0 import DryRunResult, RunFault, TranscriptEntry
+from generated.dryrun_result_v1_1 import DryRunResult, RunFault, TranscriptEntry
 from generated.event_v1_0 import (
     ActionCompleted,
     ActionFailed,
@@ -382,6 +382,7 @@ def test_the_json_form_is_the_dry_run_result_in_schema_order() -> None:
         "commands",
         "continuation",
         "activeSteps",
+        "decisions",
     ]
     assert to_json(result, indent=0) == msgspec.json.encode(result) + b"\n"
 

@@ -24,13 +24,16 @@ from referencing.jsonschema import DRAFT202012
 from generated.capabilities_v1_0 import Capabilities
 from generated.command_v1_0 import Command
 from generated.dryrun_result_v1_0 import DryRunResult
+from generated.dryrun_result_v1_1 import DryRunResult as DryRunResultV11
 from generated.event_v1_0 import Event
 from generated.recipe_v1_0_0 import Recipe as RecipeV100
 from generated.recipe_v1_1_0 import Recipe as RecipeV110
 from generated.simulation_script_v1_0 import SimulationScript
 from generated.snapshot_v1_0 import Snapshot
-from generated.state_v1_3 import SfcState
-from generated.step_result_v1_0 import StepResult
+from generated.state_v1_3 import SfcState as SfcStateV13
+from generated.state_v1_4 import SfcState
+from generated.step_result_v1_0 import StepResult as StepResultV10
+from generated.step_result_v1_1 import StepResult
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = ROOT / "schemas"
@@ -39,14 +42,17 @@ DATA = Path(__file__).resolve().parent / "data"
 ROOT_TYPES: dict[str, Any] = {
     "recipe_v1_0_0": RecipeV100,
     "recipe_v1_1_0": RecipeV110,
-    "state_v1_3": SfcState,
+    "state_v1_3": SfcStateV13,
+    "state_v1_4": SfcState,
     "event_v1_0": Event,
     "command_v1_0": Command,
-    "step_result_v1_0": StepResult,
+    "step_result_v1_0": StepResultV10,
+    "step_result_v1_1": StepResult,
     "snapshot_v1_0": Snapshot,
     "capabilities_v1_0": Capabilities,
     "simulation_script_v1_0": SimulationScript,
     "dryrun_result_v1_0": DryRunResult,
+    "dryrun_result_v1_1": DryRunResultV11,
 }
 """Schema name (file stem in schemas/) -> the generated type that decodes its documents."""
 
