@@ -1,0 +1,199 @@
+"""sfc.migrate: every state format ever written is read into 1.4 (SpiffWorkflow's habit).
+
+The fixtures in tests/data/frozen_v1_3/ were written by the 1.3 core before 1.4 existed:
+each example's transcript, and the 1.3 state after each of its evaluations. Every one of
+those states is migrated, and the rest of the transcript is replayed on the migrated state
+by the 1.4 core: the dispositions, continuations and commands must be the frozen ones.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+import pytest
+from syrupy.assertion import SnapshotAssertion
+from typer.testing import CliRunner
+
+from cli.main import app
+from generated.state_v1_4 import SfcState
+from sfc import MigrationError, build, evolve, migrate
+from sfc.codec import encode, state_decoder
+from sfc.migrate import state_format
+from sfc.transcript import from_json
+from tests.test_wire_snapshots import WireBytes
+
+ROOT = Path(__file__).resolve().parent.parent
+FROZEN = ROOT / "tests" / "data" / "frozen_v1_3"
+CASES = sorted(p.name.removesuffix(".transcript.json") for p in FROZEN.glob("*.transcript.json"))
+
+
+def _frozen(case: str):  # type: ignore[no-untyped-def]
+    example = case.split(".")[0]
+    graph = build((ROOT / "examples" / example / "recipe.json").read_bytes()).graph
+    assert graph is not None
+    run = from_json((FROZEN / f"{case}.transcript.json").read_bytes())
+    states = (FROZEN / f"{case}.states.jsonl").read_bytes().splitlines()
+    assert len(states) == len(run.transcript)
+    return graph, run.transcript, states
+
+
+def test_there_is_a_frozen_fixture_for_every_example_script() -> None:
+    scripts = sorted(
+        f"{p.parent.name}.{p.name.removesuffix('.script.json')}"
+        for p in (ROOT / "examples").glob("*/*.script.json")
+    )
+    assert scripts == CASES
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_frozen_state_migrates_and_the_rest_replays_as_before(case: str) -> None:
+    graph, transcript, states = _frozen(case)
+    for i, document in enumerate(states):
+        assert state_format(document) == "1.3"
+        state = migrate(document, graph)
+        assert state.format == "1.4"
+        assert state_decoder.decode(encode(state)) == state  # a valid 1.4 document
+        for j in range(i + 1, len(transcript)):
+            entry = transcript[j]
+            result = evolve(graph, state, None, entry.event)
+            where = f"state {i}, then entry {j}"
+            assert result.disposition == entry.disposition, (where, result.reason)
+            assert result.commands == entry.commands, where
+            assert result.continuation == entry.continuation, where
+            state = result.state
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_migrated_bytes_are_pinned(case: str, snapshot: SnapshotAssertion) -> None:
+    graph, _, states = _frozen(case)
+    migrated = b"\n".join(encode(migrate(document, graph)) for document in states) + b"\n"
+    assert migrated == snapshot.use_extension(WireBytes)
+
+
+def test_a_migrated_state_is_smaller_and_keeps_only_what_can_matter() -> None:
+    graph, _, states = _frozen("bottling-line.qa-loop")
+    old = json.loads(states[-2])
+    new = json.loads(encode(migrate(states[-2], graph)))
+    assert "log" not in new and len(encode(migrate(states[-2], graph))) < len(states[-2])
+    active = {a.name for s in old["activeSteps"] for a in graph.step_actions[s]}
+    assert set(new["actions"]) == set(old["actions"]) & active
+    # A dropped record of an action on a cycle leaves its round.
+    for name in set(old["actions"]) - active:
+        if name in graph.cyclic:
+            assert new["rounds"][name] == old["actions"][name]["round"]
+        else:
+            assert name not in new["rounds"]
+
+
+def test_an_ended_job_takes_its_end_time_from_the_last_log_entry() -> None:
+    graph, transcript, states = _frozen("greetings-demo.cancel")
+    old = json.loads(states[-1])
+    assert old["status"] == "cancelled"
+    state = migrate(states[-1], graph)
+    assert state.ended_at == old["log"][-1]["at"] == transcript[-1].at_ms
+
+
+def test_first_command_is_exact_for_a_first_attempt_and_1_otherwise() -> None:
+    graph, _, states = _frozen("greetings-demo.retry")
+    for document in states:
+        old = json.loads(document)
+        new = migrate(document, graph)
+        for name, rec in new.actions.items():
+            was = old["actions"][name]
+            if was["attempt"] == 1 and not was["restarted"]:
+                assert rec.first_command == int(was["commandId"].rpartition("#")[2])
+            else:
+                assert rec.first_command == 1
+
+
+def test_a_current_state_is_read_as_it_is() -> None:
+    graph, _, states = _frozen("tightening-hold.pause-resume")
+    state = migrate(states[3], graph)
+    assert migrate(encode(state), graph) == state
+
+
+@pytest.mark.parametrize(
+    ("document", "said"),
+    [
+        (b'{"format": "2.0", "jobId": "j"}', "format '2.0'"),
+        (b'{"format": "1.2"}', "format '1.2'"),
+        (b'{"format": 1.3}', "no format"),
+        (b'{"jobId": "j"}', "no format"),
+        (b"[1, 2]", "no format"),
+        (b"not json", "no format"),
+    ],
+)
+def test_a_document_of_an_unknown_format_is_refused_naming_it(document: bytes, said: str) -> None:
+    graph, _, _ = _frozen("greetings-demo.happy")
+    with pytest.raises(MigrationError) as caught:
+        migrate(document, graph)
+    assert said in str(caught.value)
+    assert "1.3, 1.4" in str(caught.value)
+
+
+def test_an_old_state_of_another_recipe_is_refused() -> None:
+    graph, _, _ = _frozen("greetings-demo.happy")
+    _, _, states = _frozen("tightening-hold.pause-resume")
+    with pytest.raises(MigrationError, match="pinned to recipe"):
+        migrate(states[0], graph)
+
+
+def test_an_invalid_old_document_is_a_decode_error() -> None:
+    graph, _, states = _frozen("greetings-demo.happy")
+    doc = json.loads(states[0])
+    doc["sequence"] = "many"
+    with pytest.raises(msgspec.ValidationError):
+        migrate(json.dumps(doc).encode(), graph)
+
+
+def test_evolve_refuses_a_state_that_was_not_migrated() -> None:
+    from generated.event_v1_0 import Start
+    from generated.state_v1_3 import SfcState as SfcStateV13
+
+    graph, _, states = _frozen("greetings-demo.happy")
+    old = msgspec.json.decode(states[0], type=SfcStateV13)
+    result = evolve(graph, old, None, Start(at=0))  # type: ignore[arg-type]
+    assert result.disposition == "rejected"
+    assert "sfc.migrate" in result.reason
+
+
+def test_the_cli_migrates_an_old_state_and_says_so_on_stderr(tmp_path: Path) -> None:
+    _, _, states = _frozen("tightening-hold.pause-resume")
+    path = tmp_path / "old.json"
+    path.write_bytes(states[3])
+    recipe = ROOT / "examples" / "tightening-hold" / "recipe.json"
+    for command in ("explain", "render"):
+        done = CliRunner().invoke(app, [command, str(recipe), "--state", str(path)])
+        assert done.exit_code == 0, done.output
+        assert f"state {path}: format 1.3 migrated to 1.4" in done.stderr
+        assert "migrated" not in done.stdout
+
+
+def test_the_cli_refuses_an_unknown_format_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "future.json"
+    path.write_text('{"format": "9.1"}', encoding="utf-8")
+    recipe = ROOT / "examples" / "tightening-hold" / "recipe.json"
+    done = CliRunner().invoke(app, ["explain", str(recipe), "--state", str(path)])
+    assert done.exit_code == 1
+    assert "format '9.1'" in done.stderr and str(path) in done.stderr
+
+
+def test_migrated_states_explain_like_the_states_the_1_4_core_writes() -> None:
+    """The same run, written by 1.3 and migrated, or written by 1.4, is the same job."""
+    from sfc.simulation import Simulation, load_script
+
+    graph, _, states = _frozen("rear-axle-fitting.retry")
+    script = (ROOT / "examples" / "rear-axle-fitting" / "retry.script.json").read_bytes()
+    sim = Simulation(graph, load_script(script, graph))
+    fresh: list[SfcState] = []
+    while sim.step() is not None:
+        fresh.append(sim.state)
+    for document, state in zip(states, fresh, strict=True):
+        migrated = migrate(document, graph)
+        # firstCommand of a later attempt is 1 after migration (1.3 did not keep it).
+        assert migrated.active_steps == state.active_steps
+        assert migrated.actions.keys() == state.actions.keys()
+        assert migrated.rounds == state.rounds
+        assert migrated.ended_at == state.ended_at
