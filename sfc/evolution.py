@@ -38,6 +38,17 @@ Where each rule lives (methods of `_Evaluation` unless marked)
 - ending the job ........................................... `complete_job`, `fault_job`,
                                                               `_on_cancel`
 - the propagation limit .................................... `spend`
+- which records the state keeps (format 1.4) ............... `leave`, `drop`, `start_action`
+- bounded texts (outcome, error, cancel reason) ............ `_on_answer`, `_on_event`,
+                                                              `_on_cancel`, `cut`
+
+The state keeps a record only while it can still matter: those of active steps, and of the
+steps of a divergence that has not converged (their outcomes count at the convergence).
+Leaving a step, or a divergence that converged, drops its records; an action on a cycle of
+the chart keeps its round in `rounds`, so its next entry counts on. An ended job keeps its
+verdict (status, outcomes, fault, cancel reason, endedAt). There is no log: the decisions of
+an evaluation come back in `StepResult.decisions`. So the state's size, and evolve's cost,
+do not grow with the job's history.
 """
 
 from __future__ import annotations

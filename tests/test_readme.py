@@ -57,6 +57,11 @@ def test_the_readme_code_runs():
     exec(compile(code, "README.md", "exec"), namespace)
     step = namespace["step"]
     assert step.disposition == "applied"  # type: ignore[attr-defined]
+    assert [d.decision for d in step.decisions] == [  # type: ignore[attr-defined]
+        "clamp answered ok",
+        "Clamp -> Tighten fired on true (outcomes {ok})",
+    ]
+    assert namespace["state"] == step.state  # type: ignore[attr-defined]
 
 
 def test_the_readme_recipe_and_script_are_the_main_jobs_files():
