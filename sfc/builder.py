@@ -44,7 +44,7 @@ from msgspec import UNSET
 
 from generated.capabilities_v1_0 import Capabilities
 from generated.recipe_v1_1_0 import Action, EquipmentCommand, Recipe
-from sfc.graph import DEFAULT_OUTCOME, RESERVED_OUTCOMES, TRUE, Graph, index
+from sfc.graph import DEFAULT_OUTCOME, RESERVED_OUTCOMES, TRUE, Graph, cycles, index
 
 RECIPE_V1_0_0: Final = "https://aschamberger.github.io/schemas/microdcs/sfc-recipe/v1.0.0/"
 RECIPE_V1_1_0: Final = "https://aschamberger.github.io/schemas/microdcs/sfc-recipe/v1.1.0/"
@@ -990,7 +990,8 @@ class _Checker:
                 indegree[target] -= 1
                 if indegree[target] == 0:
                     todo.append(target)
-        for component in self.cycles(edges):
+        targets = {n: [self.transitions[j].target for j in out] for n, out in edges.items()}
+        for component in cycles(targets):
             members = set(component)
             closing = min(
                 j
@@ -1009,48 +1010,6 @@ class _Checker:
                 "an action (a selection divergence passes through when one of its sequences "
                 "has none), so the chart would run around it without end",
             )
-
-    def cycles(self, edges: dict[str, list[int]]) -> list[list[str]]:
-        """Strongly connected components with a cycle (Tarjan, iterative)."""
-        number: dict[str, int] = {}
-        low: dict[str, int] = {}
-        stack: list[str] = []
-        on_stack: set[str] = set()
-        found: list[list[str]] = []
-        for root in edges:
-            if root in number:
-                continue
-            work: list[tuple[str, int]] = [(root, 0)]
-            while work:
-                node, pos = work.pop()
-                if pos == 0:
-                    number[node] = low[node] = len(number)
-                    stack.append(node)
-                    on_stack.add(node)
-                out = edges.get(node, [])
-                if pos < len(out):
-                    work.append((node, pos + 1))
-                    nxt = self.transitions[out[pos]].target
-                    if nxt not in number:
-                        work.append((nxt, 0))
-                    elif nxt in on_stack:
-                        low[node] = min(low[node], number[nxt])
-                    continue
-                if work:
-                    parent = work[-1][0]
-                    low[parent] = min(low[parent], low[node])
-                if low[node] == number[node]:
-                    component: list[str] = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        component.append(member)
-                        if member == node:
-                            break
-                    self_loop = any(self.transitions[j].target == node for j in out)
-                    if len(component) > 1 or self_loop:
-                        found.append(component)
-        return found
 
     # -- SFC014, SFC015, SFC016, SFC020
 

@@ -208,7 +208,7 @@ def index(recipe: Recipe, recipe_hash: str, dataschema: str) -> Graph:
     }
     edges: dict[str, list[str]] = {node: [t.target for t in ts] for node, ts in outgoing.items()}
     edges.update({name: [t.target for t in d.exits] for name, d in divergences.items()})
-    on_cycle = _on_cycle(edges)
+    on_cycle = {node for component in cycles(edges) for node in component}
     cyclic = frozenset(
         a.name
         for a in actions.values()
@@ -231,38 +231,38 @@ def index(recipe: Recipe, recipe_hash: str, dataschema: str) -> Graph:
     )
 
 
-def _on_cycle(edges: dict[str, list[str]]) -> set[str]:
-    """The nodes that lie on a cycle: Tarjan's strongly connected components, iteratively
-    (a chart may have 20,000 steps), keeping those of more than one node or with a self-loop."""
-    order: dict[str, int] = {}
+def cycles(edges: dict[str, list[str]]) -> list[list[str]]:
+    """The strongly connected components that hold a cycle (more than one node, or a node
+    with a self-loop): Tarjan's algorithm, iteratively, since a chart may have 20,000 steps."""
+    number: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on_stack: set[str] = set()
-    found: set[str] = set()
+    found: list[list[str]] = []
     for root in edges:
-        if root in order:
+        if root in number:
             continue
         work: list[tuple[str, int]] = [(root, 0)]
         while work:
-            node, i = work.pop()
-            if i == 0:
-                order[node] = low[node] = len(order)
+            node, pos = work.pop()
+            if pos == 0:
+                number[node] = low[node] = len(number)
                 stack.append(node)
                 on_stack.add(node)
             targets = edges.get(node, [])
-            if i < len(targets):
-                work.append((node, i + 1))
-                nxt = targets[i]
-                if nxt not in order:
+            if pos < len(targets):
+                work.append((node, pos + 1))
+                nxt = targets[pos]
+                if nxt not in number:
                     work.append((nxt, 0))
                 elif nxt in on_stack:
-                    low[node] = min(low[node], order[nxt])
+                    low[node] = min(low[node], number[nxt])
                 continue
             if work:  # back in the caller: pass the low link up
                 parent = work[-1][0]
                 low[parent] = min(low[parent], low[node])
-            if low[node] == order[node]:
-                component = []
+            if low[node] == number[node]:
+                component: list[str] = []
                 while True:
                     member = stack.pop()
                     on_stack.discard(member)
@@ -270,5 +270,5 @@ def _on_cycle(edges: dict[str, list[str]]) -> set[str]:
                     if member == node:
                         break
                 if len(component) > 1 or node in targets:
-                    found.update(component)
+                    found.append(component)
     return found
