@@ -17,6 +17,10 @@ BpmnWorkflowSerializer after instantiation and after every step, and restores it
 
 "Per step" compares whole jobs of the linear chain: job time / 20 steps, on both sides, with
 the start (ours) and the instantiation (Spiff) included.
+
+bench_state.py measures the durable step of state 1.4 (decode the stored bytes, evolve,
+encode) at the end of long jobs, with the state's size, against the targets of state 1.4;
+it reuses the recipes, the driver, the Spiff chain and the timing helpers below.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import msgspec
 from generated.command_v1_0 import StartWork
 from generated.event_v1_0 import ActionCompleted, Start
 from generated.recipe_v1_1_0 import Recipe
-from generated.state_v1_3 import SfcState
+from generated.state_v1_4 import SfcState
 from sfc.codec import encode, state_decoder
 from sfc.evolution import evolve, new_state
 from sfc.graph import Graph, index
@@ -194,14 +198,17 @@ def bpmn_chain(n: int = LINEAR_STEPS) -> str:
 
 
 class Spiff:
-    def __init__(self) -> None:
+    """SpiffWorkflow on the BPMN chain of `n` manual tasks (`bpmn_chain(n)`)."""
+
+    def __init__(self, n: int = LINEAR_STEPS) -> None:
         from SpiffWorkflow.bpmn.parser.BpmnParser import BpmnParser
         from SpiffWorkflow.bpmn.serializer.workflow import BpmnWorkflowSerializer
         from SpiffWorkflow.bpmn.workflow import BpmnWorkflow
         from SpiffWorkflow.util.task import TaskState
 
         parser = BpmnParser()
-        parser.add_bpmn_str(bpmn_chain().encode())
+        parser.add_bpmn_str(bpmn_chain(n).encode())
+        self.n = n
         self.spec = parser.get_spec("chain")
         self.serializer = BpmnWorkflowSerializer()
         self.workflow_cls = BpmnWorkflow
@@ -235,6 +242,34 @@ class Spiff:
         self.state_bytes = len(blob)
         return steps
 
+    def stored(self, last: int) -> list[str]:
+        """The serialized workflow before each of the last `last` manual tasks (as a host
+        persisting it after every step would have stored it), from one run of the chain."""
+        ser = self.serializer
+        wf = self.workflow_cls(self.spec)
+        wf.do_engine_steps()
+        blobs: list[str] = []
+        done = 0
+        while (task := wf.get_next_task(state=self.ready, manual=True)) is not None:
+            if done >= self.n - last:
+                blobs.append(ser.serialize_json(wf))
+            task.run()
+            wf.do_engine_steps()
+            done += 1
+        assert wf.is_completed() and done == self.n
+        return blobs
+
+    def durable_steps(self, blobs: list[str]) -> None:
+        """For each stored workflow: restore it, run its next manual task, serialize it."""
+        ser = self.serializer
+        for blob in blobs:
+            wf = ser.deserialize_json(blob)
+            task = wf.get_next_task(state=self.ready, manual=True)
+            assert task is not None
+            task.run()
+            wf.do_engine_steps()
+            ser.serialize_json(wf)
+
 
 # --------------------------------------------------------------------------- timing
 
@@ -244,28 +279,48 @@ class Timing:
     median_ns: float
     """Per unit (event or step), median over the runs."""
     min_ns: float
+    max_ns: float
+    runs: list[float]
+    """Per unit, each run in order."""
+
+    @classmethod
+    def of(cls, runs: list[float]) -> Timing:
+        return cls(statistics.median(runs), min(runs), max(runs), runs)
+
+
+def interleaved(
+    jobs: dict[str, tuple[Callable[[], object], int]], runs: int, seconds: float
+) -> dict[str, Timing]:
+    """Time each job (name -> (job, units it does)) over `runs` runs, the runs of all jobs
+    alternating (a, b, c, a, b, c, ...), so that a burst of load on the machine falls on all of
+    them alike and their ratios hold. Each run repeats its job for about `seconds`."""
+    reps: dict[str, int] = {}
+    for name, (job, _) in jobs.items():
+        job()  # warm up
+        t0 = time.perf_counter_ns()
+        job()
+        once = max(time.perf_counter_ns() - t0, 1)
+        reps[name] = max(1, int(seconds * 1e9 / once))
+    per_unit: dict[str, list[float]] = {name: [] for name in jobs}
+    for _ in range(runs):
+        for name, (job, units) in jobs.items():
+            n = reps[name]
+            gc.collect()
+            gc.disable()
+            try:
+                t0 = time.perf_counter_ns()
+                for _ in range(n):
+                    job()
+                elapsed = time.perf_counter_ns() - t0
+            finally:
+                gc.enable()
+            per_unit[name].append(elapsed / (n * units))
+    return {name: Timing.of(r) for name, r in per_unit.items()}
 
 
 def measure(job: Callable[[], object], units: int) -> Timing:
     """Time `job` (one whole job of `units` events or steps): RUNS runs, each repeating it."""
-    job()  # warm up
-    t0 = time.perf_counter_ns()
-    job()
-    once = max(time.perf_counter_ns() - t0, 1)
-    reps = max(1, int(RUN_SECONDS * 1e9 / once))
-    per_unit: list[float] = []
-    for _ in range(RUNS):
-        gc.collect()
-        gc.disable()
-        try:
-            t0 = time.perf_counter_ns()
-            for _ in range(reps):
-                job()
-            elapsed = time.perf_counter_ns() - t0
-        finally:
-            gc.enable()
-        per_unit.append(elapsed / (reps * units))
-    return Timing(statistics.median(per_unit), min(per_unit))
+    return interleaved({"job": (job, units)}, RUNS, RUN_SECONDS)["job"]
 
 
 def _reference_loop() -> int:
@@ -300,6 +355,10 @@ def _us(ns: float) -> str:
     return f"{ns / 1000:8.2f} µs"
 
 
+def _range(tm: Timing) -> str:
+    return f"{tm.min_ns / 1000:.2f}-{tm.max_ns / 1000:.2f} µs"
+
+
 def _rate(ns: float) -> str:
     return f"{1e9 / ns:>11,.0f}/s"
 
@@ -326,13 +385,14 @@ def main() -> None:
 
     print(_machine())
     print(
-        f"median of {RUNS} runs (min in brackets); each run repeats the whole job for "
+        f"median of {RUNS} runs (min-max in brackets); each run repeats the whole job for "
         f"~{RUN_SECONDS:g} s; gc disabled inside timed loops (collected before each run)"
     )
     print("events are precomputed; the timed loop only replays them through evolve")
     print()
     print(
-        f"{'ours':36} {'events':>6} {'events/s (median)':>17} {'µs/event median':>16} {'(min)':>12}"
+        f"{'ours':36} {'events':>6} {'events/s (median)':>17} {'µs/event median':>16} "
+        f"{'(min-max)':>21}"
     )
     timings: dict[tuple[str, bool], Timing] = {}
     for sc in scenarios:
@@ -343,7 +403,8 @@ def main() -> None:
             timings[sc.name, persist] = tm
             label = f"{sc.name}{' + persist' if persist else ''}"
             print(
-                f"{label:36} {n:>6} {_rate(tm.median_ns):>17} {_us(tm.median_ns):>16} ({_us(tm.min_ns)})"
+                f"{label:36} {n:>6} {_rate(tm.median_ns):>17} {_us(tm.median_ns):>16} "
+                f"({_range(tm)})"
             )
     linear = scenarios[0]
     state_size = len(encode(replay(linear)))
@@ -365,8 +426,8 @@ def main() -> None:
     )
     sp = measure(spiff.job, LINEAR_STEPS)
     sp_persist = measure(spiff.job_persisting, LINEAR_STEPS)
-    print(f"  per step:           {_us(sp.median_ns)} ({_us(sp.min_ns)})")
-    print(f"  per step + persist: {_us(sp_persist.median_ns)} ({_us(sp_persist.min_ns)})")
+    print(f"  per step:           {_us(sp.median_ns)} ({_range(sp)})")
+    print(f"  per step + persist: {_us(sp_persist.median_ns)} ({_range(sp_persist)})")
     print(f"  final serialized workflow: {spiff.state_bytes:,} bytes of JSON (includes the spec)")
 
     print()
