@@ -3,4 +3,5 @@
 from cli import dryrun as dryrun
 from cli import explain as explain
 from cli import render as render
+from cli import schema as schema
 from cli import validate as validate

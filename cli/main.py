@@ -7,12 +7,9 @@ Exit codes mean one thing each: 0 ok, 1 the input is invalid or the run failed, 
 from __future__ import annotations
 
 from importlib.metadata import version
-from pathlib import Path
 from typing import Annotated
 
 import typer
-
-SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 
 app = typer.Typer(
     name="sfc",
@@ -37,25 +34,6 @@ def main(
     ] = False,
 ) -> None:
     """Run and inspect IEC 61131-3 Sequential Function Chart recipes."""
-
-
-@app.command()
-def schema(
-    name: Annotated[
-        str | None, typer.Argument(help="A schema name from the list, e.g. recipe_v1_1_0.")
-    ] = None,
-) -> None:
-    """List the wire schemas, or print one."""
-    available = sorted(p.stem for p in SCHEMAS.glob("*.json"))
-    if name is None:
-        for stem in available:
-            typer.echo(stem)
-        return
-    stem = name.removesuffix(".json")
-    if stem not in available:
-        typer.echo(f"unknown schema {name!r}; known: {', '.join(available)}", err=True)
-        raise typer.Exit(2)
-    typer.echo((SCHEMAS / f"{stem}.json").read_text(encoding="utf-8"), nl=False)
 
 
 # Each command group lives in its own module and registers itself on `app`.
