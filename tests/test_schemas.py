@@ -111,6 +111,7 @@ AGREED_KEYWORDS = frozenset(
     {"$schema", "$id", "$defs", "$ref", "title", "description", "default", "discriminator"}
     | {"type", "properties", "required", "additionalProperties", "items", "enum", "const"}
     | {"oneOf", "anyOf", "minimum", "maximum", "maxItems", "maxLength", "pattern"}
+    | {"minItems", "minLength"}
 )
 
 

@@ -25,7 +25,11 @@ from generated.capabilities_v1_0 import Capabilities
 from generated.command_v1_0 import Command
 from generated.dryrun_result_v1_0 import DryRunResult
 from generated.dryrun_result_v1_1 import DryRunResult as DryRunResultV11
+from generated.equipment_entry_v1_0 import EquipmentEntry
 from generated.event_v1_0 import Event
+from generated.history_entry_v1_0 import HistoryEntry
+from generated.job_order_v1_0 import JobOrder
+from generated.job_response_v1_0 import JobResponse
 from generated.recipe_v1_0_0 import Recipe as RecipeV100
 from generated.recipe_v1_1_0 import Recipe as RecipeV110
 from generated.simulation_script_v1_0 import SimulationScript
@@ -34,6 +38,7 @@ from generated.state_v1_3 import SfcState as SfcStateV13
 from generated.state_v1_4 import SfcState
 from generated.step_result_v1_0 import StepResult as StepResultV10
 from generated.step_result_v1_1 import StepResult
+from generated.work_entry_v1_0 import WorkEntry
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = ROOT / "schemas"
@@ -53,6 +58,11 @@ ROOT_TYPES: dict[str, Any] = {
     "simulation_script_v1_0": SimulationScript,
     "dryrun_result_v1_0": DryRunResult,
     "dryrun_result_v1_1": DryRunResultV11,
+    "job_order_v1_0": JobOrder,
+    "job_response_v1_0": JobResponse,
+    "work_entry_v1_0": WorkEntry,
+    "equipment_entry_v1_0": EquipmentEntry,
+    "history_entry_v1_0": HistoryEntry,
 }
 """Schema name (file stem in schemas/) -> the generated type that decodes its documents."""
 
