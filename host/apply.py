@@ -1,0 +1,413 @@
+"""Applying work entries: load, evolve, commit (docs/host.md, "Applying an event").
+
+    load the hashes (pipelined, with TIME) -> graph for the order's recipe (cached by hash)
+    -> evolve each entry of the job in order, in memory -> the new order -> one commit per
+    job (expected version, state, order, due, commands, history, entry ids to ack)
+    -> ok | conflict | gone | missing
+
+This is the one apply path; workers use it for batches of work entries. A conflict (another
+instance committed the job first) loads again and evolves again, in this process, and never
+counts as a delivery. `gone` means another consumer took the entries over: the result is
+dropped, since that consumer applies them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+from msgspec import UNSET
+
+from generated.event_v1_0 import ActionCompleted, ActionFailed, Resume, Start, Tick
+from generated.history_entry_v1_0 import HistoryEntry
+from generated.job_order_v1_0 import JobOrder
+from generated.snapshot_v1_0 import Snapshot
+from generated.state_v1_4 import SfcState
+from generated.step_result_v1_0 import Defer
+from generated.work_entry_v1_0 import AnswerData, EventData, ResumeData, StartData, TickData
+from host import joborder
+from host.entries import Entry, encode
+from host.outbox import outgoing
+from host.settings import Settings
+from host.store import Commit, JobRecord, Store
+from sfc.builder import build
+from sfc.codec import capabilities_decoder, state_decoder
+from sfc.evolution import evolve, next_deadline
+from sfc.graph import Graph
+
+log = logging.getLogger("sfc.host")
+_order_decoder = msgspec.json.Decoder(JobOrder)
+CONFLICT_RETRIES = 50
+
+# Counters in sfc:scope:{S}, kept by whoever drops an entry, so any process can report them.
+ANSWERS_DROPPED = "answersDropped"
+ENTRIES_DROPPED = "entriesDropped"
+
+
+class GraphCache:
+    """Graphs by recipe hash and dataschema, built once per process from `sfc:recipe:{hash}`.
+
+    A failure is not cached: the recipe may be stored later.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.graphs: dict[tuple[str, str], Graph] = {}
+        self.checked: set[tuple[str, str, bytes]] = set()
+
+    def get(self, recipe_hash: str, dataschema: str) -> Graph | str:
+        """The graph, or the reason there is none."""
+        key = (recipe_hash, dataschema)
+        graph = self.graphs.get(key)
+        if graph is not None:
+            return graph
+        text = self.store.recipe_text(recipe_hash)
+        if text is None:
+            return f"recipe {recipe_hash[:12]} is not stored (sfc:recipe:{recipe_hash})"
+        result = build(text, None, dataschema)
+        if result.graph is None:
+            first = "; ".join(f"{e.code} at {e.path}: {e.message}" for e in result.errors[:3])
+            return f"recipe {recipe_hash[:12]} does not build: {first}"
+        if result.graph.recipe_hash != recipe_hash:
+            return f"recipe {recipe_hash[:12]} is stored with another content"
+        self.graphs[key] = result.graph
+        return result.graph
+
+    def check(self, recipe_hash: str, dataschema: str, capabilities: bytes | None) -> str | None:
+        """Why the stored recipe does not build against `capabilities` now, if it does not.
+
+        The scope's capabilities may have changed since the order was stored; a start checks
+        again. A pass is cached per (hash, dataschema, capabilities).
+        """
+        if capabilities is None:
+            return None
+        key = (recipe_hash, dataschema, capabilities)
+        if key in self.checked:
+            return None
+        try:
+            caps = capabilities_decoder.decode(capabilities)
+        except (msgspec.DecodeError, RecursionError) as e:
+            return f"the scope's capabilities do not decode: {e}"
+        text = self.store.recipe_text(recipe_hash)
+        if text is None:
+            return f"recipe {recipe_hash[:12]} is not stored (sfc:recipe:{recipe_hash})"
+        result = build(text, caps, dataschema)
+        if result.graph is None:
+            first = "; ".join(f"{e.code} at {e.path}: {e.message}" for e in result.errors[:3])
+            return f"recipe {recipe_hash[:12]} does not build for the scope's capabilities: {first}"
+        self.checked.add(key)
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeConfig:
+    """What evolve and start need from the scope's settings hash."""
+
+    max_attempts: int
+    capabilities: bytes | None
+
+    @staticmethod
+    def of(values: dict[str, str], settings: Settings) -> ScopeConfig:
+        try:
+            max_attempts = int(values.get("maxAttempts", settings.max_attempts))
+        except ValueError:
+            max_attempts = settings.max_attempts
+        caps = values.get("capabilities")
+        return ScopeConfig(
+            max_attempts=max(1, min(100, max_attempts)),
+            capabilities=caps.encode() if caps else None,
+        )
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one batch did, for the worker's counters and the tests."""
+
+    applied: int = 0
+    absorbed: int = 0
+    rejected: int = 0
+    conflicts: int = 0
+    gone: int = 0
+    dropped: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    """(entry id, error) of entries whose processing raised; they stay pending."""
+
+    def add(self, other: Outcome) -> None:
+        self.applied += other.applied
+        self.absorbed += other.absorbed
+        self.rejected += other.rejected
+        self.conflicts += other.conflicts
+        self.gone += other.gone
+        self.dropped += other.dropped
+        self.failed += other.failed
+
+
+def decode_order(raw: bytes) -> JobOrder:
+    return _order_decoder.decode(raw)
+
+
+def open_command_ids(state: SfcState, except_action: str | None = None) -> list[str]:
+    """Every open command id (work and hold) of the state, except those of one action."""
+    ids: list[str] = []
+    for name, rec in state.actions.items():
+        if name == except_action:
+            continue
+        if rec.status == "open" and rec.command_id is not None:
+            ids.append(rec.command_id)
+        if rec.hold == "open" and rec.hold_command_id is not None:
+            ids.append(rec.hold_command_id)
+    return ids
+
+
+class Evaluator:
+    """Evolves one job's entries in memory and describes the commit (no I/O but the graph)."""
+
+    def __init__(self, graphs: GraphCache, settings: Settings) -> None:
+        self.graphs = graphs
+        self.settings = settings
+
+    def evaluate(
+        self,
+        scope: str,
+        job: str,
+        record: JobRecord,
+        entries: Sequence[Entry],
+        now: int,
+        config: ScopeConfig,
+        tally: Outcome,
+    ) -> Commit:
+        """The commit of `entries`; their dispositions are added to `tally` (the caller
+        counts them only when the commit lands)."""
+        state = state_decoder.decode(record.state)
+        order = decode_order(record.order)
+        graph = self.graphs.get(order.recipe_hash, order.dataschema)
+        equipment: list[tuple[str, bytes]] = []
+        history: list[tuple[str, bytes]] = []
+        for entry in entries:
+            at = entry.ms if entry.kind == "tick" else now
+            before = joborder.path_text(order)
+            state, order, item, disposition = self._one(
+                scope, job, state, order, graph, entry, at, config, equipment
+            )
+            setattr(tally, disposition, getattr(tally, disposition) + 1)
+            if joborder.path_text(order) != before:
+                item = msgspec.structs.replace(item, order=joborder.path_text(order))
+            history.append(("evaluation", encode(item)))
+        due = next_deadline(state)
+        running = state.status == "running" and not joborder.ended(order)
+        return Commit(
+            scope=scope,
+            job=job,
+            version=record.version,
+            state=encode(state),
+            order=encode(order),
+            due=due,
+            active=running,
+            acks=[e.id for e in entries],
+            equipment=equipment,
+            history=history,
+        )
+
+    def _one(
+        self,
+        scope: str,
+        job: str,
+        state: SfcState,
+        order: JobOrder,
+        graph: Graph | str,
+        entry: Entry,
+        at: int,
+        config: ScopeConfig,
+        equipment: list[tuple[str, bytes]],
+    ) -> tuple[SfcState, JobOrder, HistoryEntry, str]:
+        data = entry.data
+        detail = _detail(entry)
+
+        def note(disposition: str, reason: str, decisions: Sequence[str] = (),
+                 sent: Sequence[str] = ()) -> HistoryEntry:  # fmt: skip
+            return HistoryEntry(
+                at=at,
+                event=entry.kind,
+                entry=entry.id,
+                detail=detail or UNSET,
+                disposition=disposition,  # type: ignore[arg-type]
+                reason=reason,
+                decisions=list(decisions),
+                sent=list(sent),
+                order=joborder.path_text(order),
+            )
+
+        event: Any
+        if isinstance(data, StartData):
+            status = joborder.allowed("start", order)
+            if status != joborder.ReturnStatus.OK:
+                why = f"the order is {joborder.path_text(order)}, not AllowedToStart"
+                return state, order, note("absorbed", why), "absorbed"
+            if isinstance(graph, str):
+                order = joborder.abort(order, at, "recipe", graph)
+                return state, order, note("rejected", f"aborted: {graph}"), "rejected"
+            problem = self.graphs.check(order.recipe_hash, order.dataschema, config.capabilities)
+            if problem is not None:
+                order = joborder.abort(order, at, "recipe", problem)
+                return state, order, note("rejected", f"aborted: {problem}"), "rejected"
+            order = joborder.move(order, "start", at)
+            event = Start(at=at)
+        elif isinstance(graph, str):
+            return state, order, note("rejected", graph), "rejected"
+        elif isinstance(data, AnswerData):
+            if data.error is not UNSET:
+                event = ActionFailed(
+                    at=at,
+                    action_key=data.action_key,
+                    error=data.error,
+                    command_id=data.command_id,
+                    round=data.round,
+                )
+            else:
+                event = ActionCompleted(
+                    at=at,
+                    action_key=data.action_key,
+                    outcome="done" if data.outcome is UNSET else data.outcome,
+                    command_id=data.command_id,
+                    round=data.round,
+                )
+        elif isinstance(data, TickData):
+            event = Tick(at=at, outage_ms=0 if data.outage_ms is UNSET else data.outage_ms)
+        elif isinstance(data, ResumeData):
+            event = Resume(at=at)
+        else:  # an event entry reaches a job only through the offering path
+            return state, order, note("rejected", "not a job's entry"), "rejected"
+
+        live: list[str] = []
+        if isinstance(data, ResumeData):
+            live = open_command_ids(state, None if data.action is UNSET else data.action)
+            if data.action is not UNSET and data.action not in graph.actions:
+                return state, order, note("rejected", f"no action {data.action!r}"), "rejected"
+            if data.action is UNSET:
+                live = []
+        snapshot = Snapshot(max_attempts=config.max_attempts, live_work=live)
+        result = evolve(graph, state, snapshot, event)
+        decisions = [d.decision for d in result.decisions]
+        if result.disposition != "applied":
+            return (
+                state,
+                order,
+                note(result.disposition, result.reason, decisions),
+                result.disposition,
+            )
+        items = outgoing(
+            result.commands,
+            loaded_sequence=state.sequence,
+            job=job,
+            at=at,
+            grace=self.settings.expiry_grace,
+            graph=graph,
+        )
+        equipment.extend((kind, encode(d)) for kind, d in items)
+        sent = [f"{kind} {d.command_id}" for kind, d in items]
+        if not isinstance(result.continuation, Defer) and not joborder.ended(order):
+            order = joborder.finish(order, result.continuation, at)
+        return result.state, order, note("applied", result.reason, decisions, sent), "applied"
+
+
+def _detail(entry: Entry) -> str:
+    d = entry.data
+    if isinstance(d, AnswerData):
+        said = f"error {d.error!r}" if d.error is not UNSET else repr(d.outcome or "done")
+        cid = "" if d.command_id is UNSET else f" {d.command_id}"
+        return f"{d.action_key}{cid}: {said}"[:300]
+    if isinstance(d, TickData) and d.outage_ms:
+        return f"outage of {d.outage_ms} ms"
+    if isinstance(d, ResumeData) and d.action is not UNSET:
+        return f"action {d.action}"
+    if isinstance(d, EventData):
+        return f"{d.type_id}"[:300]
+    return ""
+
+
+class Applier:
+    """Applies batches of decoded work entries of one scope: the one apply path."""
+
+    def __init__(self, store: Store, settings: Settings, graphs: GraphCache | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
+        self.store = store
+        self.settings = settings
+        self.graphs = graphs or GraphCache(store)
+        self.evaluator = Evaluator(self.graphs, settings)
+        self.sleep = sleep
+        self.before_commit: Callable[[list[Commit]], None] | None = None
+        """A hook for tests: called with the commits of a batch just before they are sent."""
+
+    def apply(self, scope: str, entries: Sequence[Entry]) -> Outcome:
+        """Apply `entries` (work entries of `scope`, in stream order) and commit them."""
+        tally = Outcome()
+        by_job: dict[str, list[Entry]] = {}
+        for e in entries:
+            if isinstance(e.data, EventData):
+                by_job.setdefault("", []).append(e)
+            else:
+                by_job.setdefault(e.data.job, []).append(e)
+        events = by_job.pop("", [])
+        if events:
+            # Pull events are offered to waits (#12); until then nothing waits, so each is
+            # acknowledged and counted as unmatched.
+            self.store.ack(scope, [e.id for e in events], "eventsUnmatched")
+            tally.dropped += len(events)
+        pending = by_job
+        for attempt in range(CONFLICT_RETRIES):
+            if not pending:
+                break
+            if attempt:
+                self.sleep(min(0.05, 0.001 * 2**attempt))
+            pending = self._round(scope, pending, tally)
+        else:
+            for job, es in pending.items():
+                tally.failed += [(e.id, f"job {job}: {CONFLICT_RETRIES} conflicts") for e in es]
+        return tally
+
+    def _round(
+        self, scope: str, jobs: dict[str, list[Entry]], tally: Outcome
+    ) -> dict[str, list[Entry]]:
+        now, records = self.store.load(scope, list(jobs))
+        config = ScopeConfig.of(self.store.scope_settings(scope), self.settings)
+        commits: list[Commit] = []
+        counts: list[Outcome] = []
+        missing: list[Entry] = []
+        for job, es in jobs.items():
+            record = records[job]
+            if record is None:
+                missing += es
+                continue
+            try:
+                local = Outcome()
+                commits.append(self.evaluator.evaluate(scope, job, record, es, now, config, local))
+                counts.append(local)
+            except Exception as e:  # a broken stored state: the entries stay pending
+                log.exception("job %s in scope %s: applying %d entries raised", job, scope, len(es))
+                tally.failed += [(x.id, f"{type(e).__name__}: {e}") for x in es]
+        if missing:
+            answers = [e.id for e in missing if e.kind == "answer"]
+            others = [e.id for e in missing if e.kind != "answer"]
+            for ids, counter in ((answers, ANSWERS_DROPPED), (others, ENTRIES_DROPPED)):
+                if ids and self.store.ack(scope, ids, counter) == "gone":
+                    tally.gone += len(ids)
+            tally.dropped += len(missing)
+        if self.before_commit is not None:
+            self.before_commit(commits)
+        results = self.store.commits(commits)
+        again: dict[str, list[Entry]] = {}
+        for c, local, result in zip(commits, counts, results, strict=True):
+            if result == "ok":
+                tally.add(local)
+            elif result == "conflict":
+                tally.conflicts += 1
+                again[c.job] = jobs[c.job]
+            elif result == "gone":
+                tally.gone += len(c.acks)
+            elif result == "missing":
+                again[c.job] = jobs[c.job]
+        return again

@@ -1,0 +1,280 @@
+#!lua name=sfc_1
+-- The host's function library (docs/host.md, "The server-side functions").
+--
+-- Rules: every key is a KEY and every value an ARGV, never spliced into code; every check
+-- comes before the first write. Entries have the fields v, kind and data. Times are the
+-- server's (TIME), in epoch milliseconds.
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Whether entry `id` of `work` is pending in `group` for `consumer` (any consumer if nil).
+local function pending(work, group, id, consumer)
+  local p
+  if consumer then
+    p = redis.call('XPENDING', work, group, id, id, 1, consumer)
+  else
+    p = redis.call('XPENDING', work, group, id, id, 1)
+  end
+  return #p == 1
+end
+
+-- Create the group at 0 (MKSTREAM); a group that exists already is fine. The caller has
+-- checked that `work` is a stream or nothing, so BUSYGROUP is the only possible error.
+local function create_group(work, group)
+  redis.pcall('XGROUP', 'CREATE', work, group, '0', 'MKSTREAM')
+end
+
+-- commit: store one job's evaluation(s) atomically.
+-- KEYS: job, history, due, active, work, equipment, seen, then the waits keys it touches
+-- ARGV: version, state, order, due ('' none), active ('1' member, '0' not), group, consumer,
+--       job id, history maxlen,
+--       n_ack, ids..., n_cmd, (kind, data)..., n_hist, (kind, data)...,
+--       seen field ('' none), seen ttl ms,
+--       n_waits, (key index, 'add'|'rem', member, score)..., n_work, (kind, data)...
+-- The last are work entries to queue (a job-control method's `start`).
+-- Returns ok, conflict (the version moved), gone (an entry to ack is no longer pending for
+-- this consumer: another took it over), missing (the job is not stored) or duplicate (the
+-- event's source/id was already taken).
+local function commit(keys, args)
+  local job, history, due, active, work, equipment, seen =
+    keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7]
+  local group, consumer, job_id = args[6], args[7], args[8]
+  local version = redis.call('HGET', job, 'version')
+  if not version then return 'missing' end
+  if version ~= args[1] then return 'conflict' end
+  local i = 10
+  local n_ack = tonumber(args[i])
+  local acks = {}
+  for k = 1, n_ack do
+    local id = args[i + k]
+    if not pending(work, group, id, consumer) then return 'gone' end
+    acks[k] = id
+  end
+  i = i + n_ack + 1
+  local n_cmd = tonumber(args[i])
+  local cmd_at = i + 1
+  i = i + 2 * n_cmd + 1
+  local n_hist = tonumber(args[i])
+  local hist_at = i + 1
+  i = i + 2 * n_hist + 1
+  local seen_field, seen_ttl = args[i], args[i + 1]
+  i = i + 2
+  if seen_field ~= '' and redis.call('HEXISTS', seen, seen_field) == 1 then
+    return 'duplicate'
+  end
+  local n_waits = tonumber(args[i])
+  local waits_at = i + 1
+  i = i + 4 * n_waits + 1
+  local n_work = tonumber(args[i] or '0')
+  local work_at = i + 1
+
+  -- the writes
+  redis.call('HSET', job, 'state', args[2], 'order', args[3],
+    'version', tostring(tonumber(version) + 1), 'due', args[4])
+  if args[4] == '' then
+    redis.call('ZREM', due, job_id)
+  else
+    redis.call('ZADD', due, args[4], job_id)
+  end
+  if args[5] == '1' then
+    redis.call('SADD', active, job_id)
+  else
+    redis.call('SREM', active, job_id)
+  end
+  for k = 0, n_waits - 1 do
+    local at = waits_at + 4 * k
+    local key = keys[tonumber(args[at])]
+    if args[at + 1] == 'add' then
+      redis.call('ZADD', key, args[at + 3], args[at + 2])
+    else
+      redis.call('ZREM', key, args[at + 2])
+    end
+  end
+  for k = 0, n_cmd - 1 do
+    redis.call('XADD', equipment, '*', 'v', '1', 'kind', args[cmd_at + 2 * k],
+      'data', args[cmd_at + 2 * k + 1])
+  end
+  for k = 0, n_hist - 1 do
+    redis.call('XADD', history, 'MAXLEN', args[9], '*', 'v', '1',
+      'kind', args[hist_at + 2 * k], 'data', args[hist_at + 2 * k + 1])
+  end
+  for k = 0, n_work - 1 do
+    redis.call('XADD', work, '*', 'v', '1', 'kind', args[work_at + 2 * k],
+      'data', args[work_at + 2 * k + 1])
+  end
+  if seen_field ~= '' then
+    redis.call('HSET', seen, seen_field, job_id)
+    redis.call('HPEXPIRE', seen, seen_ttl, 'FIELDS', 1, seen_field)
+  end
+  if n_ack > 0 then
+    redis.call('XACK', work, group, unpack(acks))
+    redis.call('XDEL', work, unpack(acks))
+  end
+  return 'ok'
+end
+
+-- ack: acknowledge and delete entries that change no job, and count them.
+-- KEYS: work, settings
+-- ARGV: group, consumer, counter field ('' none), ids...
+local function ack(keys, args)
+  local work, settings = keys[1], keys[2]
+  local group, consumer, counter = args[1], args[2], args[3]
+  local ids = {}
+  for k = 4, #args do
+    if not pending(work, group, args[k], consumer) then return 'gone' end
+    ids[#ids + 1] = args[k]
+  end
+  if counter ~= '' then redis.call('HINCRBY', settings, counter, #ids) end
+  if #ids > 0 then
+    redis.call('XACK', work, group, unpack(ids))
+    redis.call('XDEL', work, unpack(ids))
+  end
+  return 'ok'
+end
+
+-- store: Store or StoreAndStart one order.
+-- KEYS: job, orders, work, retired
+-- ARGV: job id, order, state, expected retired sequence ('' none), stored at, start ('1'/'0'),
+--       group, start data
+-- Returns ok, exists (the id is taken) or conflict (the retired sequence moved: read again).
+local function store(keys, args)
+  local job, orders, work, retired = keys[1], keys[2], keys[3], keys[4]
+  local job_id = args[1]
+  if redis.call('EXISTS', job) == 1 then return 'exists' end
+  local last = redis.call('HGET', retired, job_id)
+  if (last or '') ~= args[4] then return 'conflict' end
+  local t = redis.call('TYPE', work)['ok']
+  if t ~= 'none' and t ~= 'stream' then
+    return redis.error_reply('WRONGTYPE ' .. work .. ' is not a stream')
+  end
+  redis.call('HSET', job, 'order', args[2], 'state', args[3], 'version', '1', 'due', '')
+  redis.call('ZADD', orders, args[5], job_id)
+  create_group(work, args[7])
+  if args[6] == '1' then
+    redis.call('XADD', work, '*', 'v', '1', 'kind', 'start', 'data', args[8])
+  end
+  return 'ok'
+end
+
+-- sweep: the heartbeat, then the due jobs' ticks (a tick's time is its entry id).
+-- KEYS: due, work, heartbeat, active, outage
+-- ARGV: outage threshold ms, limit
+-- Returns {'ok', ticks}, or {'outage', gap}: an outage pass is under way (or began now), and
+-- ordinary expiry waits until it ends.
+local function sweep(keys, args)
+  local due, work, heartbeat, active, outage = keys[1], keys[2], keys[3], keys[4], keys[5]
+  local threshold, limit = tonumber(args[1]), tonumber(args[2])
+  local now = now_ms()
+  local last = redis.call('HGET', heartbeat, 'at')
+  local gap = redis.call('HGET', heartbeat, 'gap')
+  redis.call('HSET', heartbeat, 'at', now)
+  if gap then return {'outage', gap} end
+  if last and now - tonumber(last) > threshold then
+    gap = tostring(now - tonumber(last))
+    redis.call('HSET', heartbeat, 'gap', gap, 'since', last)
+    redis.call('DEL', outage)
+    if redis.call('EXISTS', active) == 1 then
+      redis.call('SUNIONSTORE', outage, active)
+    end
+    return {'outage', gap}
+  end
+  local jobs = redis.call('ZRANGE', due, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
+  for _, j in ipairs(jobs) do
+    redis.call('ZREM', due, j)
+    redis.call('XADD', work, '*', 'v', '1', 'kind', 'tick', 'data', cjson.encode({job = j}))
+  end
+  return {'ok', tostring(#jobs)}
+end
+
+-- outage: one chunk of an outage pass. Every job that was active when the outage was found
+-- gets one tick with outageMs = the gap, exactly once (the pass pops them from a copy of the
+-- active set), and leaves the due index until that tick is applied.
+-- KEYS: heartbeat, outage, work, due
+-- ARGV: limit
+-- Returns {'more', n}, or {'done', n} when the pass has ended (or none was under way).
+local function outage(keys, args)
+  local heartbeat, pass, work, due = keys[1], keys[2], keys[3], keys[4]
+  local gap = redis.call('HGET', heartbeat, 'gap')
+  if not gap then return {'done', '0'} end
+  local jobs = redis.call('SPOP', pass, tonumber(args[1]))
+  for _, j in ipairs(jobs) do
+    redis.call('ZREM', due, j)
+    redis.call('XADD', work, '*', 'v', '1', 'kind', 'tick',
+      'data', cjson.encode({job = j, outageMs = tonumber(gap)}))
+  end
+  if redis.call('SCARD', pass) == 0 then
+    redis.call('HDEL', heartbeat, 'gap', 'since')
+    redis.call('HSET', heartbeat, 'at', now_ms(), 'lastGap', gap)
+    return {'done', tostring(#jobs)}
+  end
+  return {'more', tostring(#jobs)}
+end
+
+-- bury: move a work entry to the dead stream with the reason, ack it, and put its job back
+-- on the due index from the hash's due, so that no job is stranded.
+-- KEYS: work, dead, due, job (the job's hash; any key of the scope when there is no job)
+-- ARGV: group, entry id, reason, job id ('' none), deliveries, then the entry's field/value pairs
+local function bury(keys, args)
+  local work, dead, due, job = keys[1], keys[2], keys[3], keys[4]
+  local group, id, reason, job_id, deliveries = args[1], args[2], args[3], args[4], args[5]
+  if not pending(work, group, id, nil) then return 'gone' end
+  local entry = {}
+  for k = 6, #args do entry[#entry + 1] = args[k] end
+  entry[#entry + 1] = 'reason'
+  entry[#entry + 1] = reason
+  entry[#entry + 1] = 'entry'
+  entry[#entry + 1] = id
+  entry[#entry + 1] = 'deliveries'
+  entry[#entry + 1] = deliveries
+  redis.call('XADD', dead, '*', unpack(entry))
+  redis.call('XACK', work, group, id)
+  redis.call('XDEL', work, id)
+  if job_id ~= '' then
+    local at = redis.call('HGET', job, 'due')
+    if at and at ~= '' then redis.call('ZADD', due, at, job_id) end
+  end
+  return 'ok'
+end
+
+-- repair: set the indexes of one job from its hash, if the version is still the one read.
+-- KEYS: job, due, active, then the waits keys it touches
+-- ARGV: job id, version, active ('1'/'0'), n_waits, (key index, 'add'|'rem', member, score)...
+local function repair(keys, args)
+  local job, due, active = keys[1], keys[2], keys[3]
+  local job_id = args[1]
+  local h = redis.call('HMGET', job, 'version', 'due')
+  if not h[1] then return 'missing' end
+  if h[1] ~= args[2] then return 'conflict' end
+  if h[2] and h[2] ~= '' then
+    redis.call('ZADD', due, h[2], job_id)
+  else
+    redis.call('ZREM', due, job_id)
+  end
+  if args[3] == '1' then
+    redis.call('SADD', active, job_id)
+  else
+    redis.call('SREM', active, job_id)
+  end
+  local n = tonumber(args[4])
+  for k = 0, n - 1 do
+    local at = 5 + 4 * k
+    local key = keys[tonumber(args[at])]
+    if args[at + 1] == 'add' then
+      redis.call('ZADD', key, args[at + 3], args[at + 2])
+    else
+      redis.call('ZREM', key, args[at + 2])
+    end
+  end
+  return 'ok'
+end
+
+redis.register_function('sfc1_commit', commit)
+redis.register_function('sfc1_ack', ack)
+redis.register_function('sfc1_store', store)
+redis.register_function('sfc1_sweep', sweep)
+redis.register_function('sfc1_outage', outage)
+redis.register_function('sfc1_bury', bury)
+redis.register_function('sfc1_repair', repair)

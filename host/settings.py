@@ -1,0 +1,129 @@
+"""The host's settings: `SFC_` environment variables, or the `serve` option of the same name.
+
+Durations are written `500ms`, `1s`, `2m`, `24h` or `1d` (a bare number is seconds). A bad
+value is refused at start with its name. The scope's own settings (capabilities, maxAttempts,
+equipmentHold) live in `sfc:scope:{S}`; their process-wide defaults are here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+
+_DURATION = re.compile(r"(?P<n>[0-9]+(?:\.[0-9]+)?)\s*(?P<unit>ms|s|m|h|d)?")
+_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1000}
+
+
+class SettingsError(ValueError):
+    """A setting with a value that cannot be used; the message names it."""
+
+
+def duration_ms(name: str, text: str) -> int:
+    m = _DURATION.fullmatch(text.strip())
+    if m is None:
+        raise SettingsError(
+            f"{name}={text!r} is not a duration; write e.g. 500ms, 1s, 2m, 24h or 1d"
+        )
+    ms = float(m["n"]) * _UNITS[m["unit"]]
+    if ms != int(ms):
+        raise SettingsError(f"{name}={text!r} is not a whole number of milliseconds")
+    return int(ms)
+
+
+def _count(name: str, text: str, low: int, high: int) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise SettingsError(f"{name}={text!r} is not a whole number") from None
+    if not low <= value <= high:
+        raise SettingsError(f"{name}={value} is out of range; it must be {low} to {high}")
+    return value
+
+
+def _flag(name: str, text: str) -> bool:
+    t = text.strip().lower()
+    if t in ("1", "true", "yes", "on"):
+        return True
+    if t in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{name}={text!r} is not true or false")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Durations in milliseconds; defaults follow docs/host.md ("Settings")."""
+
+    sweep_interval: int = 1000
+    outage_threshold: int = 30_000
+    max_attempts: int = 3
+    expiry_grace: int = 2000
+    autoclaim_idle: int = 30_000
+    max_deliveries: int = 5
+    read_count: int = 100
+    sweep_limit: int = 100
+    equipment_hold: bool = True
+    scope_refresh_interval: int = 5000
+    history_limit: int = 1000
+    event_dedupe_ttl: int = 86_400_000
+    equipment_retention: int = 86_400_000
+
+    def __post_init__(self) -> None:
+        if self.outage_threshold <= self.sweep_interval:
+            raise SettingsError(
+                f"SFC_OUTAGE_THRESHOLD ({self.outage_threshold} ms) must be above "
+                f"SFC_SWEEP_INTERVAL ({self.sweep_interval} ms): every sweep would be an outage"
+            )
+
+    def with_values(self, values: Mapping[str, str]) -> Settings:
+        """These settings with `values` (names like `SWEEP_INTERVAL`, texts) applied."""
+        changes: dict[str, object] = {}
+        known = {f.name.upper(): f.name for f in fields(self)}
+        for key, text in values.items():
+            name = known.get(key.upper().removeprefix("SFC_"))
+            if name is None:
+                raise SettingsError(f"unknown setting {key}; known: {', '.join(sorted(known))}")
+            label = f"SFC_{name.upper()}"
+            changes[name] = _parse(name, label, text)
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+_DURATIONS = {
+    "sweep_interval",
+    "outage_threshold",
+    "expiry_grace",
+    "autoclaim_idle",
+    "scope_refresh_interval",
+    "event_dedupe_ttl",
+    "equipment_retention",
+}
+_COUNTS = {
+    "max_attempts": (1, 100),
+    "max_deliveries": (1, 1000),
+    "read_count": (1, 10_000),
+    "sweep_limit": (1, 100_000),
+    "history_limit": (1, 1_000_000),
+}
+
+
+def _parse(name: str, label: str, text: str) -> object:
+    if name in _DURATIONS:
+        value = duration_ms(label, text)
+        if value <= 0 and name != "expiry_grace":
+            raise SettingsError(f"{label}={text!r} must be above zero")
+        return value
+    if name in _COUNTS:
+        return _count(label, text, *_COUNTS[name])
+    return _flag(label, text)
+
+
+def from_environment(
+    environ: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None
+) -> Settings:
+    """The settings from `SFC_*` variables, then `overrides` (e.g. serve options) on top."""
+    env = os.environ if environ is None else environ
+    names = {f"SFC_{f.name.upper()}" for f in fields(Settings)}
+    values = {k: v for k, v in env.items() if k in names}
+    values.update(overrides or {})
+    return Settings().with_values(values)
