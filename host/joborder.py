@@ -48,6 +48,8 @@ SUBSTATES: dict[str, tuple[str, ...]] = {
 }
 COMMENT_LIMIT = 100
 """Most comments an order keeps; the oldest go first."""
+TEXT_LIMIT = 4096
+"""Most characters of a comment or a fault message (the order's schema)."""
 
 
 class ReturnStatus(IntFlag):
@@ -190,12 +192,20 @@ def move(order: JobOrder, method: str, at: int) -> JobOrder:
     changes: dict[str, object] = {"state": path(state, sub)}
     if method == "start":
         changes["started_at"] = at
+    if state in ("Ended", "Aborted"):  # Stop or Abort; a running recipe's finish may follow
+        changes["ended_at"] = at
+        changes["result"] = OrderResult(
+            ended_by="stopped" if method == "Stop" else "aborted",
+            outcomes=[],
+            fault_code=None,
+            fault_message=None,
+        )
     return replace(order, **changes)
 
 
 def comment(order: JobOrder, at: int, text: str) -> JobOrder:
     old = [] if order.comments is UNSET else order.comments
-    comments = [*old, OrderComment(at=at, text=text[:4096])][-COMMENT_LIMIT:]
+    comments = [*old, OrderComment(at=at, text=text[:TEXT_LIMIT])][-COMMENT_LIMIT:]
     return replace(order, comments=comments)
 
 
@@ -220,7 +230,7 @@ def finish(order: JobOrder, continuation: Continuation, at: int) -> JobOrder:
             ended_by="faulted",
             outcomes=[],
             fault_code=continuation.code,
-            fault_message=continuation.message,
+            fault_message=continuation.message[:TEXT_LIMIT],
         )
         state = path("Aborted")
     elif isinstance(continuation, Cancelled):
@@ -229,7 +239,7 @@ def finish(order: JobOrder, continuation: Continuation, at: int) -> JobOrder:
             ended_by="stopped" if stopped else "aborted",
             outcomes=[],
             fault_code=None,
-            fault_message=continuation.reason or None,
+            fault_message=continuation.reason[:TEXT_LIMIT] or None,
         )
         state = path("Ended", "Completed") if stopped else path("Aborted")
     else:
@@ -239,7 +249,9 @@ def finish(order: JobOrder, continuation: Continuation, at: int) -> JobOrder:
 
 def abort(order: JobOrder, at: int, code: str, message: str) -> JobOrder:
     """Aborted by the host itself, e.g. because the recipe is missing or does not build."""
-    result = OrderResult(ended_by="faulted", outcomes=[], fault_code=code, fault_message=message)
+    result = OrderResult(
+        ended_by="faulted", outcomes=[], fault_code=code, fault_message=message[:TEXT_LIMIT]
+    )
     return replace(order, state=path("Aborted"), ended_at=at, result=result)
 
 
