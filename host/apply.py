@@ -342,6 +342,35 @@ class Applier:
         self.before_commit: Callable[[list[Commit]], None] | None = None
         """A hook for tests: called with the commits of a batch just before they are sent."""
 
+    def repair_all(self, scope: str, chunk: int = 200) -> int:
+        """Set the indexes of every active job of `scope` from its hash (recovery).
+
+        The due index comes from the hash's `due`; the active set and the waits index from
+        the state and the order. A job that moved meanwhile (its version changed) is left as
+        it is: the commit that moved it wrote its indexes. Returns the jobs repaired.
+        """
+        jobs = self.store.active_jobs(scope)
+        repaired = 0
+        for i in range(0, len(jobs), chunk):
+            part = jobs[i : i + chunk]
+            _, records = self.store.load(scope, part)
+            for job in part:
+                record = records[job]
+                if record is None:
+                    self.store.repair(scope, job, "", False)
+                    continue
+                try:
+                    state = state_decoder.decode(record.state)
+                    order = decode_order(record.order)
+                except (msgspec.DecodeError, RecursionError):
+                    log.error("scope %s: job %s has a state or order that does not decode; "
+                              "left as it is", scope, job)  # fmt: skip
+                    continue
+                running = state.status == "running" and not joborder.ended(order)
+                if self.store.repair(scope, job, record.version, running) == "ok":
+                    repaired += 1
+        return repaired
+
     def apply(self, scope: str, entries: Sequence[Entry]) -> Outcome:
         """Apply `entries` (work entries of `scope`, in stream order) and commit them."""
         tally = Outcome()

@@ -246,7 +246,12 @@ local function repair(keys, args)
   local job, due, active = keys[1], keys[2], keys[3]
   local job_id = args[1]
   local h = redis.call('HMGET', job, 'version', 'due')
-  if not h[1] then return 'missing' end
+  if not h[1] then
+    -- the job is gone (cleared): it has no place in the indexes
+    redis.call('SREM', active, job_id)
+    redis.call('ZREM', due, job_id)
+    return 'missing'
+  end
   if h[1] ~= args[2] then return 'conflict' end
   if h[2] and h[2] ~= '' then
     redis.call('ZADD', due, h[2], job_id)

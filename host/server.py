@@ -85,23 +85,22 @@ class EmbeddedServer:
 
     def start(self, timeout: float = 20.0) -> EmbeddedServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(
-            self.command(),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        with open(self.data_dir / "valkey.stderr", "wb") as stderr:
+            self.process = subprocess.Popen(
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
         try:
             while True:
                 if self.process.poll() is not None:
-                    err = (
-                        self.process.stderr.read().decode(errors="replace")
-                        if self.process.stderr
-                        else ""
-                    )
+                    err = ""
+                    with contextlib.suppress(OSError):
+                        err = (self.data_dir / "valkey.stderr").read_text(errors="replace")
                     raise ServerError(
                         f"valkey-server exited with {self.process.returncode} at start: "
                         f"{err.strip() or self._log_tail()}"
@@ -128,11 +127,11 @@ class EmbeddedServer:
         return ""
 
     def stop(self, timeout: float = 10.0) -> None:
-        """SHUTDOWN (the AOF is written), then wait for the process; kill it if it hangs."""
+        """SIGTERM, which valkey-server takes as SHUTDOWN (the AOF is flushed and synced),
+        then wait for the process; kill it if it hangs."""
         if self.process is None or self.process.poll() is not None:
             return
-        with contextlib.suppress(redis.RedisError, OSError):
-            redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2).shutdown(nosave=False)
+        self.process.terminate()
         try:
             self.process.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+import msgspec
 import redis
 
 from host import keys
@@ -429,3 +430,69 @@ class Store:
         for fields in entries:
             pipe.xadd(keys.work(scope), dict(fields))  # type: ignore[arg-type]
         return [_text(i) for i in pipe.execute()]
+
+    def trim_equipment(self, scope: str, retention_ms: int, now: int | None = None) -> int:
+        """Trim the equipment stream: remove the entries below the oldest one that some group
+        has not acknowledged, but never one whose `expiresAt` (its own time, for a notice
+        without one) is less than `retention_ms` ago. Returns the entries removed."""
+        key = keys.equipment(scope)
+        now = self.time_ms() if now is None else now
+        bound: tuple[int, int] | None = None  # the first entry some group still needs
+        groups: Any = self.r.xinfo_groups(key) if self.r.exists(key) else []
+        for g in groups:
+            name = g["name"]
+            first = _first_unacked(self.r, key, name, _text(g["last-delivered-id"]))
+            if first is not None and (bound is None or first < bound):
+                bound = first
+        removed = 0
+        cut: str | None = None
+        start = "-"
+        while True:
+            rows: Any = self.r.xrange(key, min=start, count=100)
+            if not rows:
+                break
+            stop = False
+            for entry_id, fields in rows:
+                eid = _id_tuple(_text(entry_id))
+                if bound is not None and eid >= bound:
+                    stop = True
+                    break
+                if _expires_at(fields, eid[0]) + retention_ms > now:
+                    stop = True
+                    break
+                cut = _text(entry_id)
+                removed += 1
+            if stop or len(rows) < 100:
+                break
+            last = _id_tuple(_text(rows[-1][0]))
+            start = f"{last[0]}-{last[1] + 1}"
+        if cut is None:
+            return 0
+        last = _id_tuple(cut)
+        self.r.xtrim(key, minid=f"{last[0]}-{last[1] + 1}", approximate=False)
+        return removed
+
+
+def _id_tuple(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _expires_at(fields: Mapping[bytes, bytes], entry_ms: int) -> int:
+    """An equipment entry's `expiresAt`; its own time when it has none (a notice)."""
+    try:
+        data = msgspec.json.decode(fields.get(b"data", b"{}"))
+        value = data.get("expiresAt") if isinstance(data, dict) else None
+    except (msgspec.DecodeError, RecursionError):
+        value = None
+    return value if isinstance(value, int) else entry_ms
+
+
+def _first_unacked(r: redis.Redis, key: str, group: Any, last_delivered: str) -> tuple[int, int]:
+    """The id of the first entry `group` has not acknowledged: its oldest pending entry, or
+    the entry after the last one delivered to it."""
+    summary: Any = r.xpending(key, group)
+    if summary and summary.get("pending"):
+        return _id_tuple(_text(summary["min"]))
+    last = _id_tuple(last_delivered)
+    return last[0], last[1] + 1

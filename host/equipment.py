@@ -1,0 +1,157 @@
+"""The adapter side of the equipment stream (docs/host.md, "The equipment stream").
+
+An adapter reads `sfc:equipment:{scope}` with a consumer group of its own, created at `0`,
+delivers push, hold and restart (deduplicated by command id, dropped past `expiresAt`), and
+answers through `respond`, always with the command id and the round it received. The
+notices `await` and `withdraw` may be ignored.
+
+`Responder` is such an adapter in-process, answering with a function of the entry; tests,
+the bench and the scripted equipment use it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from msgspec import UNSET
+
+from generated.equipment_entry_v1_0 import AwaitData, CommandData
+from generated.work_entry_v1_0 import AnswerData
+from host import keys
+from host.entries import Entry, EntryError, decode_equipment, fields
+from host.store import Store
+
+log = logging.getLogger("sfc.host.equipment")
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What equipment says to one command: an outcome, or an error (a failure)."""
+
+    outcome: str | None = None
+    error: str | None = None
+
+
+def answer_data(
+    job: str,
+    action_key: str,
+    *,
+    outcome: str | None = None,
+    error: str | None = None,
+    command_id: str | None = None,
+    round: int | None = None,
+) -> AnswerData:
+    if outcome is not None and error is not None:
+        raise ValueError("an answer has an outcome or an error, not both")
+    keys.check_job(job)
+    if not action_key.startswith(f"{job}:"):
+        action_key = f"{job}:{action_key}"
+    return AnswerData(
+        job=job,
+        action_key=action_key,
+        command_id=UNSET if command_id is None else command_id,
+        outcome=UNSET if outcome is None else outcome,
+        error=UNSET if error is None else error,
+        round=UNSET if round is None else round,
+    )
+
+
+def respond(
+    store: Store,
+    scope: str,
+    job: str,
+    action_key: str,
+    *,
+    outcome: str | None = None,
+    error: str | None = None,
+    command_id: str | None = None,
+    round: int | None = None,
+) -> str:
+    """Queue equipment's answer as an `answer` work entry; returns the entry id.
+
+    `action_key` is `{job}:{action}` or the action's name. An answer for a job that does not
+    exist is dropped by the worker and counted, not refused here: the job may be cleared
+    between the command and its answer.
+    """
+    keys.check_scope(scope)
+    data = answer_data(
+        job, action_key, outcome=outcome, error=error, command_id=command_id, round=round
+    )
+    return store.add_work(scope, fields("answer", data))
+
+
+@dataclass(slots=True)
+class Responder:
+    """An in-process adapter: reads the equipment stream of `scope` with group `group` and
+    answers each push, hold and restart with `reply(kind, data)` (None: stay silent).
+
+    Answers of one read are written in one pipeline, then the entries are acknowledged.
+    """
+
+    store: Store
+    scope: str
+    reply: Callable[[str, CommandData], Answer | None]
+    group: str = "sfc-responder"
+    consumer: str = "responder-1"
+    on_await: Callable[[AwaitData], None] | None = None
+    seen: set[str] = field(default_factory=set)
+    answered: int = 0
+
+    def __post_init__(self) -> None:
+        self.store.equipment_group(self.scope, self.group)
+
+    def pump(self, block_ms: int | None = None, count: int = 500) -> int:
+        """Answer what has come since the last call; returns the entries read."""
+        rows = self.store.read_equipment(self.scope, self.group, self.consumer, count, block_ms)
+        if not rows:
+            return 0
+        answers: list[dict[str, bytes]] = []
+        for entry_id, raw in rows:
+            try:
+                entry = decode_equipment(entry_id, raw)
+            except EntryError as e:
+                log.warning("equipment entry %s of %s skipped: %s", entry_id, self.scope, e)
+                continue
+            answers += self._answer(entry)
+        if answers:
+            self.store.add_work_many(self.scope, answers)
+            self.answered += len(answers)
+        self.store.ack_equipment(self.scope, self.group, [i for i, _ in rows])
+        return len(rows)
+
+    def _answer(self, entry: Entry) -> Sequence[dict[str, bytes]]:
+        data = entry.data
+        if isinstance(data, AwaitData):
+            if self.on_await is not None:
+                self.on_await(data)
+            return []
+        if not isinstance(data, CommandData) or data.command_id in self.seen:
+            return []  # a notice, or a command delivered twice: deduplicated by its id
+        self.seen.add(data.command_id)
+        answer = self.reply(entry.kind, data)
+        if answer is None:
+            return []
+        return [
+            fields(
+                "answer",
+                answer_data(
+                    data.job,
+                    data.action_key,
+                    outcome=answer.outcome,
+                    error=answer.error,
+                    command_id=data.command_id,
+                    round=data.round,
+                ),
+            )
+        ]
+
+
+def always(outcome: str = "ok") -> Callable[[str, CommandData], Answer]:
+    """A reply function that answers every command with `outcome` (a hold with `held`)."""
+
+    def reply(kind: str, data: CommandData) -> Answer:
+        return Answer(outcome="held" if kind == "hold" else outcome)
+
+    return reply

@@ -1,0 +1,282 @@
+"""The worker: read, claim, bury, sweep, outages, recovery, the scope registry and trimming.
+
+One `Worker` is one consumer of the group `sfc-engine` on the work stream of every scope it
+serves (docs/host.md, "The sweep, outages and recovery"). It owns no state of its own: every
+decision is the server's (the functions of `sfc_1`) or the core's (through `Applier`), so any
+number of workers on any number of machines can run side by side, and a killed one loses
+nothing: what it had not committed stays pending and another worker claims it.
+
+`run(stop)` loops until `stop` is set; tests call the parts (`read_once`, `claim_once`,
+`sweep_once`, `refresh_scopes`, `trim_once`) one at a time to step a worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from host.apply import Applier, Outcome
+from host.entries import Entry, EntryError, decode_work, job_of
+from host.settings import Settings
+from host.store import Store
+
+log = logging.getLogger("sfc.host.worker")
+TRIM_INTERVAL_MS = 60_000
+"""How often a worker trims the equipment stream of each scope it serves."""
+
+
+def consumer_name() -> str:
+    """A consumer name unique to this process: host, pid and a random suffix."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+@dataclass(slots=True)
+class Counters:
+    """What a worker did since it started (the metrics read these)."""
+
+    batches: int = 0
+    outcome: Outcome = field(default_factory=Outcome)
+    buried: int = 0
+    claimed: int = 0
+    deleted_on_claim: int = 0
+    ticks: int = 0
+    outages: int = 0
+    repaired: int = 0
+    trimmed: int = 0
+
+
+class Worker:
+    """One consumer of the work streams of `scopes` (every registered scope when None)."""
+
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        scopes: Sequence[str] | None = None,
+        *,
+        consumer: str | None = None,
+        applier: Applier | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.fixed_scopes = None if scopes is None else list(dict.fromkeys(scopes))
+        self.consumer = consumer or consumer_name()
+        self.store.consumer = self.consumer
+        self.store.history_limit = settings.history_limit
+        self.store.dedupe_ttl_ms = settings.event_dedupe_ttl
+        self.applier = applier or Applier(store, settings)
+        self.clock = clock
+        self.scopes: list[str] = []
+        """The scopes this worker has taken up (group created, jobs repaired)."""
+        self.counters = Counters()
+        self._claim_start: dict[str, str] = {}
+
+    # -- scopes and recovery
+
+    def refresh_scopes(self) -> list[str]:
+        """Take up scopes not seen before: create the group and repair every active job.
+
+        Returns the scopes taken up now. The registry `sfc:scopes` is read when no scopes
+        were given.
+        """
+        wanted = self.fixed_scopes if self.fixed_scopes is not None else self.store.scopes()
+        new = [s for s in wanted if s not in self.scopes]
+        for scope in new:
+            self.store.create_group(scope)
+            self.counters.repaired += self.recover(scope)
+            self.scopes.append(scope)
+            log.info("serving scope %s (consumer %s)", scope, self.consumer)
+        return new
+
+    def recover(self, scope: str) -> int:
+        """Set the indexes of every active job of `scope` from its hash (`repair`).
+
+        It resends nothing: the sweep owns every deadline. Returns the jobs repaired.
+        """
+        return self.applier.repair_all(scope)
+
+    # -- reading and applying
+
+    def read_once(self, block_ms: int | None = None) -> Outcome:
+        """Read new entries of every scope (one batch each) and apply them."""
+        total = Outcome()
+        if not self.scopes:
+            return total
+        rows = self.store.read(self.scopes, self.settings.read_count, block_ms)
+        by_scope: dict[str, list[tuple[str, dict[bytes, bytes]]]] = {}
+        for scope, entry_id, fields in rows:
+            by_scope.setdefault(scope, []).append((entry_id, fields))
+        for scope, entries in by_scope.items():
+            total.add(self._apply(scope, entries, deliveries=1))
+        return total
+
+    def _decode(
+        self, scope: str, entries: Sequence[tuple[str, dict[bytes, bytes]]], deliveries: int
+    ) -> list[Entry]:
+        good: list[Entry] = []
+        for entry_id, fields in entries:
+            try:
+                good.append(decode_work(entry_id, fields))
+            except EntryError as e:
+                self._bury(scope, entry_id, f"malformed: {e}", None, deliveries, fields)
+        return good
+
+    def _apply(
+        self, scope: str, entries: Sequence[tuple[str, dict[bytes, bytes]]], deliveries: int
+    ) -> Outcome:
+        good = self._decode(scope, entries, deliveries)
+        if not good:
+            return Outcome()
+        try:
+            outcome = self.applier.apply(scope, good)
+        except Exception:
+            # The server went away mid-batch, or a bug: nothing was committed that the
+            # commit did not ack, so the entries stay pending and are claimed later.
+            log.exception("scope %s: a batch of %d entries raised; they stay pending", scope,
+                          len(good))  # fmt: skip
+            return Outcome(failed=[(e.id, "the batch raised") for e in good])
+        for entry_id, why in outcome.failed:
+            log.warning("scope %s: entry %s stays pending: %s", scope, entry_id, why)
+        self.counters.batches += 1
+        self.counters.outcome.add(outcome)
+        return outcome
+
+    def _bury(
+        self,
+        scope: str,
+        entry_id: str,
+        reason: str,
+        job: str | None,
+        deliveries: int,
+        fields: dict[bytes, bytes],
+    ) -> None:
+        result = self.store.bury(scope, entry_id, reason, job, deliveries, fields)
+        if result == "ok":
+            self.counters.buried += 1
+            log.warning("scope %s: entry %s is dead: %s", scope, entry_id, reason)
+
+    # -- claiming entries that another consumer left
+
+    def claim_once(self) -> Outcome:
+        """XAUTOCLAIM entries idle for `autoclaim_idle` in every scope, and process them one
+        at a time, so that an entry that crashes its process does not bury a batch. An entry
+        delivered more than `max_deliveries` times is buried instead."""
+        total = Outcome()
+        for scope in self.scopes:
+            start = self._claim_start.get(scope, "0-0")
+            next_start, claimed, deleted = self.store.autoclaim(
+                scope, self.settings.autoclaim_idle, self.settings.read_count, start
+            )
+            self._claim_start[scope] = next_start
+            if deleted:
+                self.counters.deleted_on_claim += len(deleted)
+                log.warning("scope %s: XAUTOCLAIM reported deleted entries %s", scope, deleted)
+            for entry_id, fields in claimed:
+                self.counters.claimed += 1
+                deliveries = self.store.deliveries(scope, entry_id)
+                if deliveries == 0:
+                    continue  # acked meanwhile by the consumer that had it
+                if deliveries > self.settings.max_deliveries:
+                    job = self._job_of(entry_id, fields)
+                    self._bury(
+                        scope,
+                        entry_id,
+                        f"failed {deliveries - 1} deliveries (SFC_MAX_DELIVERIES is "
+                        f"{self.settings.max_deliveries})",
+                        job,
+                        deliveries,
+                        fields,
+                    )
+                    continue
+                total.add(self._apply(scope, [(entry_id, fields)], deliveries))
+        return total
+
+    @staticmethod
+    def _job_of(entry_id: str, fields: dict[bytes, bytes]) -> str | None:
+        try:
+            return job_of(decode_work(entry_id, fields))
+        except EntryError:
+            return None
+
+    # -- the sweep
+
+    def sweep_once(self) -> int:
+        """The sweep of every scope: the heartbeat, then ticks of the due jobs; an outage
+        pass when the heartbeat shows a gap. Returns the ticks queued."""
+        ticks = 0
+        for scope in self.scopes:
+            kind, n = self.store.sweep(
+                scope, self.settings.outage_threshold, self.settings.sweep_limit
+            )
+            if kind == "outage":
+                self.counters.outages += 1
+                log.warning("scope %s: outage of %d ms; moving every open deadline", scope, n)
+                ticks += self._outage_pass(scope)
+            else:
+                ticks += n
+        self.counters.ticks += ticks
+        return ticks
+
+    def _outage_pass(self, scope: str) -> int:
+        ticks = 0
+        while True:
+            kind, n = self.store.outage_chunk(scope, self.settings.sweep_limit)
+            ticks += n
+            if kind == "done":
+                return ticks
+
+    # -- trimming the equipment stream
+
+    def trim_once(self) -> int:
+        """Trim the equipment stream of every scope (docs/host.md, "The equipment stream")."""
+        trimmed = 0
+        for scope in self.scopes:
+            trimmed += self.store.trim_equipment(scope, self.settings.equipment_retention)
+        self.counters.trimmed += trimmed
+        return trimmed
+
+    # -- the loop
+
+    def run(self, stop: threading.Event) -> None:
+        """Serve until `stop` is set. What was read and not committed stays pending."""
+        s = self.settings
+        now = self.clock()
+        next_refresh = now
+        next_sweep = now
+        next_claim = now + s.autoclaim_idle / 1000
+        next_trim = now + random.uniform(0.5, 1.0) * TRIM_INTERVAL_MS / 1000
+        while not stop.is_set():
+            now = self.clock()
+            try:
+                if now >= next_refresh:
+                    self.refresh_scopes()
+                    next_refresh = now + s.scope_refresh_interval / 1000
+                if now >= next_sweep:
+                    self.sweep_once()
+                    jitter = random.uniform(0.8, 1.2)
+                    next_sweep = now + jitter * s.sweep_interval / 1000
+                if now >= next_claim:
+                    self.claim_once()
+                    next_claim = now + max(0.05, s.autoclaim_idle / 4000)
+                if now >= next_trim:
+                    self.trim_once()
+                    next_trim = now + TRIM_INTERVAL_MS / 1000
+                until = min(next_refresh, next_sweep, next_claim, next_trim) - self.clock()
+                block = max(1, min(1000, int(until * 1000)))
+                if self.scopes:
+                    self.read_once(block)
+                else:
+                    stop.wait(block / 1000)
+            except Exception:
+                # A server that went away, or a bug: log it, wait a moment, go on. Nothing
+                # is lost: what was not committed stays pending.
+                log.exception("worker %s: a round failed; retrying", self.consumer)
+                stop.wait(0.5)
