@@ -276,7 +276,32 @@ local function repair(keys, args)
   return 'ok'
 end
 
+-- clear: remove an ended order, its state, history and index entries, and record its last
+-- sequence in retired (with field expiry), so that a job stored again under the same id
+-- continues the sequence and no command id is reused.
+-- KEYS: job, history, orders, active, due, retired, then the waits keys to leave
+-- ARGV: job id, version, last sequence, retired ttl ms, then the waits member of each key
+local function clear(keys, args)
+  local job, history, orders, active, due, retired =
+    keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
+  local job_id = args[1]
+  local version = redis.call('HGET', job, 'version')
+  if not version then return 'missing' end
+  if version ~= args[2] then return 'conflict' end
+  redis.call('DEL', job, history)
+  redis.call('ZREM', orders, job_id)
+  redis.call('SREM', active, job_id)
+  redis.call('ZREM', due, job_id)
+  for k = 7, #keys do
+    redis.call('ZREM', keys[k], args[k - 2])
+  end
+  redis.call('HSET', retired, job_id, args[3])
+  redis.call('HPEXPIRE', retired, args[4], 'FIELDS', 1, job_id)
+  return 'ok'
+end
+
 redis.register_function('sfc1_commit', commit)
+redis.register_function('sfc1_clear', clear)
 redis.register_function('sfc1_ack', ack)
 redis.register_function('sfc1_store', store)
 redis.register_function('sfc1_sweep', sweep)

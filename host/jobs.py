@@ -198,3 +198,31 @@ def _method(store: Store, scope: str, job: str, method: str) -> MethodResult:
         if result == "missing":
             return MethodResult(ReturnStatus.UNKNOWN_JOB_ORDER_ID, job)
     return MethodResult(ReturnStatus.UNABLE_TO_ACCEPT, job, "the job kept conflicting")
+
+
+def clear(store: Store, scope: str, job: str) -> MethodResult:
+    """Clear: remove an Ended or Aborted order with its state, history and index entries.
+
+    The job's last sequence is kept in `sfc:retired:{S}` for 30 days, so a job stored again
+    under the same id continues it and no command id is ever reused.
+    """
+    try:
+        keys.check_scope(scope)
+        keys.check_job(job)
+    except keys.KeyError_ as e:
+        return MethodResult(ReturnStatus.INVALID_REQUEST, job, str(e))
+    for _ in range(STORE_RETRIES):
+        _, records = store.load(scope, [job])
+        record = records[job]
+        order = None if record is None else decode_order(record.order)
+        status = joborder.allowed("Clear", order)
+        if status != ReturnStatus.OK or record is None or order is None:
+            where = "" if order is None else f"the order is {joborder.path_text(order)}"
+            return MethodResult(status, job, where)
+        state = state_decoder.decode(record.state)
+        result = store.clear(scope, job, record.version, state.sequence)
+        if result == "ok":
+            return MethodResult(ReturnStatus.OK, job, "cleared")
+        if result == "missing":
+            return MethodResult(ReturnStatus.UNKNOWN_JOB_ORDER_ID, job)
+    return MethodResult(ReturnStatus.UNABLE_TO_ACCEPT, job, "the job kept conflicting")

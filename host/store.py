@@ -20,6 +20,8 @@ import redis
 from host import keys
 
 _LIBRARY_SOURCE: str | None = None
+RETIRED_TTL_MS = 30 * 86_400_000
+"""How long `sfc:retired` remembers the last sequence of a cleared job id (30 days)."""
 
 
 def library_source() -> str:
@@ -165,6 +167,28 @@ class Store:
         self.r.set(keys.recipe(recipe_hash), text, nx=True)
 
     # -- jobs
+
+    def clear(
+        self,
+        scope: str,
+        job: str,
+        version: str,
+        sequence: int,
+        waits: Sequence[tuple[str, str]] = (),
+        retired_ttl_ms: int = RETIRED_TTL_MS,
+    ) -> str:
+        """`sfc1_clear`: ok, missing or conflict. `waits` are (type id, member) to leave."""
+        ks = [
+            keys.job(scope, job),
+            keys.history(scope, job),
+            keys.orders(scope),
+            keys.active(scope),
+            keys.due(scope),
+            keys.retired(scope),
+            *(keys.waits(scope, t) for t, _ in waits),
+        ]
+        args = [job, version, sequence, retired_ttl_ms, *(m for _, m in waits)]
+        return _text(self._fcall("sfc1_clear", ks, args))
 
     def retired_sequence(self, scope: str, job: str) -> str:
         value = self.r.hget(keys.retired(scope), job)

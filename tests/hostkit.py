@@ -160,6 +160,7 @@ class Host:
                 if sweep:
                     w.sweep_once()
                 w.read_once(block_ms=5)
+                w.claim_once()
                 for r in responders:
                     r.pump()
 

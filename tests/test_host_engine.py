@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from generated.state_v1_4 import SfcState
+from generated.work_entry_v1_0 import TickData
+from host import keys
+from host.entries import decode_history, fields
 from host.joborder import job_response, path_text
-from tests.hostkit import Host, linear_recipe
+from host.jobs import clear
+from host.store import Commit
+from sfc.codec import state_decoder
+from tests.hostkit import FAST, Host, linear_recipe, wait_for
 
 
 def test_push_recipe_runs_to_completed_through_two_instances(host: Host) -> None:
@@ -24,3 +33,163 @@ def test_push_recipe_runs_to_completed_through_two_instances(host: Host) -> None
     assert a.counters.outcome.applied > 0 and b.counters.outcome.applied > 0
     pushes = [d for _, kind, d in host.equipment(scope) if kind == "push"]
     assert len(pushes) == 3 * len(jobs)
+
+
+def test_silent_equipment_is_sent_again_then_the_job_aborts_with_timeout(host: Host) -> None:
+    scope = host.scope("deadline")
+    job = host.submit(scope, linear_recipe(1, timeout_s=1, max_attempts=2), job_id="j").job
+    worker = host.worker([scope])
+    silent = host.responder(scope, lambda kind, data: None)
+    host.run([worker], [silent], host.ended(scope, [job]), timeout=15)
+    order = host.order(scope, job)
+    assert path_text(order) == "Aborted"
+    assert order.result.fault_code == "timeout"
+    stream = [
+        (kind, d.command_id, getattr(d, "attempt", None)) for _, kind, d in host.equipment(scope)
+    ]
+    pushes = [(cid, attempt) for kind, cid, attempt in stream if kind == "push"]
+    assert pushes == [("j:a1#1", 1), ("j:a1#2", 2)]
+    withdrawn = [cid for kind, cid, _ in stream if kind == "withdraw"]
+    assert sorted(withdrawn) == ["j:a1#1", "j:a1#2"]
+    # the second attempt went out 1 s after the first: its deadline moved by the timeout
+    deadlines = [d.deadline for _, kind, d in host.equipment(scope) if kind == "push"]
+    assert deadlines[1] - deadlines[0] >= 1000
+
+
+def _server_ms(host: Host) -> int:
+    return host.store().time_ms()
+
+
+def _state(host: Host, scope: str, job: str) -> SfcState:
+    record = host.store().job(scope, job)
+    assert record is not None
+    return state_decoder.decode(record.state)
+
+
+def test_an_outage_moves_every_open_deadline_and_no_job_times_out(host: Host) -> None:
+    scope = host.scope("outage")
+    settings = replace(FAST, outage_threshold=2000)
+    quick = host.submit(scope, linear_recipe(2, timeout_s=1, max_attempts=2), job_id="popped").job
+    slow = [
+        host.submit(scope, linear_recipe(2, timeout_s=2, max_attempts=1), job_id=f"j{i}").job
+        for i in range(3)
+    ]
+    a = host.worker([scope], settings)
+    host.run(
+        [a], [], lambda: all(_state(host, scope, j).status == "running" for j in [quick, *slow])
+    )
+    before = {j: _state(host, scope, j).actions["a1"].deadline for j in slow}
+    # the quick job's deadline passes: one sweep pops its tick, and every instance stops
+    # before the tick is applied
+    quick_deadline = _state(host, scope, quick).actions["a1"].deadline
+    assert quick_deadline is not None
+    wait_for(lambda: _server_ms(host) > quick_deadline, what="the quick job's deadline")
+    assert a.sweep_once() == 1
+    assert host.client().zscore(keys.due(scope), quick) is None  # popped: no due entry
+    stopped_at = _server_ms(host)
+    latest = max(d for d in before.values() if d is not None)
+    wait_for(
+        lambda: _server_ms(host) > max(stopped_at + 2500, latest + 500),
+        timeout=10,
+        what="an outage longer than the threshold and the open deadlines",
+    )
+    # one instance starts again: its first sweep finds the gap and ticks every active job
+    b = host.worker([scope], settings)
+    b.sweep_once()
+    assert b.counters.outages == 1
+    host.run([b], [], lambda: all(_moved(host, scope, j, before[j]) for j in slow), sweep=False)
+    for job in slow:
+        assert _state(host, scope, job).status == "running"
+    responder = host.responder(scope)
+    host.run([b], [responder], host.ended(scope, [quick, *slow]))
+    for job in [quick, *slow]:
+        assert host.order_path(scope, job) == "Ended/Completed", job
+    # the popped job's expired tick sent attempt 2 (its deadline had passed before the stop);
+    # every other job kept attempt 1
+    pushes = {(d.job, d.command_id, d.attempt) for _, k, d in host.equipment(scope) if k == "push"}
+    assert ("popped", "popped:a1#2", 2) in pushes
+    assert all(attempt == 1 for job, _, attempt in pushes if job != "popped")
+
+
+def _moved(host: Host, scope: str, job: str, before: int | None) -> bool:
+    deadline = _state(host, scope, job).actions["a1"].deadline
+    return before is not None and deadline is not None and deadline >= before + 2000
+
+
+def test_a_stalled_worker_whose_entry_was_claimed_gets_gone_and_the_effect_happens_once(
+    host: Host,
+) -> None:
+    scope = host.scope("claimed")
+    job = host.submit(scope, linear_recipe(1, timeout_s=60), job_id="j").job
+    a, b = host.worker([scope]), host.worker([scope])
+    host.run([a], [], lambda: _state(host, scope, job).status == "running", sweep=False)
+    deadline = _state(host, scope, job).actions["a1"].deadline
+    assert deadline is not None
+    tick = host.store().add_work(scope, fields("tick", TickData(job=job, outage_ms=5000)))
+
+    def stall(commits: list[Commit]) -> None:
+        # A has loaded and evolved the tick; it stalls past the autoclaim idle, B claims it
+        a.applier.before_commit = None
+        r = host.client()
+        wait_for(
+            lambda: (
+                r.xpending_range(keys.work(scope), keys.GROUP, tick, tick, 1)[0][
+                    "time_since_delivered"
+                ]
+                > FAST.autoclaim_idle
+            ),
+            what="the entry to be idle",
+        )
+        b.claim_once()
+
+    a.applier.before_commit = stall
+    outcome = a.read_once(block_ms=100)
+    assert outcome.gone == 1 and outcome.applied == 0
+    assert b.counters.claimed == 1 and b.counters.outcome.applied == 1
+    assert _state(host, scope, job).actions["a1"].deadline == deadline + 5000
+    history = host.store().history(scope, job)
+    assert [decode_history(f).detail for _, f in history].count("outage of 5000 ms") == 1
+
+
+def test_a_job_id_stored_again_after_clear_never_reuses_a_command_id(host: Host) -> None:
+    scope = host.scope("reuse")
+    worker, responder = host.worker([scope]), host.responder(scope)
+    first: set[str] = set()
+    for run in range(3):
+        host.submit(scope, linear_recipe(3), job_id="same")
+        host.run([worker], [responder], host.ended(scope, ["same"]))
+        assert host.order_path(scope, "same") == "Ended/Completed"
+        ids = {d.command_id for _, k, d in host.equipment(scope) if k == "push"} - first
+        assert len(ids) == 3, f"run {run}: {ids}"
+        first |= ids
+        result = clear(host.store(), scope, "same")
+        assert result.ok, result.words()
+        assert host.store().job(scope, "same") is None
+        assert host.store().history(scope, "same") == []
+    assert len(first) == 9
+
+
+def test_the_equipment_stream_is_trimmed_below_what_every_group_acknowledged_and_kept_for_its_retention(
+    host: Host,
+) -> None:
+    scope = host.scope("trim")
+    jobs = [host.submit(scope, linear_recipe(2), job_id=f"j{i}").job for i in range(3)]
+    worker, responder = host.worker([scope]), host.responder(scope)
+    host.run([worker], [responder], host.ended(scope, jobs))
+    store, r = host.store(), host.client()
+    total = r.xlen(keys.equipment(scope))
+    assert total >= 6
+    later = _server_ms(host) + 10 * 86_400_000
+    store.equipment_group(scope, "late")  # an adapter that has read nothing yet
+    assert store.trim_equipment(scope, 86_400_000, now=later) == 0
+    rows = store.read_equipment(scope, "late", "c1", 4, None)
+    store.ack_equipment(scope, "late", [i for i, _ in rows[:2]])  # two acked, two pending
+    # retention keeps everything younger than 24 h past its expiresAt, whatever the groups did
+    assert store.trim_equipment(scope, 86_400_000) == 0
+    assert store.trim_equipment(scope, 86_400_000, now=later) == 2
+    assert r.xlen(keys.equipment(scope)) == total - 2
+    store.ack_equipment(scope, "late", [i for i, _ in rows[2:]])
+    rest = store.read_equipment(scope, "late", "c1", 1000, None)
+    store.ack_equipment(scope, "late", [i for i, _ in rest])
+    assert store.trim_equipment(scope, 86_400_000, now=later) == total - 2
+    assert r.xlen(keys.equipment(scope)) == 0

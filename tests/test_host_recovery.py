@@ -1,0 +1,174 @@
+"""Recovery on a real server: lost indexes, late instances, killed instances, bad entries."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from generated.work_entry_v1_0 import TickData
+from host import keys
+from host.entries import fields
+from host.worker import Worker
+from sfc.codec import state_decoder
+from tests.hostkit import FAST, Host, counts, linear_recipe, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _status(host: Host, scope: str, job: str) -> str:
+    record = host.store().job(scope, job)
+    assert record is not None
+    return state_decoder.decode(record.state).status
+
+
+def test_a_lost_due_index_is_repaired_by_a_new_instance_and_the_deadlines_fire(host: Host) -> None:
+    scope = host.scope("due")
+    job = host.submit(scope, linear_recipe(1, timeout_s=1, max_attempts=2), job_id="j").job
+    a = host.worker([scope])
+    host.run([a], [], lambda: _status(host, scope, job) == "running", sweep=False)
+    r = host.client()
+    assert r.zscore(keys.due(scope), job) is not None
+    r.delete(keys.due(scope))
+    b = host.worker([scope])  # takes the scope up: repair
+    assert b.counters.repaired == 1
+    assert r.zscore(keys.due(scope), job) is not None
+    host.run([b], [], host.ended(scope, [job]), timeout=10)
+    pushes = [d.attempt for _, k, d in host.equipment(scope) if k == "push"]
+    assert pushes == [1, 2]
+    assert host.order(scope, job).result.fault_code == "timeout"
+
+
+def test_a_scope_first_used_through_one_instance_is_picked_up_by_a_later_one(
+    valkey_url: str,
+) -> None:
+    # the registry is server-wide: this test has a database of its own
+    url = valkey_url.rsplit("/", 1)[0] + "/3"
+    host = Host(url)
+    try:
+        host.client().flushdb()
+        a = Worker(host.store(), FAST, None)
+        assert a.refresh_scopes() == []
+        scope = host.scope("late")
+        job = host.submit(scope, linear_recipe(2), job_id="j").job
+        assert a.refresh_scopes() == [scope]
+        b = Worker(host.store(), FAST, None)
+        assert b.refresh_scopes() == [scope]
+        host.run([b], [host.responder(scope)], host.ended(scope, [job]))
+        assert host.order_path(scope, job) == "Ended/Completed"
+        assert b.counters.outcome.applied == 3 and a.counters.outcome.applied == 0
+        host.check_exactly_once()
+    finally:
+        host.close()
+
+
+def test_a_start_written_before_any_instance_existed_is_read(host: Host) -> None:
+    scope = host.scope("early")
+    jobs = [host.submit(scope, linear_recipe(1), job_id=f"j{i}").job for i in range(3)]
+    assert host.client().xlen(keys.work(scope)) == 3
+    worker = host.worker([scope])
+    host.run([worker], [host.responder(scope)], host.ended(scope, jobs))
+    assert all(host.order_path(scope, j) == "Ended/Completed" for j in jobs)
+
+
+def test_a_killed_instance_leaves_its_entries_pending_and_another_takes_them_over(
+    host: Host, valkey_url: str, tmp_path: Path
+) -> None:
+    scope = host.scope("killed")
+    jobs = [host.submit(scope, linear_recipe(2), job_id=f"j{i}").job for i in range(5)]
+    marker = tmp_path / "stalled"
+    env = {**os.environ, "SFC_AUTOCLAIM_IDLE": "300ms", "SFC_SWEEP_INTERVAL": "50ms"}
+    a = subprocess.Popen(
+        [sys.executable, "-m", "tests.host_runner", valkey_url, scope, "--stall-file", str(marker)],
+        cwd=ROOT,
+        env=env,
+    )
+    try:
+        wait_for(marker.exists, timeout=20, what="instance A to hold entries")
+        pending = host.client().xpending(keys.work(scope), keys.GROUP)
+        assert pending["pending"] == 5
+        a.send_signal(signal.SIGKILL)
+        a.wait(10)
+    finally:
+        if a.poll() is None:
+            a.kill()
+            a.wait()
+    b = host.worker([scope])
+    host.run([b], [host.responder(scope)], host.ended(scope, jobs), timeout=20)
+    assert all(host.order_path(scope, j) == "Ended/Completed" for j in jobs)
+    assert b.counters.claimed == 5
+    assert host.client().xpending(keys.work(scope), keys.GROUP)["pending"] == 0
+
+
+def test_a_malformed_entry_goes_dead_with_its_reason_and_the_worker_goes_on(host: Host) -> None:
+    scope = host.scope("malformed")
+    worker = host.worker([scope])
+    r = host.client()
+    bad = [
+        {"v": "1", "kind": "bogus", "data": "{}"},
+        {"v": "2", "kind": "tick", "data": '{"job": "x"}'},
+        {"v": "1", "kind": "answer", "data": "not json"},
+        {"v": "1", "kind": "tick", "data": '{"job": "x", "outageMs": -5}'},
+        {"kind": "tick"},
+    ]
+    ids = [r.xadd(keys.work(scope), e).decode() for e in bad]  # type: ignore[arg-type]
+    job = host.submit(scope, linear_recipe(1), job_id="j").job
+    host.run([worker], [host.responder(scope)], host.ended(scope, [job]))
+    assert host.order_path(scope, job) == "Ended/Completed"
+    dead = host.store().dead(scope)
+    assert [f[b"entry"].decode() for _, f in dead] == ids
+    reasons = [f[b"reason"].decode() for _, f in dead]
+    assert "kind 'bogus' is not a work entry kind" in reasons[0]
+    assert "entry format v='2' is unknown" in reasons[1]
+    assert "answer data is not JSON" in reasons[2]
+    assert "tick data does not fit its schema" in reasons[3] and "outageMs" in reasons[3]
+    assert "no field 'v'" in reasons[4]
+    assert dead[0][1][b"kind"] == b"bogus"  # the entry's own fields are kept
+    assert r.xpending(keys.work(scope), keys.GROUP)["pending"] == 0
+
+
+def test_an_entry_that_raises_every_time_goes_dead_and_its_job_is_back_on_the_due_index(
+    host: Host,
+) -> None:
+    scope = host.scope("poison")
+    job = host.submit(scope, linear_recipe(1, timeout_s=600), job_id="j").job
+    worker = host.worker([scope])
+    host.run([worker], [], lambda: _status(host, scope, job) == "running", sweep=False)
+    r = host.client()
+    due = r.zscore(keys.due(scope), job)
+    assert due is not None
+    # the sweep popped the job, and its state no longer decodes: the tick raises every time
+    r.zrem(keys.due(scope), job)
+    r.hset(keys.job(scope, job), "state", b'{"broken": ')
+    host.store().add_work(scope, fields("tick", TickData(job=job)))
+
+    def dead() -> bool:
+        return r.xlen(keys.dead(scope)) == 1
+
+    def step() -> None:
+        worker.read_once(block_ms=5)
+        worker.claim_once()
+
+    wait_for(dead, step=step, timeout=15, what="the entry to go dead")
+    ((_, entry),) = host.store().dead(scope)
+    assert b"SFC_MAX_DELIVERIES is 3" in entry[b"reason"]
+    assert int(entry[b"deliveries"]) == FAST.max_deliveries + 1
+    assert worker.counters.outcome.failed  # it was tried, and raised, before
+    assert r.zscore(keys.due(scope), job) == due
+    assert r.xpending(keys.work(scope), keys.GROUP)["pending"] == 0
+
+
+def test_an_answer_for_a_job_that_does_not_exist_is_dropped_and_counted(host: Host) -> None:
+    from host.equipment import respond
+
+    scope = host.scope("noone")
+    host.store().create_group(scope)
+    worker = host.worker([scope])
+    respond(host.store(), scope, "ghost", "a1", outcome="ok", command_id="ghost:a1#1")
+    outcome = worker.read_once(block_ms=100)
+    assert outcome.dropped == 1
+    assert counts(host.client(), scope)["answersDropped"] == 1
+    assert host.client().xlen(keys.dead(scope)) == 0
+    assert host.client().xlen(keys.work(scope)) == 0
