@@ -21,9 +21,10 @@ EquipmentItem = tuple[str, CommandData | AwaitData | WithdrawData]
 
 
 def command_number(command_id: str) -> int | None:
-    """The sequence number of `{actionKey}#{n}`; None when it has another form."""
-    _, sep, number = command_id.rpartition("#")
-    if not sep or not number.isdigit() or len(number) > 19:
+    """The sequence number of `{actionKey}#{n}` or a hold's `{actionKey}#{n}:hold`; None
+    when it has another form."""
+    _, sep, number = command_id.removesuffix(":hold").rpartition("#")
+    if not sep or not (number.isascii() and number.isdigit()) or len(number) > 19:
         return None
     return int(number)
 
