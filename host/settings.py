@@ -11,8 +11,9 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from fractions import Fraction
 
-_DURATION = re.compile(r"(?P<n>[0-9]+(?:\.[0-9]+)?)\s*(?P<unit>ms|s|m|h|d)?")
+_DURATION = re.compile(r"(?P<n>[0-9]{1,15}(?:\.[0-9]{1,9})?)\s*(?P<unit>ms|s|m|h|d)?")
 _UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1000}
 
 
@@ -26,8 +27,8 @@ def duration_ms(name: str, text: str) -> int:
         raise SettingsError(
             f"{name}={text!r} is not a duration; write e.g. 500ms, 1s, 2m, 24h or 1d"
         )
-    ms = float(m["n"]) * _UNITS[m["unit"]]
-    if ms != int(ms):
+    ms = Fraction(m["n"]) * _UNITS[m["unit"]]  # exact: 0.017m is 1020 ms, not 1020.0000001
+    if ms.denominator != 1:
         raise SettingsError(f"{name}={text!r} is not a whole number of milliseconds")
     return int(ms)
 
