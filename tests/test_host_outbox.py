@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from generated.command_v1_0 import CancelWork
 from generated.equipment_entry_v1_0 import AwaitData, AwaitSelector, CommandData, WithdrawData
 from generated.event_v1_0 import (
     ActionCompleted,
@@ -370,3 +371,12 @@ def event_for(graph: Graph, state: SfcState, kind: str, at: int) -> Any:
     return ActionCompleted(
         at=at, action_key=f"job-1:{name}", outcome="ok", command_id=rec.command_id
     )
+
+
+def test_a_withdraw_of_an_action_the_recipe_lacks_has_no_type() -> None:
+    graph = graph_of(TIGHTENING.read_bytes())
+    cancel = CancelWork(action_key="job-1:gone", command_id="job-1:gone#9", reason="teardown")
+    [(kind, data)] = outgoing(
+        [cancel], loaded_sequence=0, job="job-1", at=0, grace=GRACE, graph=graph
+    )
+    assert (kind, data.type_id, data.reason) == ("withdraw", "", "teardown")
