@@ -8,6 +8,9 @@
   once. The figure is the entries applied (start and answers) per second of wall time, from
   the first read to the last job ended; where the worker's time went is split into reading,
   loading (TIME and the hashes), evaluating (decode, evolve, encode) and committing.
+- **Pull events.** JOBS jobs each wait for one type with a `{jobId}` selector; one event per
+  job is published (newest wait first) and the worker offers them: events applied per
+  second, and jobs loaded per event (1.00 when the waits index does its work).
 - **The floor.** The round trips one event needs, and nothing else: load (TIME and one
   HGETALL in a pipeline) and one commit-shaped `sfc1_commit` (the job's real state and
   order, one equipment and one history entry, one entry acked), timed alone and pipelined
@@ -136,6 +139,52 @@ def push_round(url: str, n: int) -> tuple[float, int, Split]:
     return applied / elapsed, applied, split
 
 
+def wait_recipe() -> bytes:
+    import json
+
+    doc = {
+        "Steps": [{"Name": "Qa", "Initial": True}],
+        "Transitions": [],
+        "Actions": [
+            {
+                "Name": "qa",
+                "Step": "Qa",
+                "Qualifier": "N",
+                "Interaction": "pull_event",
+                "TypeId": "com.example.qa.v1",
+                "TimeoutSeconds": 600,
+                "Selector": {"Subject": "line1/{jobId}/qa"},
+            }
+        ],
+    }
+    return json.dumps(doc).encode()
+
+
+def events_round(url: str, n: int) -> tuple[float, float]:
+    """Events applied per second to JOBS jobs that each wait with a {jobId} selector, and
+    the jobs loaded per event."""
+    from host.equipment import publish_event
+
+    scope = f"bench-events-{n}-{time.time_ns()}"
+    store = Store.from_url(url)
+    recipe = wait_recipe()
+    for i in range(JOBS):
+        assert submit(store, scope, recipe, job_id=f"j{i}").ok
+    worker = Worker(Store.from_url(url), SETTINGS, [scope])
+    worker.refresh_scopes()
+    while worker.counters.outcome.applied < JOBS:
+        worker.read_once(block_ms=50)
+    for i in reversed(range(JOBS)):  # the newest wait's event first: no luck from the order
+        assert publish_event(store, scope, "com.example.qa.v1", subject=f"line1/j{i}/qa")
+    applied = worker.counters.outcome.applied
+    loads = worker.counters.outcome.loads
+    t0 = time.perf_counter()
+    while worker.counters.outcome.applied < applied + JOBS:
+        worker.read_once(block_ms=50)
+    elapsed = time.perf_counter() - t0
+    return JOBS / elapsed, (worker.counters.outcome.loads - loads) / JOBS
+
+
 def floor_round(url: str, batch: int) -> float:
     """Microseconds per event of load + commit round trips, pipelined by `batch`."""
     scope = f"bench-floor-{batch}-{time.time_ns()}"
@@ -191,7 +240,12 @@ def main() -> None:
         alone: list[float] = []
         piped: list[float] = []
         splits: list[Split] = []
+        event_rates: list[float] = []
+        loads: list[float] = []
         for n in range(ROUNDS):
+            event_rate, per_event = events_round(url, n)
+            event_rates.append(event_rate)
+            loads.append(per_event)
             alone.append(floor_round(url, 1))
             piped.append(floor_round(url, 100))
             rate, _, split = push_round(url, n)
@@ -208,6 +262,9 @@ def main() -> None:
               f"= {floor_piped:,.0f} events/s")  # fmt: skip
         print(f"  applied / floor(100)  {rate / floor_piped:.2f}")
         print(f"  applied / floor(1)    {rate / floor_alone:.2f}")
+        print(f"pull events: {JOBS} jobs each waiting on one type with a {{jobId}} selector")
+        print(f"  applied events/s      {_spread(event_rates)}")
+        print(f"  jobs loaded per event {statistics.median(loads):.2f}")
         total = {k: statistics.median(s.seconds.get(k, 0.0) for s in splits) for k in
                  ("read", "load", "evaluate", "commit")}  # fmt: skip
         events = JOBS * (STEPS + 1)
