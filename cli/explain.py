@@ -1,4 +1,4 @@
-"""`sfc explain`: a recipe, or a job's state, described in plain words."""
+"""`sfc explain`: a recipe, or a job's state, described in plain words (docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from cli.dryrun import console, load_graph, load_state, terminal
+from cli.files import console, load_graph, load_state, one_stdin, terminal
 from cli.main import app
 from sfc.explain import explain as explain_text
 
@@ -25,19 +25,25 @@ def _style(line: str) -> str:
 
 @app.command()
 def explain(
-    recipe: Annotated[Path, typer.Argument(help="The recipe (wire JSON).")],
+    recipe: Annotated[
+        Path, typer.Argument(metavar="RECIPE", help="The recipe (wire JSON); - reads stdin.")
+    ],
     state: Annotated[
         Path | None,
         typer.Option(
-            help="A job's state (JSON, format 1.4; older formats are migrated): explain where the job is instead."
+            metavar="STATE",
+            help="A job's state (JSON, format 1.4; older formats are migrated): explain where "
+            "the job is instead.",
         ),
     ] = None,
 ) -> None:
     """Describe RECIPE: steps, action blocks, transitions, divergences and what ends a job.
 
     With --state, say where the job is, what it waits for, when the next deadline is due,
-    and whether it is held, ended or faulted. Exit 1 for an invalid recipe or state.
+    and whether it is held, ended or faulted. Exit 1 for an invalid recipe or state (the
+    errors go to stderr), 2 for an unreadable file.
     """
+    one_stdin(recipe, state)
     graph = load_graph(recipe, 1)
     job = None if state is None else load_state(state, graph)
     text = explain_text(graph, job)

@@ -1,22 +1,47 @@
-"""Reading the files the commands are given, and saying where a document is wrong.
+"""What every command shares: reading its files, loading them, and writing to a terminal.
 
-Every command reads its files through `read`: a recipe, a script, a state or capabilities.
-A UTF-8 byte order mark at the start is dropped, as RFC 8259 section 8.1 allows (Windows
-tools write one); a UTF-16 file is refused with a message that says so.
+Every command reads its files through `read`: a recipe, a script, a state or capabilities
+(docs/cli.md, "Files"). `-` reads standard input, once per command. At most the kind's
+limit plus one byte is read, so a huge file (or `/dev/zero`) is refused at once. A UTF-8
+byte order mark at the start is dropped, as RFC 8259 section 8.1 allows (Windows tools
+write one); a UTF-16 file is refused with a message that says so.
+
+The loaders turn the bytes into what the core takes (`load_graph`, `load_state`,
+`load_capabilities`, `load_script`). Each refusal is a message on stderr and an exit code;
+what a command prints on stdout is only its result.
 """
 
 from __future__ import annotations
 
 import copy
 import re
+import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 import msgspec
 import typer
+from rich.console import Console
 
-from sfc.builder import decode_error
-from sfc.simulation import json_key_path
+from cli.published import schema_errors
+from generated.capabilities_v1_0 import Capabilities
+from generated.simulation_script_v1_0 import SimulationScript
+from generated.state_v1_4 import SfcState
+from sfc import codec
+from sfc.builder import (
+    MAX_DOCUMENT_BYTES,
+    RECIPE_V1_1_0,
+    BuildError,
+    BuildResult,
+    build,
+    decode_error,
+)
+from sfc.evolution import STATE_FORMAT, misfit
+from sfc.graph import Graph
+from sfc.interpreter import interpreter_for, known_dataschemas
+from sfc.migrate import READERS, MigrationError, migrate, state_format
+from sfc.simulation import ScriptError, json_key_path
+from sfc.simulation import load_script as parse_script
 
 UTF8_BOM = b"\xef\xbb\xbf"
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
@@ -24,21 +49,97 @@ _SEGMENT = re.compile(r"\.(?P<field>[^.\[]+)|\[(?P<index>[0-9]+)\]|\[\.\.\.\]")
 _ANY_KEY = "[...]"
 """What msgspec writes for a key of an object whose keys are data (e.g. the action names)."""
 
+STDIN: Final = "-"
+"""The file argument that reads standard input."""
+MIB: Final = 1024 * 1024
+LIMITS: Final[dict[str, int]] = {
+    "recipe": MAX_DOCUMENT_BYTES,
+    "state": 16 * MIB,
+    "script": 16 * MIB,
+    "capabilities": 1 * MIB,
+}
+"""The most bytes read of each kind of file; a larger one is refused unread."""
+TOO_DEEP: Final = "the document is nested too deeply"
+
 
 def fail(message: str, code: int) -> NoReturn:
     typer.echo(f"sfc: {message}", err=True)
     raise typer.Exit(code)
 
 
-def read(path: Path | str, what: str) -> bytes:
-    """The bytes of a file, without a UTF-8 byte order mark; exit 2 when it cannot be read."""
+def _limit_text(limit: int) -> str:
+    return f"{limit // MIB} MiB" if limit % MIB == 0 else f"{limit:,} bytes"
+
+
+class Unreadable(Exception):
+    """A file that cannot be read; the message says why, naming the file."""
+
+
+def read_bytes(path: Path | str, what: str) -> bytes:
+    """The bytes of a file (`-`: standard input), without a UTF-8 byte order mark.
+
+    Raises Unreadable when the file cannot be read, is larger than the limit of its kind,
+    or is UTF-16. A command lets at most one argument be `-` (`one_stdin`).
+    """
+    limit = LIMITS[what]
+    name = str(path)
     try:
-        data = Path(path).read_bytes()
+        if name == STDIN:
+            data = sys.stdin.buffer.read(limit + 1)
+            name = "(standard input)"
+        else:
+            with Path(path).open("rb") as f:
+                data = f.read(limit + 1)
     except OSError as e:
-        fail(f"cannot read the {what} {path}: {e.strerror or e}", 2)
+        raise Unreadable(f"cannot read the {what} {path}: {e.strerror or e}") from None
+    if len(data) > limit:
+        raise Unreadable(
+            f"cannot read the {what} {name}: it is larger than {_limit_text(limit)}, "
+            f"the limit for a {what}"
+        )
     if data.startswith(_UTF16_BOMS):
-        fail(f"cannot read the {what} {path}: it is UTF-16 (byte order mark); save it as UTF-8", 2)
+        raise Unreadable(
+            f"cannot read the {what} {name}: it is UTF-16 (byte order mark); save it as UTF-8"
+        )
     return data.removeprefix(UTF8_BOM)
+
+
+def one_stdin(*paths: Path | str | None) -> None:
+    """Exit 2 when more than one file argument is `-`: standard input can be read once."""
+    if sum(1 for p in paths if p is not None and str(p) == STDIN) > 1:
+        fail("only one file argument can be - (standard input can be read once)", 2)
+
+
+def read(path: Path | str, what: str) -> bytes:
+    """`read_bytes`, or exit 2 with its message."""
+    try:
+        return read_bytes(path, what)
+    except Unreadable as e:
+        fail(str(e), 2)
+
+
+def terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def console() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+# --------------------------------------------------------------------------- where it is wrong
+
+
+def syntax_error(data: bytes) -> str | None:
+    """Why the bytes are not one JSON document (empty, malformed, too deep), or None."""
+    if not data.strip():
+        return "the file is empty"
+    try:
+        msgspec.json.decode(data)
+    except msgspec.DecodeError as e:
+        return decode_error(e)[1]
+    except RecursionError:
+        return TOO_DEEP
+    return None
 
 
 def decode_failure(
@@ -46,17 +147,18 @@ def decode_failure(
 ) -> tuple[str, str]:
     """The JSON path and a readable message of a document `decoder` refused with `error`.
 
-    msgspec names the key of an object whose keys are data as `[...]`; the path given here
-    names it (`$.actions.tighten.attempt`), found by decoding the entries one at a time.
+    A document that is no JSON at all (empty, cut short) says so at `$`, though the decoder
+    may have stopped earlier at an unknown field. msgspec names the key of an object whose
+    keys are data as `[...]`; the path given here names it (`$.actions.tighten.attempt`),
+    found by decoding the entries one at a time.
     """
+    syntax = syntax_error(data)
+    if syntax is not None:
+        return "$", syntax
     path, message = decode_error(error, what=what)
     if _ANY_KEY not in path or not isinstance(error, msgspec.ValidationError):
         return path, message
-    try:
-        doc = msgspec.json.decode(data)
-    except msgspec.DecodeError:
-        return path, message
-    return _named(doc, decoder, path), message
+    return _named(msgspec.json.decode(data), decoder, path), message
 
 
 Segment = str | int | None
@@ -129,3 +231,120 @@ def _named(doc: Any, decoder: msgspec.json.Decoder[Any], path: str) -> str:
         else:
             break
     return _format(segments)
+
+
+# --------------------------------------------------------------------------- the loaders
+
+
+def format_error(error: BuildError) -> str:
+    """The text form of a build error: `CODE path: message`."""
+    return f"{error.code} {error.path}: {error.message}"
+
+
+def check_dataschema(dataschema: str) -> None:
+    if interpreter_for(dataschema) is None:
+        fail(f"unknown dataschema {dataschema}; known: {', '.join(known_dataschemas())}", 2)
+
+
+def build_recipe(
+    data: bytes, capabilities: Capabilities | None, dataschema: str = RECIPE_V1_1_0
+) -> BuildResult:
+    """`build`, with every shape error when the decoder stopped at the first (SFC000).
+
+    msgspec reports one error; after it refused the document (never before, so a valid
+    recipe is not slowed down), the published schema reports them all, each with its path.
+    """
+    result = build(data, capabilities, dataschema=dataschema)
+    if len(result.errors) != 1 or result.errors[0].code != "SFC000":
+        return result
+    found = schema_errors(data, dataschema)
+    if len(found) <= 1:
+        return result
+    first = result.errors[0]
+    rest = [BuildError("SFC000", path, message) for path, message in found if path != first.path]
+    return BuildResult(None, (first, *rest))
+
+
+def load_capabilities(path: Path | None) -> Capabilities | None:
+    """The station's capabilities, or exit 2 naming the file and the path of the problem."""
+    if path is None:
+        return None
+    data = read(path, "capabilities")
+    try:
+        return codec.capabilities_decoder.decode(data)
+    except msgspec.DecodeError as e:
+        where, message = decode_failure(data, codec.capabilities_decoder, e, "capabilities")
+        fail(f"the capabilities {path} are not valid: {where}: {message}", 2)
+    except RecursionError:
+        fail(f"the capabilities {path} are not valid: $: {TOO_DEEP}", 2)
+
+
+def load_graph(
+    path: Path,
+    invalid_exit: int,
+    capabilities: Capabilities | None = None,
+    dataschema: str = RECIPE_V1_1_0,
+) -> Graph:
+    """Build the recipe; on build errors print them to stderr, as `sfc validate` words them,
+    and exit with `invalid_exit`. Standard output stays the command's own."""
+    check_dataschema(dataschema)
+    result = build_recipe(read(path, "recipe"), capabilities, dataschema)
+    if result.graph is None:
+        for error in result.errors:
+            typer.echo(format_error(error), err=True)
+        fail(f"{path} is not a valid recipe", invalid_exit)
+    return result.graph
+
+
+def load_state(path: Path, graph: Graph) -> SfcState:
+    """A job's state, refused (exit 1) when it is not one or does not fit the recipe.
+
+    A state of an older format is migrated to the current one, and stderr says so. A state
+    whose steps, actions or divergences the recipe lacks is refused with the reason
+    `evolve` would reject it for.
+    """
+    data = read(path, "state")
+    syntax = syntax_error(data)
+    if syntax is not None:
+        fail(f"state {path}: not a job state: $: {syntax}", 1)
+    fmt = state_format(data)
+    reader = READERS.get(fmt) if fmt is not None else None
+    if reader is None:
+        said = "no format" if fmt is None else f"format {fmt!r}"
+        fail(
+            f"state {path}: not a job state: it has {said}; "
+            f"this engine reads state formats {', '.join(READERS)}",
+            1,
+        )
+    try:
+        reader.decode(data)
+    except msgspec.DecodeError as e:
+        where, message = decode_failure(data, reader, e, "job state")
+        fail(f"state {path}: not a job state (format {fmt}): {where}: {message}", 1)
+    except RecursionError:
+        fail(f"state {path}: not a job state (format {fmt}): $: {TOO_DEEP}", 1)
+    try:
+        state = migrate(data, graph)
+    except MigrationError as e:
+        fail(f"state {path}: {e}", 1)
+    if fmt != STATE_FORMAT:
+        typer.echo(f"sfc: state {path}: format {fmt} migrated to {STATE_FORMAT}", err=True)
+    if state.recipe_hash != graph.recipe_hash:
+        fail(
+            f"state {path}: the job runs recipe {state.recipe_hash[:12]}, "
+            f"not this one ({graph.recipe_hash[:12]})",
+            1,
+        )
+    unfit = misfit(graph, state)
+    if unfit is not None:
+        fail(f"state {path}: the state does not fit the recipe: {unfit}", 1)
+    return state
+
+
+def load_script(path: Path, graph: Graph) -> SimulationScript:
+    """A simulation script checked against the recipe, or exit 2 naming the path of the problem."""
+    data = read(path, "script")
+    try:
+        return parse_script(data, graph)
+    except ScriptError as e:
+        fail(f"script {path}: {e.path}: {e.message}", 2)

@@ -1,7 +1,7 @@
 """The `sfc` command line: a thin layer that parses, calls the library and formats the result.
 
 Exit codes mean one thing each: 0 ok, 1 the input is invalid or the run failed, 2 usage
-(unusable arguments, an unreadable file).
+(unusable arguments, an unreadable file). docs/cli.md describes every command.
 """
 
 from __future__ import annotations
@@ -9,15 +9,27 @@ from __future__ import annotations
 from importlib.metadata import version
 from typing import Annotated
 
+import click
 import typer
+from typer.core import TyperOption
 
 app = typer.Typer(
     name="sfc",
     help="Run and inspect IEC 61131-3 Sequential Function Chart recipes.",
-    no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+_display_type = TyperOption.display_type_rich
+
+
+def _flag_shows_no_type(self: TyperOption, ctx: click.Context) -> str | None:
+    """A flag (--json, --help) takes no value, so its help shows none; typer shows <bool>."""
+    return None if self.is_flag else _display_type(self, ctx)
+
+
+TyperOption.display_type_rich = _flag_shows_no_type  # type: ignore[method-assign]
 
 
 def _version(value: bool) -> None:
@@ -26,14 +38,21 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-@app.callback()
+@app.callback(invoke_without_command=True)
 def main(
+    ctx: typer.Context,
     _version_flag: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
     ] = False,
 ) -> None:
-    """Run and inspect IEC 61131-3 Sequential Function Chart recipes."""
+    """Run and inspect IEC 61131-3 Sequential Function Chart recipes.
+
+    Without a command, print this help and exit 0.
+    """
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
 
 
 # Each command group lives in its own module and registers itself on `app`.

@@ -1,4 +1,4 @@
-"""`sfc render`: draw a recipe's chart as Mermaid or Graphviz DOT source."""
+"""`sfc render`: draw a recipe's chart as Mermaid or Graphviz DOT source (docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,21 @@ from typing import Annotated, Literal
 
 import typer
 
-from cli.dryrun import load_graph, load_state
+from cli.files import load_graph, load_state, one_stdin
 from cli.main import app
 from sfc.render import render as render_chart
 
 
 @app.command()
 def render(
-    recipe: Annotated[Path, typer.Argument(help="The recipe (wire JSON).")],
+    recipe: Annotated[
+        Path, typer.Argument(metavar="RECIPE", help="The recipe (wire JSON); - reads stdin.")
+    ],
     state: Annotated[
         Path | None,
-        typer.Option(help="A job's state (JSON): mark its active steps and open actions."),
+        typer.Option(
+            metavar="STATE", help="A job's state (JSON): mark its active steps and open actions."
+        ),
     ] = None,
     fmt: Annotated[
         Literal["mermaid", "dot"],
@@ -27,8 +31,10 @@ def render(
     """Print RECIPE's chart in IEC 61131-3 style as Mermaid or DOT source.
 
     Steps are boxes (the initial one with a double border), transitions carry their
-    conditions, simultaneous divergences are double bars. Exit 1 for an invalid recipe or state.
+    conditions, simultaneous divergences are double bars. Exit 1 for an invalid recipe or
+    state (the errors go to stderr, never into the chart), 2 for an unreadable file.
     """
+    one_stdin(recipe, state)
     graph = load_graph(recipe, 1)
     job = None if state is None else load_state(state, graph)
     typer.echo(render_chart(graph, job, fmt), nl=False)

@@ -1,29 +1,32 @@
-"""`sfc validate`: build recipes and print every build error.
+"""`sfc validate`: build recipes and print every build error (docs/cli.md).
 
-Exit codes: 0 every recipe is valid, 1 some recipe is invalid, 2 unusable arguments or a
-file that cannot be read (a recipe or the capabilities), or capabilities that are not valid.
+Every file is a result: valid, invalid with its build errors, or unreadable with the reason.
+Exit codes: 0 every recipe is valid, 1 some recipe is invalid or unreadable, 2 no recipe
+could be read, unusable arguments, or capabilities that cannot be read or are not valid.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-import msgspec
 import typer
 
-from cli.files import decode_failure, fail, read
+from cli.files import (
+    Unreadable,
+    build_recipe,
+    check_dataschema,
+    format_error,
+    load_capabilities,
+    one_stdin,
+    read_bytes,
+)
 from cli.main import app
-from generated.capabilities_v1_0 import Capabilities
-from sfc.builder import RECIPE_V1_1_0, BuildError, BuildResult, build
-from sfc.codec import capabilities_decoder
-from sfc.interpreter import interpreter_for, known_dataschemas
+from sfc.builder import RECIPE_V1_1_0, BuildResult
 
-
-def format_error(error: BuildError) -> str:
-    """The text form of a build error: `CODE path: message`."""
-    return f"{error.code} {error.path}: {error.message}"
+__all__ = ["format_error", "json_path", "validate"]
 
 
 def json_path(path: str) -> str:
@@ -31,21 +34,23 @@ def json_path(path: str) -> str:
     return path.removeprefix("$").removeprefix(".")
 
 
-def _capabilities(path: Path | None) -> Capabilities | None:
-    if path is None:
-        return None
-    data = read(path, "capabilities")
-    try:
-        return capabilities_decoder.decode(data)
-    except msgspec.DecodeError as e:
-        where, message = decode_failure(data, capabilities_decoder, e, "capabilities")
-        fail(f"the capabilities {path} are not valid: {where}: {message}", 2)
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    file: str
+    result: BuildResult | None
+    """None when the file could not be read."""
+    unreadable: str = ""
 
 
 @app.command()
 def validate(
     recipes: Annotated[
-        list[str], typer.Argument(metavar="RECIPE", help="Recipe files (wire JSON).")
+        list[str],
+        typer.Argument(metavar="RECIPE...", help="Recipe files (wire JSON); - reads stdin."),
     ],
     capabilities: Annotated[
         Path | None,
@@ -65,41 +70,51 @@ def validate(
 ) -> None:
     """Build recipes and print every build error (SFC000 to SFC020).
 
-    Exit 0 when every recipe is valid, 1 when some is not, 2 on unusable arguments.
+    Exit 0 when every recipe is valid, 1 when some is invalid or cannot be read, 2 when none
+    could be read or the arguments are unusable.
     """
-    if interpreter_for(dataschema) is None:
-        fail(f"unknown dataschema {dataschema}; known: {', '.join(known_dataschemas())}", 2)
-    station = _capabilities(capabilities)
-    documents = [(name, read(name, "recipe")) for name in recipes]
-    results: list[tuple[str, BuildResult]] = [
-        (name, build(data, station, dataschema=dataschema)) for name, data in documents
-    ]
+    one_stdin(*recipes, capabilities)
+    check_dataschema(dataschema)
+    station = load_capabilities(capabilities)
+    checked: list[_Checked] = []
+    for name in recipes:
+        try:
+            data = read_bytes(name, "recipe")
+        except Unreadable as e:
+            checked.append(_Checked(name, None, str(e)))
+            continue
+        checked.append(_Checked(name, build_recipe(data, station, dataschema)))
     if json_output:
         typer.echo(
             json.dumps(
-                {
-                    "results": [
-                        {
-                            "file": name,
-                            "ok": result.ok,
-                            "errors": [
-                                {"code": e.code, "path": json_path(e.path), "message": e.message}
-                                for e in result.errors
-                            ],
-                        }
-                        for name, result in results
-                    ]
-                },
-                ensure_ascii=False,
-                separators=(",", ":"),
+                {"results": [_json(c) for c in checked]}, ensure_ascii=False, separators=(",", ":")
             )
         )
     else:
-        prefix = len(results) > 1
-        for name, result in results:
-            if result.graph is not None:
-                steps, actions = len(result.graph.steps), len(result.graph.actions)
-                typer.echo(f"ok: {name} ({steps} steps, {actions} actions)")
-            for error in result.errors:
-                typer.echo(f"{name}: {format_error(error)}" if prefix else format_error(error))
-    raise typer.Exit(0 if all(result.ok for _, result in results) else 1)
+        prefix = len(checked) > 1
+        for c in checked:
+            if c.result is None:
+                typer.echo(f"sfc: {c.unreadable}", err=True)
+                continue
+            if c.result.graph is not None:
+                steps, actions = len(c.result.graph.steps), len(c.result.graph.actions)
+                typer.echo(f"ok: {c.file} ({_plural(steps, 'step')}, {_plural(actions, 'action')})")
+            for error in c.result.errors:
+                text = format_error(error)
+                typer.echo(f"{c.file}: {text}" if prefix else text)
+    if all(c.result is None for c in checked):
+        raise typer.Exit(2)
+    raise typer.Exit(0 if all(c.result is not None and c.result.ok for c in checked) else 1)
+
+
+def _json(c: _Checked) -> dict[str, object]:
+    if c.result is None:
+        return {"file": c.file, "ok": False, "errors": [], "unreadable": c.unreadable}
+    return {
+        "file": c.file,
+        "ok": c.result.ok,
+        "errors": [
+            {"code": e.code, "path": json_path(e.path), "message": e.message}
+            for e in c.result.errors
+        ],
+    }

@@ -43,6 +43,7 @@ import msgspec
 from msgspec import UNSET
 
 from generated.capabilities_v1_0 import Capabilities
+from generated.recipe_v1_0_0 import Recipe as RecipeV1_0_0
 from generated.recipe_v1_1_0 import Action, EquipmentCommand, Recipe
 from sfc.graph import DEFAULT_OUTCOME, RESERVED_OUTCOMES, TRUE, Graph, cycles, index
 
@@ -111,16 +112,19 @@ def build(
     capabilities: Capabilities | None = None,
     dataschema: str = RECIPE_V1_1_0,
 ) -> BuildResult:
-    """Validate a recipe document and index it into a Graph; the dataschema picks the interpreter."""
-    from sfc.interpreter import interpreter_for, known_dataschemas  # it imports this module
+    """Validate a recipe document and index it into a Graph; the dataschema picks the format.
 
-    interpreter = interpreter_for(dataschema)
-    if interpreter is None:
-        known = ", ".join(known_dataschemas())
+    `sfc.interpreter` registers one interpreter per entry of FORMATS; this function reads
+    the same table, so the two modules do not import each other.
+    """
+    fmt = FORMATS.get(dataschema)
+    if fmt is None:
+        known = ", ".join(FORMATS)
         return refused(
             "SFC000", "$", f"no recipe interpreter for dataschema {_q(dataschema)}; known: {known}"
         )
-    return interpreter.build(recipe_json, capabilities)
+    version, decoder = fmt
+    return decode_and_check(recipe_json, decoder, dataschema, capabilities, version)
 
 
 def refused(code: str, path: str, message: str) -> BuildResult:
@@ -131,6 +135,12 @@ def refused(code: str, path: str, message: str) -> BuildResult:
 
 _canonical = msgspec.json.Encoder(order="deterministic")
 _decoder_v1_1_0 = msgspec.json.Decoder(Recipe)
+
+FORMATS: Final[dict[str, tuple[str, msgspec.json.Decoder[Any] | None]]] = {
+    RECIPE_V1_0_0: ("v1.0.0", msgspec.json.Decoder(RecipeV1_0_0)),
+    RECIPE_V1_1_0: ("v1.1.0", None),
+}
+"""Dataschema URI -> (version, the decoder of that format; None for v1.1.0 itself)."""
 
 
 def decode_error(exc: msgspec.DecodeError, what: str = "recipe") -> tuple[str, str]:
@@ -192,6 +202,11 @@ def decode_and_check(
             decoder.decode(recipe_json)
         recipe = _decoder_v1_1_0.decode(recipe_json)
     except msgspec.DecodeError as exc:
+        if not bytes(recipe_json).strip():
+            return refused("SFC000", "$", "the document is empty")
+        syntax = _syntax_error(recipe_json) if isinstance(exc, msgspec.ValidationError) else None
+        if syntax is not None:
+            return refused("SFC000", "$", syntax)
         path, message = decode_error(exc, f"recipe format {version}")
         if path.endswith((".Hold", ".Restart")) and "is not a field" in message:
             message += f"; Hold and Restart need dataschema {RECIPE_V1_1_0}"
@@ -206,6 +221,21 @@ def decode_and_check(
     except RecursionError:
         return refused("SFC000", "$", "the document is nested too deeply")
     return BuildResult(index(recipe, recipe_hash, dataschema))
+
+
+def _syntax_error(recipe_json: bytes) -> str | None:
+    """Why the bytes are no JSON at all, or None.
+
+    The typed decoder may stop at an unknown field before it reaches the end of a document
+    that was cut short; the reader needs to hear that the file is cut short first.
+    """
+    try:
+        msgspec.json.decode(recipe_json)
+    except msgspec.DecodeError as exc:
+        return decode_error(exc)[1]
+    except RecursionError:
+        return "the document is nested too deeply"
+    return None
 
 
 def recipe_hash_of(recipe: Recipe) -> str:

@@ -177,9 +177,9 @@ def evolve(graph: Graph, state: SfcState, snapshot: Snapshot | None, event: Any)
             "rejected",
             f"the state is pinned to recipe {state.recipe_hash[:12]}, not {graph.recipe_hash[:12]}",
         )
-    misfit = _misfit(graph, state)
-    if misfit is not None:
-        return _unchanged(state, "rejected", f"the state does not fit the recipe: {misfit}")
+    unfit = misfit(graph, state)
+    if unfit is not None:
+        return _unchanged(state, "rejected", f"the state does not fit the recipe: {unfit}")
     if state.status in ENDED:
         return _unchanged(state, "absorbed", f"the job has already {_ended_words(state)}")
 
@@ -1019,8 +1019,11 @@ def _unchanged(state: SfcState, disposition: Disposition, reason: str) -> StepRe
     )
 
 
-def _misfit(graph: Graph, state: SfcState) -> str | None:
-    """Whatever in the state the recipe does not know; O(the records kept), not the recipe."""
+def misfit(graph: Graph, state: SfcState) -> str | None:
+    """Whatever in the state the recipe does not know, or None; O(the records kept).
+
+    `evolve` rejects such a state, and `sfc explain --state` refuses it with this reason.
+    """
     for step in state.active_steps:
         if step not in graph.step_actions:
             return f"active step {step} is not in the recipe"

@@ -12,8 +12,7 @@ from typing import Any, Protocol
 import msgspec
 
 from generated.capabilities_v1_0 import Capabilities
-from generated.recipe_v1_0_0 import Recipe as RecipeV1_0_0
-from sfc.builder import RECIPE_V1_0_0, RECIPE_V1_1_0, BuildResult, decode_and_check
+from sfc.builder import FORMATS, RECIPE_V1_0_0, RECIPE_V1_1_0, BuildResult, decode_and_check
 
 
 class RecipeInterpreter(Protocol):
@@ -51,8 +50,8 @@ class SfcInterpreter:
         return f"SfcInterpreter({self._dataschema!r})"
 
 
-SFC_V1_0_0 = SfcInterpreter(RECIPE_V1_0_0, "v1.0.0", msgspec.json.Decoder(RecipeV1_0_0))
-SFC_V1_1_0 = SfcInterpreter(RECIPE_V1_1_0, "v1.1.0", None)
+SFC_V1_0_0 = SfcInterpreter(RECIPE_V1_0_0, *FORMATS[RECIPE_V1_0_0])
+SFC_V1_1_0 = SfcInterpreter(RECIPE_V1_1_0, *FORMATS[RECIPE_V1_1_0])
 
 _REGISTRY: dict[str, RecipeInterpreter] = {
     uri: interpreter for interpreter in (SFC_V1_0_0, SFC_V1_1_0) for uri in interpreter.dataschemas

@@ -195,17 +195,51 @@ def _validation_error(e: msgspec.ValidationError) -> ScriptError:
     return ScriptError(path, text)
 
 
+MAX_DEPTH = 64
+"""The deepest nesting of a script, its event data included; deeper is refused."""
+
+
+def _too_deep(doc: Any) -> str | None:
+    """Where a value nested deeper than MAX_DEPTH starts (`$.events[0].data`), or None.
+
+    Iterative, so any depth is measured without recursion; the path names the first three
+    levels only.
+    """
+    stack: list[tuple[Any, str, int]] = [(doc, "$", 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return path
+        if isinstance(node, dict):
+            stack.extend(
+                (v, json_key_path(path, k) if depth < 3 else path, depth + 1)
+                for k, v in node.items()
+            )
+        elif isinstance(node, list):
+            stack.extend(
+                (v, f"{path}[{i}]" if depth < 3 else path, depth + 1) for i, v in enumerate(node)
+            )
+    return None
+
+
 def load_script(data: bytes, graph: Graph | None = None) -> SimulationScript:
     """Decode and check a simulation script; ScriptError names the path of the first problem.
 
     Overlapping outages are refused; with a graph, replies are also checked against the
     recipe's actions (`check_script`).
     """
+    if not data.strip():
+        raise ScriptError("$", "the file is empty")
     try:
         raw = msgspec.json.decode(data)
     except msgspec.DecodeError as e:
         raise ScriptError("$", f"not valid JSON: {e}") from None
+    except RecursionError:
+        raise ScriptError("$", "the document is nested too deeply") from None
     _check_replies(raw)
+    path = _too_deep(raw)
+    if path is not None:
+        raise ScriptError(path, f"nested more than {MAX_DEPTH} levels deep")
     try:
         script = msgspec.json.decode(data, type=SimulationScript)
     except msgspec.ValidationError as e:

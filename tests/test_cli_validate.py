@@ -112,12 +112,16 @@ def test_a_decoder_error_of_the_root_has_an_empty_json_path(tmp_path: Path) -> N
     assert (error["code"], error["path"]) == ("SFC000", "")
 
 
-def test_a_missing_recipe_file_exits_2_naming_it(tmp_path: Path) -> None:
+def test_a_missing_recipe_file_is_a_result_naming_it(tmp_path: Path) -> None:
+    """docs/cli.md: an unreadable file is a result with its error; the others are reported."""
     missing = str(tmp_path / "nope.json")
     code, out, err = sfc(VALID, missing)
+    assert code == 1
+    assert out == f"ok: {VALID} (2 steps, 2 actions)\n"
+    assert missing in err and "cannot read" in err
+    code, out, err = sfc(missing)
     assert code == 2
     assert out == ""
-    assert missing in err and "cannot read" in err
 
 
 def test_no_recipe_at_all_exits_2() -> None:

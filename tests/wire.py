@@ -1,8 +1,9 @@
 """Shared helpers of the wire-type tests: the schemas, their generated root types, the corpus.
 
 The schemas refer to each other by relative file name (`"$ref": "state_v1_3.json"`,
-`"step_result_v1_0.json#/$defs/Continuation"`); `REGISTRY` maps those references back to
-the files in `schemas/`, so jsonschema never reaches the network.
+`"step_result_v1_0.json#/$defs/Continuation"`), which resolves against the referring
+schema's `$id` to the `$id` of the schema it names. `REGISTRY` holds every schema under its
+`$id` alone (no retrieve hook), so jsonschema never reaches the network.
 """
 
 from __future__ import annotations
@@ -73,40 +74,26 @@ def _resource(path: Path) -> Resource[Any]:
     return Resource.from_contents(json.loads(path.read_bytes()), default_specification=DRAFT202012)
 
 
-def _retrieve(uri: str) -> Resource[Any]:
-    # A relative $ref resolves against the referring schema's $id, e.g.
-    # https://.../sfc-dryrun-result/v1.0.0/event_v1_0.json; the last segment is the file.
-    path = SCHEMAS / uri.rsplit("/", 1)[-1]
-    if not uri.endswith(".json") or not path.is_file():
-        raise LookupError(f"no local schema for {uri}")
-    return _resource(path)
-
-
-def _file_refs(node: Any, base: str) -> Iterator[str]:
+def file_refs(node: Any, base: str) -> Iterator[str]:
+    """Every reference to another document in a schema, resolved against `base` (no fragment)."""
     if isinstance(node, dict):
         ref = node.get("$ref")
         if isinstance(ref, str) and not ref.startswith("#"):
             yield urldefrag(urljoin(base, ref)).url
         for value in node.values():
-            yield from _file_refs(value, base)
+            yield from file_refs(value, base)
     elif isinstance(node, list):
         for value in node:
-            yield from _file_refs(value, base)
+            yield from file_refs(value, base)
 
 
 def _registry() -> Registry[Any]:
-    # Every schema under its own $id, and every relative file reference retrieved up front:
-    # a registry that has to retrieve and crawl during validation makes jsonschema ~50x slower.
-    registry: Registry[Any] = Registry(retrieve=_retrieve)
+    # Every schema under its own $id and nothing else: no retrieve hook. A relative $ref
+    # resolves by URI resolution to another schema's $id (docs/formats.md, "Schemas").
     resources = [_resource(path) for path in sorted(SCHEMAS.glob("*.json"))]
-    refs: set[str] = set()
-    for resource in resources:
-        base = resource.id()
-        assert base is not None, "every schema has an $id"
-        registry = registry.with_resource(base, resource)
-        refs.update(_file_refs(resource.contents, base))
-    for uri in sorted(refs):
-        registry = registry.with_resource(uri, _retrieve(uri))
+    registry: Registry[Any] = Registry().with_resources(
+        (resource.id() or "", resource) for resource in resources
+    )
     return registry.crawl()
 
 

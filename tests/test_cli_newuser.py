@@ -1,0 +1,479 @@
+"""What a new user hit on a fresh clone: one test (or a few) per finding, through the CLI.
+
+Each test names the finding it pins and the page of docs/ that states the behaviour. Every
+one of them failed before the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from jsonschema import Draft202012Validator
+from typer.testing import CliRunner, Result
+
+from cli.main import app
+from tests import wire
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+TH = EXAMPLES / "tightening-hold" / "recipe.json"
+GREETINGS = EXAMPLES / "greetings-demo" / "recipe.json"
+REAR_AXLE = EXAMPLES / "rear-axle-fitting" / "recipe.json"
+
+
+def sfc(*args: Any, stdin: bytes | None = None) -> Result:
+    """Run the CLI; no Python traceback may ever reach the user (only typer's exits)."""
+    result = CliRunner().invoke(app, [str(a) for a in args], input=stdin)
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        f"uncaught {result.exception!r}"
+    )
+    assert "Traceback" not in result.output
+    return result
+
+
+def write(tmp_path: Path, name: str, doc: Any) -> Path:
+    path = tmp_path / name
+    path.write_bytes(doc if isinstance(doc, bytes) else msgspec.json.encode(doc))
+    return path
+
+
+def recipe_doc(path: Path = TH) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(path.read_bytes())
+    return doc
+
+
+MIB = 1024 * 1024
+LIMITS = {"recipe": 16 * MIB, "state": 16 * MIB, "script": 16 * MIB, "capabilities": MIB}
+"""docs/cli.md "Files": the most bytes read of each kind of file."""
+
+
+def nested(depth: int) -> bytes:
+    return b'{"a":' * depth + b"1" + b"}" * depth
+
+
+# --------------------------------------------------------------------------- 1. deep nesting
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        b'{"default": "ok", "events": [{"atMs": 1, "typeId": "t", "data": ' + nested(1000) + b"}]}",
+        nested(1000),
+        b"[" * 5000 + b"]" * 5000,
+        b'{"default": "ok", "events": [{"atMs": 1, "typeId": "t", "data": ' + nested(200) + b"}]}",
+    ],
+    ids=["event-data-1000", "document-1000", "list-5000", "event-data-200"],
+)
+def test_a_deeply_nested_script_is_refused_with_exit_2(tmp_path: Path, script: bytes) -> None:
+    """docs/cli.md "Files": a document nested too deeply is refused, never a traceback."""
+    done = sfc("dryrun", TH, "--script", write(tmp_path, "s.json", script))
+    assert done.exit_code == 2
+    assert done.stdout == ""
+    assert "nested" in done.stderr and "deep" in done.stderr
+    assert len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "code"),
+    [
+        ("explain", "--state", 1),
+        ("render", "--state", 1),
+        ("validate", "--capabilities", 2),
+        ("dryrun", "--capabilities", 2),
+    ],
+)
+def test_every_file_the_cli_reads_refuses_deep_nesting(
+    tmp_path: Path, command: str, option: str, code: int
+) -> None:
+    deep = write(
+        tmp_path, "deep.json", b'{"format": "1.4", "x": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    )
+    done = sfc(command, TH, option, deep)
+    assert done.exit_code == code
+    assert "nested too deeply" in done.stderr
+
+
+def test_a_deeply_nested_recipe_is_sfc000(tmp_path: Path) -> None:
+    doc = TH.read_bytes().replace(
+        b'"Parameters": {', b'"Parameters": {"deep": ' + nested(5000) + b", ", 1
+    )
+    done = sfc("validate", write(tmp_path, "r.json", doc))
+    assert done.exit_code == 1
+    assert done.stdout == "SFC000 $: the document is nested too deeply\n"
+
+
+# --------------------------------------------------------------------------- 2. stderr
+
+
+INVALID: dict[str, Any] = {
+    "Steps": [{"Name": "A", "Initial": True}],
+    "Transitions": [{"Source": "A", "Target": "Nowhere", "Condition": "true"}],
+    "Actions": [],
+}
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["render", "{r}", "--format", "dot"], 1),
+        (["render", "{r}"], 1),
+        (["explain", "{r}"], 1),
+        (["dryrun", "{r}"], 2),
+        (["dryrun", "{r}", "--json"], 2),
+    ],
+)
+def test_build_errors_go_to_stderr_and_stdout_stays_empty(
+    tmp_path: Path, args: list[str], code: int
+) -> None:
+    """docs/cli.md "Output": stdout is only the command's result (a chart piped to dot)."""
+    path = write(tmp_path, "bad.json", INVALID)
+    done = sfc(*[a.replace("{r}", str(path)) for a in args])
+    assert done.exit_code == code
+    assert done.stdout == ""
+    assert done.stderr.startswith('SFC003 $.Transitions[0].Target: transition "A -> Nowhere"')
+    assert done.stderr.endswith(f"sfc: {path} is not a valid recipe\n")
+
+
+def test_dryrun_json_prints_one_json_document_or_nothing(tmp_path: Path) -> None:
+    bad = sfc("dryrun", write(tmp_path, "bad.json", INVALID), "--json")
+    assert bad.stdout == ""
+    good = sfc("dryrun", TH, "--json")
+    assert json.loads(good.stdout)["end"] == "completed"
+
+
+# --------------------------------------------------------------------------- 6. batches
+
+
+def test_one_unreadable_file_hides_no_result_of_a_batch(tmp_path: Path) -> None:
+    """docs/cli.md "sfc validate": every file is a result; exit 2 only when none was read."""
+    malformed = write(tmp_path, "malformed.json", b'{"Steps": [')
+    missing = tmp_path / "nonexistent.json"
+    done = sfc("validate", malformed, TH, missing)
+    assert done.exit_code == 1
+    assert done.stdout.splitlines() == [
+        f"{malformed}: SFC000 $: the document is not valid JSON: Input data was truncated",
+        f"ok: {TH} (3 steps, 3 actions)",
+    ]
+    assert done.stderr == (f"sfc: cannot read the recipe {missing}: No such file or directory\n")
+
+
+def test_a_batch_with_json_reports_the_unreadable_file_in_the_json(tmp_path: Path) -> None:
+    missing = tmp_path / "nonexistent.json"
+    done = sfc("validate", TH, missing, "--json")
+    assert done.exit_code == 1
+    results = json.loads(done.stdout)["results"]
+    assert [r["ok"] for r in results] == [True, False]
+    assert results[1] == {
+        "file": str(missing),
+        "ok": False,
+        "errors": [],
+        "unreadable": f"cannot read the recipe {missing}: No such file or directory",
+    }
+
+
+def test_a_batch_where_no_file_can_be_read_exits_2(tmp_path: Path) -> None:
+    done = sfc("validate", tmp_path / "a.json", tmp_path / "b.json", "--json")
+    assert done.exit_code == 2
+    assert [r["file"] for r in json.loads(done.stdout)["results"]] == [
+        str(tmp_path / "a.json"),
+        str(tmp_path / "b.json"),
+    ]
+
+
+# --------------------------------------------------------------------------- 7. schemas
+
+
+def test_every_relative_ref_resolves_to_the_id_of_a_published_schema() -> None:
+    """docs/formats.md "Schemas": plain URI resolution, no retrieve hook."""
+    ids = {wire.schema(name)["$id"] for name in wire.SCHEMA_NAMES}
+    for name in wire.SCHEMA_NAMES:
+        for uri in wire.file_refs(wire.schema(name), wire.schema(name)["$id"]):
+            assert uri in ids, f"{name}: {uri} is no schema's $id"
+
+
+def test_a_registry_by_id_alone_validates_the_corpus() -> None:
+    from referencing import Registry, Resource
+
+    registry: Registry[Any] = Registry().with_resources(
+        (doc["$id"], Resource.from_contents(doc))
+        for doc in (json.loads(p.read_bytes()) for p in (ROOT / "schemas").glob("*.json"))
+    )
+    for name in wire.SCHEMA_NAMES:
+        validator = Draft202012Validator(wire.schema(name), registry=registry)
+        for path in wire.corpus(name, "valid"):
+            assert validator.is_valid(json.loads(path.read_bytes())), path
+        for path in wire.corpus(name, "invalid"):
+            if path.name not in JSON_SCHEMA_ACCEPTS:
+                assert not validator.is_valid(json.loads(path.read_bytes())), path
+
+
+JSON_SCHEMA_ACCEPTS = {"sequence_float.json"}
+"""Refused by msgspec only (tests/test_schemas.py, KNOWN_DISAGREEMENTS)."""
+
+
+@pytest.mark.parametrize("name", wire.SCHEMA_NAMES)
+def test_schema_bundle_is_self_contained_and_agrees_with_the_schema(name: str) -> None:
+    """docs/cli.md "sfc schema": `--bundle` inlines what the schema refers to."""
+    done = sfc("schema", name, "--bundle")
+    assert done.exit_code == 0, done.output
+    bundled = json.loads(done.stdout)
+    refs = [ref for ref in _refs(bundled) if not ref.startswith("#")]
+    assert refs == []
+    validator = Draft202012Validator(bundled)  # no registry at all
+    for verdict in ("valid", "invalid"):
+        for path in wire.corpus(name, verdict):
+            if path.name in JSON_SCHEMA_ACCEPTS:
+                continue
+            assert validator.is_valid(json.loads(path.read_bytes())) == (verdict == "valid"), path
+
+
+def _refs(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        own = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+        return own + [r for v in node.values() for r in _refs(v)]
+    if isinstance(node, list):
+        return [r for v in node for r in _refs(v)]
+    return []
+
+
+def test_schema_bundle_needs_a_name() -> None:
+    done = sfc("schema", "--bundle")
+    assert done.exit_code == 2
+    assert "--bundle needs a schema NAME" in done.stderr
+
+
+# --------------------------------------------------------------------------- 8. size limits
+
+
+def test_dev_zero_is_refused_at_once() -> None:
+    """docs/cli.md "Files": at most the limit plus one byte is read."""
+    start = time.perf_counter()
+    done = sfc("validate", "/dev/zero")
+    assert time.perf_counter() - start < 5
+    assert done.exit_code == 2
+    assert done.stderr == (
+        "sfc: cannot read the recipe /dev/zero: it is larger than 16 MiB, the limit for a recipe\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "args"),
+    [
+        ("script", ["dryrun", TH, "--script", "{f}"]),
+        ("state", ["explain", TH, "--state", "{f}"]),
+        ("capabilities", ["validate", TH, "--capabilities", "{f}"]),
+        ("recipe", ["explain", "{f}"]),
+    ],
+)
+def test_every_kind_of_file_has_a_limit(tmp_path: Path, kind: str, args: list[Any]) -> None:
+    big = tmp_path / "big.json"
+    with big.open("wb") as f:
+        f.write(b'{"scope": "' + b"x" * LIMITS[kind] + b'"}')
+    done = sfc(*[str(big) if a == "{f}" else a for a in args])
+    assert done.exit_code == 2
+    assert "it is larger than" in done.stderr
+    assert f"the limit for a {kind}" in done.stderr
+    assert "xxxx" not in done.output
+
+
+# --------------------------------------------------------------------------- 11. file errors
+
+
+def test_a_truncated_recipe_says_it_is_cut_short_not_which_field(tmp_path: Path) -> None:
+    """docs/cli.md "Files": a document that is no JSON says so first."""
+    text = TH.read_bytes().rstrip()[:-1] + b', "Extra": 1'
+    done = sfc("validate", write(tmp_path, "r.json", text))
+    assert done.exit_code == 1
+    assert done.stdout == "SFC000 $: the document is not valid JSON: Input data was truncated\n"
+
+
+def test_truncated_capabilities_say_they_are_cut_short(tmp_path: Path) -> None:
+    caps = write(tmp_path, "c.json", TH.read_bytes()[:200])
+    done = sfc("validate", TH, "--capabilities", caps)
+    assert done.exit_code == 2
+    assert "Steps is not a field" not in done.stderr
+    assert done.stderr == (
+        f"sfc: the capabilities {caps} are not valid: $: "
+        "the document is not valid JSON: Input data was truncated\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["validate", "{f}"], "SFC000 $: the document is empty"),
+        (["dryrun", TH, "--script", "{f}"], "sfc: script {f}: $: the file is empty"),
+        (
+            ["explain", TH, "--state", "{f}"],
+            "sfc: state {f}: not a job state: $: the file is empty",
+        ),
+        (
+            ["validate", TH, "--capabilities", "{f}"],
+            "sfc: the capabilities {f} are not valid: $: the file is empty",
+        ),
+    ],
+)
+def test_an_empty_file_says_it_is_empty(tmp_path: Path, args: list[Any], said: str) -> None:
+    empty = write(tmp_path, "empty.json", b" \n")
+    done = sfc(*[str(empty) if a == "{f}" else a for a in args])
+    assert done.output.strip() == said.replace("{f}", str(empty))
+    assert "truncated" not in done.output
+
+
+# --------------------------------------------------------------------------- 13. help
+
+
+@pytest.mark.parametrize("args", [["-h"], ["dryrun", "-h"], ["validate", "-h"]])
+def test_dash_h_is_help(args: list[str]) -> None:
+    done = sfc(*args)
+    assert done.exit_code == 0
+    assert "Usage: sfc" in done.stdout
+
+
+def test_sfc_alone_shows_help_and_exits_0() -> None:
+    done = sfc()
+    assert done.exit_code == 0
+    assert "Usage: sfc" in done.stdout and "dryrun" in done.stdout
+
+
+@pytest.mark.parametrize("command", ["validate", "dryrun", "explain", "render", "schema"])
+def test_help_shows_flags_as_flags_and_names_in_capitals(command: str) -> None:
+    done = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+    assert done.exit_code == 0
+    assert "<bool>" not in done.stdout
+    usage = next(line for line in done.stdout.splitlines() if "Usage:" in line)
+    args = usage.split("[OPTIONS]", 1)[1]
+    assert args == args.upper(), usage
+
+
+def test_dryrun_help_says_an_invalid_job_id_exits_2() -> None:
+    done = CliRunner().invoke(app, ["dryrun", "--help"], env={"COLUMNS": "200"})
+    assert "job id" in done.stdout.split("Exit 0", 1)[1].split("╭", 1)[0]
+
+
+def test_one_action_is_not_one_actions(tmp_path: Path) -> None:
+    doc = {
+        "Steps": [{"Name": "Only", "Initial": True}],
+        "Transitions": [],
+        "Actions": [
+            {
+                "Name": "a",
+                "Step": "Only",
+                "Qualifier": "N",
+                "Interaction": "push_command",
+                "TypeId": "t.a",
+                "TimeoutSeconds": 5,
+            }
+        ],
+    }
+    done = sfc("validate", write(tmp_path, "one.json", doc))
+    assert done.stdout.endswith("(1 step, 1 action)\n")
+
+
+def test_shell_completion_is_enabled() -> None:
+    done = sfc("--help")
+    assert "--install-completion" in done.stdout
+    assert "--show-completion" in done.stdout
+
+
+def test_the_readme_table_lists_every_option_of_every_command() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for option in ("--state-out", "--evaluation-limit", "--dataschema", "--bundle", "--decisions"):
+        assert option in readme, option
+
+
+# --------------------------------------------------------------------------- 16. stdin
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin"),
+    [
+        (["validate", "-"], TH),
+        (["explain", "-"], TH),
+        (["render", "-"], TH),
+        (["dryrun", "-"], TH),
+        (["dryrun", TH, "--script", "-"], EXAMPLES / "tightening-hold/pause-resume.script.json"),
+        (["validate", TH, "--capabilities", "-"], None),
+    ],
+)
+def test_a_dash_reads_standard_input(args: list[Any], stdin: Path | None) -> None:
+    """docs/cli.md "Files": `-` reads standard input for every file argument."""
+    data = stdin.read_bytes() if stdin else b'{"types": []}'
+    through_stdin = sfc(*args, stdin=data)
+    if stdin is None:  # empty capabilities: no station declares the recipe's types
+        assert through_stdin.exit_code == 1
+        assert "SFC014" in through_stdin.stdout
+        return
+    named = sfc(*[str(stdin) if a == "-" else a for a in args])
+    assert through_stdin.exit_code == named.exit_code == 0
+    assert through_stdin.stdout == named.stdout.replace(str(stdin), "-")
+
+
+def test_a_state_can_come_from_standard_input(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    assert sfc("dryrun", TH, "--state-out", state).exit_code == 0
+    done = sfc("explain", TH, "--state", "-", stdin=state.read_bytes())
+    assert done.exit_code == 0
+    assert done.stdout == sfc("explain", TH, "--state", state).stdout
+
+
+def test_standard_input_can_be_read_once() -> None:
+    done = sfc("dryrun", "-", "--script", "-", stdin=b"{}")
+    assert done.exit_code == 2
+    assert "only one file argument can be -" in done.stderr
+
+
+def test_the_limits_are_the_documented_ones() -> None:
+    from cli.files import LIMITS as READ_LIMITS
+
+    assert READ_LIMITS == LIMITS
+
+
+# --------------------------------------------------------------------------- 12. every shape error
+
+SHAPES = {
+    "Steps": [{"Name": 5, "Initial": True}, {"Nme": "B"}],
+    "Transitions": [{"Source": "A", "Target": "B", "Condition": "true", "Extra": 1}],
+    "Actions": [
+        {
+            "Name": "a",
+            "Step": "A",
+            "Qualifier": "X",
+            "Interaction": "push_command",
+            "TypeId": "t",
+            "TimeoutSeconds": "10",
+        }
+    ],
+}
+
+
+def test_every_shape_error_is_reported_with_its_path(tmp_path: Path) -> None:
+    """docs/errors.md SFC000: after the decoder stopped at the first, the schema finds all."""
+    done = sfc("validate", write(tmp_path, "r.json", SHAPES))
+    assert done.exit_code == 1
+    assert done.stdout.splitlines() == [
+        "SFC000 $.Steps[0].Name: expected a string, got a whole number",
+        'SFC000 $.Actions[0].Qualifier: "X" is not an allowed value',
+        "SFC000 $.Actions[0].TimeoutSeconds: expected a whole number, got a string",
+        "SFC000 $.Steps[1].Name: the required field Name is missing",
+        "SFC000 $.Steps[1].Nme: Nme is not a field of the recipe format v1.1.0",
+        "SFC000 $.Transitions[0].Extra: Extra is not a field of the recipe format v1.1.0",
+    ]
+
+
+def test_a_valid_recipe_is_never_checked_against_the_schema(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The schema runs only after msgspec refused, so valid documents are as fast as before."""
+    import cli.files
+
+    def boom(data: bytes, dataschema: str) -> list[tuple[str, str]]:
+        raise AssertionError("the schema ran on a valid recipe")
+
+    monkeypatch.setattr(cli.files, "schema_errors", boom)
+    assert sfc("validate", TH, REAR_AXLE, GREETINGS).exit_code == 0
