@@ -256,17 +256,23 @@ def main() -> None:
         rate = statistics.median(rates)
         print(f"push jobs: {JOBS} jobs of linear-{STEPS}, one worker, responder answering at once")
         print(f"  applied events/s      {_spread(rates)}   (target 2,000)")
-        print(f"  floor, alone          {statistics.median(alone):,.1f} us/event "
-              f"= {floor_alone:,.0f} events/s")  # fmt: skip
-        print(f"  floor, pipelined 100  {statistics.median(piped):,.1f} us/event "
-              f"= {floor_piped:,.0f} events/s")  # fmt: skip
+        print(
+            f"  floor, alone          {statistics.median(alone):,.1f} us/event "
+            f"= {floor_alone:,.0f} events/s"
+        )
+        print(
+            f"  floor, pipelined 100  {statistics.median(piped):,.1f} us/event "
+            f"= {floor_piped:,.0f} events/s"
+        )
         print(f"  applied / floor(100)  {rate / floor_piped:.2f}")
         print(f"  applied / floor(1)    {rate / floor_alone:.2f}")
         print(f"pull events: {JOBS} jobs each waiting on one type with a {{jobId}} selector")
         print(f"  applied events/s      {_spread(event_rates)}")
         print(f"  jobs loaded per event {statistics.median(loads):.2f}")
-        total = {k: statistics.median(s.seconds.get(k, 0.0) for s in splits) for k in
-                 ("read", "load", "evaluate", "commit")}  # fmt: skip
+        total = {
+            k: statistics.median(s.seconds.get(k, 0.0) for s in splits)
+            for k in ("read", "load", "evaluate", "commit")
+        }
         events = JOBS * (STEPS + 1)
         print("  worker time per applied event (median of rounds):")
         for name, seconds in total.items():

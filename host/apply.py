@@ -25,7 +25,10 @@ from msgspec import UNSET
 from generated.event_v1_0 import (
     ActionCompleted,
     ActionFailed,
+    Cancel,
     EventReceived,
+    Hold,
+    Release,
     Resume,
     Start,
     Tick,
@@ -165,6 +168,32 @@ class Outcome:
         self.failed += other.failed
 
 
+@dataclass(frozen=True, slots=True)
+class MethodCall:
+    """A job-control method applied through the apply path, as one commit (docs/host.md,
+    "Job orders"): the order change and the recipe's hold, release or cancel together."""
+
+    method: str
+    comment: str | None = None
+    order: JobOrder | None = None
+    """Update: the order that replaces the stored one (same id and scope)."""
+    state: SfcState | None = None
+    """Update with another recipe: the new recipe's fresh state."""
+
+
+class MethodRefused(Exception):
+    """A method not allowed for the order as loaded; nothing is written."""
+
+    def __init__(self, status: joborder.ReturnStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+RECIPE_EVENTS = {"Pause": "hold", "Resume": "release", "Stop": "stopped", "Abort": "aborted"}
+"""What each method does to a running recipe: hold, release, or cancel with that reason."""
+
+
 def decode_order(raw: bytes) -> JobOrder:
     return _order_decoder.decode(raw)
 
@@ -207,13 +236,19 @@ class Evaluator:
         loaded = state
         equipment: list[tuple[str, bytes]] = []
         history: list[tuple[str, bytes]] = []
+        work: list[tuple[str, bytes]] = []
         at = now
         for entry in entries:
             at = entry.ms if entry.kind == "tick" else now
             before = joborder.path_text(order)
-            state, order, item, disposition = self._one(
-                scope, job, state, order, graph, entry, at, config, equipment
-            )
+            if isinstance(entry.data, MethodCall):
+                state, order, item, disposition = self._method(
+                    job, state, order, graph, entry.data, at, config, equipment, work
+                )
+            else:
+                state, order, item, disposition = self._one(
+                    scope, job, state, order, graph, entry, at, config, equipment
+                )
             setattr(tally, disposition, getattr(tally, disposition) + 1)
             if joborder.path_text(order) != before:
                 item = msgspec.structs.replace(item, order=joborder.path_text(order))
@@ -229,10 +264,95 @@ class Evaluator:
             order=encode(order),
             due=due,
             active=running,
-            acks=[e.id for e in entries],
+            acks=[e.id for e in entries if e.id],
             equipment=equipment,
             history=history,
             waits=wait_ops,
+            work=work,
+        )
+
+    def _method(
+        self,
+        job: str,
+        state: SfcState,
+        order: JobOrder,
+        graph: Graph | str,
+        call: MethodCall,
+        at: int,
+        config: ScopeConfig,
+        equipment: list[tuple[str, bytes]],
+        work: list[tuple[str, bytes]],
+    ) -> tuple[SfcState, JobOrder, HistoryEntry, str]:
+        """A job-control method: the order moves, and a running recipe gets its hold,
+        release or cancel in the same evaluation. Raises MethodRefused when the order's
+        state does not allow the method."""
+        m = call.method
+        status = joborder.allowed(m, order)
+        if status != joborder.ReturnStatus.OK:
+            raise MethodRefused(
+                status, f"{m} is not allowed: the order is {joborder.path_text(order)}"
+            )
+        before = joborder.path_text(order)
+        if m == "Update":
+            assert call.order is not None
+            new = call.order
+            if call.state is not None:
+                state = call.state
+        else:
+            new = joborder.move(order, m, at)
+        if m == "Start":
+            work.append(("start", encode(StartData(job=job))))
+        if call.comment:
+            new = joborder.comment(new, at, call.comment)
+        reason = f"{m}: {before} -> {joborder.path_text(new)}"
+        what = RECIPE_EVENTS.get(m)
+        if what is None or state.status != "running" or isinstance(graph, str):
+            return state, new, self._note(at, m, "applied", reason, new), "applied"
+        event: Any
+        if what == "hold":
+            event = Hold(at=at)
+        elif what == "release":
+            event = Release(at=at)
+        else:
+            event = Cancel(at=at, reason=what)
+        result = evolve(graph, state, Snapshot(max_attempts=config.max_attempts), event)
+        decisions = [d.decision for d in result.decisions]
+        if result.disposition != "applied":
+            reason += f"; the recipe: {result.reason}"
+            note = self._note(at, m, "applied", reason, new, decisions)
+            return state, new, note, "applied"
+        items = outgoing(
+            result.commands,
+            loaded_sequence=state.sequence,
+            job=job,
+            at=at,
+            grace=self.settings.expiry_grace,
+            graph=graph,
+        )
+        equipment.extend((kind, encode(d)) for kind, d in items)
+        sent = [f"{kind} {d.command_id}" for kind, d in items]
+        reason += f"; the recipe: {result.reason}"
+        note = self._note(at, m, "applied", reason, new, decisions, sent)
+        return result.state, new, note, "applied"
+
+    @staticmethod
+    def _note(
+        at: int,
+        event: str,
+        disposition: str,
+        reason: str,
+        order: JobOrder,
+        decisions: Sequence[str] = (),
+        sent: Sequence[str] = (),
+    ) -> HistoryEntry:
+        return HistoryEntry(
+            at=at,
+            event=event,
+            disposition=disposition,  # type: ignore[arg-type]
+            reason=reason,
+            decisions=list(decisions),
+            sent=list(sent),
+            order=joborder.path_text(order),
         )
 
     def _one(
@@ -250,8 +370,9 @@ class Evaluator:
         data = entry.data
         detail = _detail(entry)
 
-        def note(disposition: str, reason: str, decisions: Sequence[str] = (),
-                 sent: Sequence[str] = ()) -> HistoryEntry:  # fmt: skip
+        def note(
+            disposition: str, reason: str, decisions: Sequence[str] = (), sent: Sequence[str] = ()
+        ) -> HistoryEntry:
             return HistoryEntry(
                 at=at,
                 event=entry.kind,
@@ -371,8 +492,13 @@ def _detail(entry: Entry) -> str:
 class Applier:
     """Applies batches of decoded work entries of one scope: the one apply path."""
 
-    def __init__(self, store: Store, settings: Settings, graphs: GraphCache | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        graphs: GraphCache | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.store = store
         self.settings = settings
         self.graphs = graphs or GraphCache(store)
@@ -380,6 +506,29 @@ class Applier:
         self.sleep = sleep
         self.before_commit: Callable[[list[Commit]], None] | None = None
         """A hook for tests: called with the commits of a batch just before they are sent."""
+
+    def method(self, scope: str, job: str, call: MethodCall) -> tuple[joborder.ReturnStatus, str]:
+        """Apply a job-control method as one commit, at the server's time; a conflict loads
+        again. Returns the ReturnStatus and the order's new state path (or why not)."""
+        for _ in range(CONFLICT_RETRIES):
+            now, records = self.store.load(scope, [job])
+            record = records[job]
+            if record is None:
+                return joborder.ReturnStatus.UNKNOWN_JOB_ORDER_ID, "no such job order"
+            config = ScopeConfig.of(self.store.scope_settings(scope), self.settings)
+            entry = Entry("", call.method, call)
+            try:
+                commit = self.evaluator.evaluate(
+                    scope, job, record, [entry], now, config, Outcome()
+                )
+            except MethodRefused as e:
+                return e.status, e.message
+            result = self.store.commits([commit])[0]
+            if result == "ok":
+                return joborder.ReturnStatus.OK, joborder.path_text(decode_order(commit.order))
+            if result == "missing":
+                return joborder.ReturnStatus.UNKNOWN_JOB_ORDER_ID, "no such job order"
+        return joborder.ReturnStatus.UNABLE_TO_ACCEPT, "the job kept changing; try again"
 
     def repair_all(self, scope: str, chunk: int = 200) -> int:
         """Set the indexes of every active job of `scope` from its hash (recovery).
@@ -402,8 +551,11 @@ class Applier:
                     state = state_decoder.decode(record.state)
                     order = decode_order(record.order)
                 except (msgspec.DecodeError, RecursionError):
-                    log.error("scope %s: job %s has a state or order that does not decode; "
-                              "left as it is", scope, job)  # fmt: skip
+                    log.error(
+                        "scope %s: job %s has a state or order that does not decode; left as it is",
+                        scope,
+                        job,
+                    )
                     continue
                 running = state.status == "running" and not joborder.ended(order)
                 graph = self.graphs.get(order.recipe_hash, order.dataschema)

@@ -118,7 +118,7 @@ TARGET: dict[str, tuple[str, str | None]] = {
     "start": ("Running", None),
     "Pause": ("Interrupted", "Suspended"),
     "Resume": ("Running", None),
-    "Stop": ("Ended", "Completed"),
+    "Stop": ("Ended", "Closed"),
     "Abort": ("Aborted", None),
 }
 """Where a method takes the order (Update keeps the state; Cancel and Clear remove it)."""
@@ -213,7 +213,7 @@ def finish(order: JobOrder, continuation: Continuation, at: int) -> JobOrder:
     """The order after the recipe ended with `continuation` (the internal finish).
 
     Complete gives Ended/Completed; a fault gives Aborted, with the fault in the job
-    response. A cancel gives what the method that cancelled says: Stop is Ended/Completed,
+    response. A cancel gives what the method that cancelled says: Stop is Ended/Closed,
     Abort is Aborted (the method passes its own continuation reason, `stopped` or
     `aborted`); any other cancel is Aborted.
     """
@@ -241,7 +241,7 @@ def finish(order: JobOrder, continuation: Continuation, at: int) -> JobOrder:
             fault_code=None,
             fault_message=continuation.reason[:TEXT_LIMIT] or None,
         )
-        state = path("Ended", "Completed") if stopped else path("Aborted")
+        state = path("Ended", "Closed") if stopped else path("Aborted")
     else:
         return order
     return replace(order, state=state, ended_at=at, result=result)

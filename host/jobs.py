@@ -1,29 +1,33 @@
 """The job-control methods that the host applies from the caller (docs/host.md, "Job orders").
 
-Each method returns the OPC UA ReturnStatus and a message. It is applied as one commit, with
-the time read from the server's TIME. This module has Store and StoreAndStart (`submit`) and
-Start; the other methods build on the same `_method` path.
+Each method returns the OPC UA ReturnStatus and a message. A method that moves an order is
+applied through the one apply path (`Applier.method`) as one commit, with the time read from
+the server's TIME: the order change and the recipe's hold, release or cancel together.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from msgspec import UNSET
+import msgspec
 from msgspec.structs import replace
 
-from generated.history_entry_v1_0 import HistoryEntry
+from generated.job_order_v1_0 import JobOrder
+from generated.job_response_v1_0 import JobResponse
 from generated.work_entry_v1_0 import StartData
 from host import joborder, keys
-from host.apply import decode_order
+from host.apply import Applier, MethodCall, decode_order
 from host.entries import encode
 from host.joborder import ReturnStatus
-from host.store import Commit, Store
+from host.settings import Settings
+from host.store import Store
 from sfc.builder import RECIPE_V1_1_0, BuildError, build
 from sfc.codec import capabilities_decoder, state_decoder
 from sfc.evolution import new_state
+from sfc.graph import Graph
 
 RECIPE_LIMIT = 4 << 20
 """Most bytes of a recipe document the host stores."""
@@ -55,6 +59,40 @@ def new_job_id(now_ms: int) -> str:
     return f"job-{stamp}-{''.join(secrets.choice(_ALPHABET) for _ in range(4))}"
 
 
+def _build_for_scope(
+    store: Store, scope: str, recipe: bytes, dataschema: str, shown: str
+) -> Graph | MethodResult:
+    """The recipe's graph, built against the scope's capabilities (`sfc:scope:{S}`); or
+    ReturnStatus 16 with the build errors."""
+    if len(recipe) > RECIPE_LIMIT:
+        return MethodResult(
+            ReturnStatus.UNABLE_TO_ACCEPT,
+            shown,
+            f"the recipe has {len(recipe)} bytes; at most {RECIPE_LIMIT} are accepted",
+        )
+    settings = store.scope_settings(scope)
+    caps = None
+    if "capabilities" in settings:
+        try:
+            caps = capabilities_decoder.decode(settings["capabilities"].encode())
+        except (msgspec.DecodeError, RecursionError) as e:  # the operator's to fix
+            return MethodResult(
+                ReturnStatus.UNABLE_TO_ACCEPT, shown, f"the scope's capabilities do not decode: {e}"
+            )
+    built = build(recipe, caps, dataschema)
+    if built.graph is None:
+        first = built.errors[0]
+        return MethodResult(
+            ReturnStatus.UNABLE_TO_ACCEPT,
+            shown,
+            f"the recipe does not build for scope {scope}: {first.code} at {first.path}: "
+            f"{first.message}"
+            + (f" (and {len(built.errors) - 1} more)" if len(built.errors) > 1 else ""),
+            built.errors,
+        )
+    return built.graph
+
+
 def submit(
     store: Store,
     scope: str,
@@ -83,33 +121,10 @@ def submit(
         return MethodResult(ReturnStatus.INVALID_REQUEST, shown, str(e))
     if not 0 <= priority <= 1_000_000:
         return MethodResult(ReturnStatus.INVALID_REQUEST, shown, "priority must be 0 to 1000000")
-    if len(recipe) > RECIPE_LIMIT:
-        return MethodResult(
-            ReturnStatus.UNABLE_TO_ACCEPT,
-            shown,
-            f"the recipe has {len(recipe)} bytes; at most {RECIPE_LIMIT} are accepted",
-        )
-    settings = store.scope_settings(scope)
-    caps = None
-    if "capabilities" in settings:
-        try:
-            caps = capabilities_decoder.decode(settings["capabilities"].encode())
-        except Exception as e:  # a broken settings hash is the operator's to fix
-            return MethodResult(
-                ReturnStatus.UNABLE_TO_ACCEPT, shown, f"the scope's capabilities do not decode: {e}"
-            )
-    built = build(recipe, caps, dataschema)
-    if built.graph is None:
-        first = built.errors[0]
-        return MethodResult(
-            ReturnStatus.UNABLE_TO_ACCEPT,
-            shown,
-            f"the recipe does not build for scope {scope}: {first.code} at {first.path}: "
-            f"{first.message}"
-            + (f" (and {len(built.errors) - 1} more)" if len(built.errors) > 1 else ""),
-            built.errors,
-        )
-    graph = built.graph
+    built = _build_for_scope(store, scope, recipe, dataschema, shown)
+    if isinstance(built, MethodResult):
+        return built
+    graph = built
     store.register_scope(scope)
     store.put_recipe(graph.recipe_hash, recipe)
     for _ in range(STORE_RETRIES):
@@ -149,55 +164,185 @@ def submit(
     return MethodResult(ReturnStatus.UNABLE_TO_ACCEPT, shown, "the store kept conflicting")
 
 
-def start(store: Store, scope: str, job: str) -> MethodResult:
-    """Start: NotAllowedToStart -> AllowedToStart, and queue `start`, in one commit."""
-    return _method(store, scope, job, "Start")
-
-
-def _method(store: Store, scope: str, job: str, method: str) -> MethodResult:
+def _checked(scope: str, job: str) -> MethodResult | None:
     try:
         keys.check_scope(scope)
         keys.check_job(job)
     except keys.KeyError_ as e:
         return MethodResult(ReturnStatus.INVALID_REQUEST, job, str(e))
+    return None
+
+
+def apply_method(
+    store: Store,
+    scope: str,
+    job: str,
+    method: str,
+    *,
+    comment: str | None = None,
+    settings: Settings | None = None,
+) -> MethodResult:
+    """Apply one of Start, RevokeStart, Pause, Resume, Stop and Abort as one commit."""
+    refused = _checked(scope, job)
+    if refused is not None:
+        return refused
+    if method not in METHODS:
+        return MethodResult(ReturnStatus.INVALID_REQUEST, job, f"unknown method {method!r}")
+    if comment is not None and len(comment) > joborder.TEXT_LIMIT:
+        return MethodResult(
+            ReturnStatus.INVALID_REQUEST,
+            job,
+            f"the comment has {len(comment)} characters; at most {joborder.TEXT_LIMIT} are allowed",
+        )
+    applier = Applier(store, settings or Settings())
+    status, message = applier.method(scope, job, MethodCall(method, comment=comment))
+    return MethodResult(status, job, message)
+
+
+METHODS = ("Start", "RevokeStart", "Pause", "Resume", "Stop", "Abort")
+"""The methods that move an order in place (Update, Cancel and Clear have functions of their
+own; the two requests read only)."""
+
+
+def start(store: Store, scope: str, job: str) -> MethodResult:
+    """Start: NotAllowedToStart -> AllowedToStart, and queue `start`, in one commit."""
+    return apply_method(store, scope, job, "Start")
+
+
+def revoke_start(store: Store, scope: str, job: str) -> MethodResult:
+    """RevokeStart: AllowedToStart -> NotAllowedToStart; a `start` already queued does nothing."""
+    return apply_method(store, scope, job, "RevokeStart")
+
+
+def pause(store: Store, scope: str, job: str, comment: str | None = None) -> MethodResult:
+    """Pause: Running -> Interrupted/Suspended; the recipe is held in the same commit, and the
+    hold commands of actions with Hold logic go out with it."""
+    return apply_method(store, scope, job, "Pause", comment=comment)
+
+
+def resume(store: Store, scope: str, job: str, comment: str | None = None) -> MethodResult:
+    """Resume: Interrupted -> Running; the recipe is released in the same commit."""
+    return apply_method(store, scope, job, "Resume", comment=comment)
+
+
+def stop(store: Store, scope: str, job: str, comment: str | None = None) -> MethodResult:
+    """Stop: Running or Interrupted -> Ended; the recipe is cancelled with reason stopped."""
+    return apply_method(store, scope, job, "Stop", comment=comment)
+
+
+def abort(store: Store, scope: str, job: str, comment: str | None = None) -> MethodResult:
+    """Abort: -> Aborted; a running recipe is cancelled with reason aborted."""
+    return apply_method(store, scope, job, "Abort", comment=comment)
+
+
+def update(
+    store: Store,
+    scope: str,
+    job: str,
+    *,
+    recipe: bytes | None = None,
+    priority: int | None = None,
+    description: str | None = None,
+    work_master_id: str | None = None,
+    dataschema: str = RECIPE_V1_1_0,
+) -> MethodResult:
+    """Update: replace the order of a job that has not started (NotAllowedToStart or
+    AllowedToStart). A new recipe is built against the scope's capabilities first and
+    refused with 16 and its errors; the job's command sequence goes on."""
+    refused = _checked(scope, job)
+    if refused is not None:
+        return refused
+    if priority is not None and not 0 <= priority <= 1_000_000:
+        return MethodResult(ReturnStatus.INVALID_REQUEST, job, "priority must be 0 to 1000000")
+    graph = None
+    if recipe is not None:
+        built = _build_for_scope(store, scope, recipe, dataschema, job)
+        if isinstance(built, MethodResult):
+            return built
+        graph = built
+        store.put_recipe(graph.recipe_hash, recipe)
     for _ in range(STORE_RETRIES):
-        now, records = store.load(scope, [job])
-        record = records[job]
-        order = None if record is None else decode_order(record.order)
-        status = joborder.allowed(method, order)
-        if status != ReturnStatus.OK or record is None or order is None:
-            where = "" if order is None else f"the order is {joborder.path_text(order)}"
-            return MethodResult(status, job, where)
-        state = state_decoder.decode(record.state)
-        new = joborder.move(order, method, now)
-        work = [("start", encode(StartData(job=job)))] if method == "Start" else []
-        note = HistoryEntry(
-            at=now,
-            event=method,
-            detail=UNSET,
-            disposition="applied",
-            reason=f"{method}: {joborder.path_text(order)} -> {joborder.path_text(new)}",
-            decisions=[],
-            sent=[],
-            order=joborder.path_text(new),
+        record = store.job(scope, job)
+        if record is None:
+            return MethodResult(ReturnStatus.UNKNOWN_JOB_ORDER_ID, job, "no such job order")
+        order = decode_order(record.order)
+        changes: dict[str, object] = {}
+        if priority is not None:
+            changes["priority"] = priority
+        if description is not None:
+            changes["description"] = description
+        if work_master_id is not None:
+            changes["work_master_id"] = work_master_id
+        state = None
+        if graph is not None:
+            changes["recipe_hash"] = graph.recipe_hash
+            changes["dataschema"] = dataschema
+            old = state_decoder.decode(record.state)
+            state = replace(new_state(graph, job, scope), sequence=old.sequence)
+        call = MethodCall("Update", order=replace(order, **changes), state=state)
+        status, message = Applier(store, Settings()).method(scope, job, call)
+        return MethodResult(status, job, message)
+    return MethodResult(ReturnStatus.UNABLE_TO_ACCEPT, job, "the job kept changing")
+
+
+def job_response(store: Store, scope: str, job: str) -> tuple[MethodResult, JobResponse | None]:
+    """RequestJobResponseByJobOrderID: the job response of any stored order."""
+    refused = _checked(scope, job)
+    if refused is not None:
+        return refused, None
+    record = store.job(scope, job)
+    if record is None:
+        return MethodResult(ReturnStatus.UNKNOWN_JOB_ORDER_ID, job, "no such job order"), None
+    order = decode_order(record.order)
+    return MethodResult(ReturnStatus.OK, job, joborder.path_text(order)), joborder.job_response(
+        order
+    )
+
+
+def job_responses(
+    store: Store, scope: str, states: Sequence[str]
+) -> tuple[MethodResult, list[JobResponse]]:
+    """RequestJobResponseByJobOrderState: the responses of every order of the scope whose
+    state (or state path, e.g. `Ended/Completed`) is one of `states`."""
+    try:
+        keys.check_scope(scope)
+    except keys.KeyError_ as e:
+        return MethodResult(ReturnStatus.INVALID_REQUEST, "", str(e)), []
+    known = set(joborder.STATE_NUMBERS) | {
+        f"{s}/{sub}" for s, subs in joborder.SUBSTATES.items() for sub in subs
+    }
+    unknown = [s for s in states if s not in known]
+    if unknown or not states:
+        return (
+            MethodResult(
+                ReturnStatus.INVALID_REQUEST,
+                "",
+                f"unknown state {', '.join(unknown) or '(none given)'}; known: "
+                f"{', '.join(sorted(known))}",
+            ),
+            [],
         )
-        commit = Commit(
-            scope=scope,
-            job=job,
-            version=record.version,
-            state=record.state,
-            order=encode(new),
-            due=int(record.due) if record.due else None,
-            active=state.status == "running" and not joborder.ended(new),
-            history=[("method", encode(note))],
-            work=work,
-        )
-        result = store.commits([commit])[0]
-        if result == "ok":
-            return MethodResult(ReturnStatus.OK, job, joborder.path_text(new))
-        if result == "missing":
-            return MethodResult(ReturnStatus.UNKNOWN_JOB_ORDER_ID, job)
-    return MethodResult(ReturnStatus.UNABLE_TO_ACCEPT, job, "the job kept conflicting")
+    wanted = set(states)
+    out: list[JobResponse] = []
+    for order in orders(store, scope):
+        if joborder.state_of(order) in wanted or joborder.path_text(order) in wanted:
+            out.append(joborder.job_response(order))
+    return MethodResult(ReturnStatus.OK, "", f"{len(out)} order(s)"), out
+
+
+def orders(store: Store, scope: str, chunk: int = 500) -> list[JobOrder]:
+    """Every stored order of the scope, oldest first."""
+    jobs = store.order_ids(scope)
+    out: list[JobOrder] = []
+    for i in range(0, len(jobs), chunk):
+        _, records = store.load(scope, jobs[i : i + chunk])
+        out += [decode_order(r.order) for r in records.values() if r is not None]
+    return out
+
+
+def cancel(store: Store, scope: str, job: str) -> MethodResult:
+    """Cancel: remove an order that has not started (NotAllowedToStart or AllowedToStart)."""
+    return _remove(store, scope, job, "Cancel")
 
 
 def clear(store: Store, scope: str, job: str) -> MethodResult:
@@ -206,23 +351,25 @@ def clear(store: Store, scope: str, job: str) -> MethodResult:
     The job's last sequence is kept in `sfc:retired:{S}` for 30 days, so a job stored again
     under the same id continues it and no command id is ever reused.
     """
-    try:
-        keys.check_scope(scope)
-        keys.check_job(job)
-    except keys.KeyError_ as e:
-        return MethodResult(ReturnStatus.INVALID_REQUEST, job, str(e))
+    return _remove(store, scope, job, "Clear")
+
+
+def _remove(store: Store, scope: str, job: str, method: str) -> MethodResult:
+    refused = _checked(scope, job)
+    if refused is not None:
+        return refused
     for _ in range(STORE_RETRIES):
         _, records = store.load(scope, [job])
         record = records[job]
         order = None if record is None else decode_order(record.order)
-        status = joborder.allowed("Clear", order)
+        status = joborder.allowed(method, order)
         if status != ReturnStatus.OK or record is None or order is None:
             where = "" if order is None else f"the order is {joborder.path_text(order)}"
             return MethodResult(status, job, where)
         state = state_decoder.decode(record.state)
         result = store.clear(scope, job, record.version, state.sequence)
         if result == "ok":
-            return MethodResult(ReturnStatus.OK, job, "cleared")
+            return MethodResult(ReturnStatus.OK, job, "removed")
         if result == "missing":
             return MethodResult(ReturnStatus.UNKNOWN_JOB_ORDER_ID, job)
     return MethodResult(ReturnStatus.UNABLE_TO_ACCEPT, job, "the job kept conflicting")

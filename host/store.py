@@ -74,8 +74,14 @@ class Commit:
 class Store:
     """A connection to the server, with one method per operation the host needs."""
 
-    def __init__(self, client: redis.Redis, *, consumer: str = "", history_limit: int = 1000,
-                 dedupe_ttl_ms: int = 86_400_000) -> None:  # fmt: skip
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        consumer: str = "",
+        history_limit: int = 1000,
+        dedupe_ttl_ms: int = 86_400_000,
+    ) -> None:
         self.r = client
         self.consumer = consumer
         self.history_limit = history_limit
@@ -282,8 +288,9 @@ class Store:
             args += [kind, data]
         return "sfc1_commit", ks, args
 
-    def ack(self, scope: str, ids: Sequence[str], counter: str = "",
-            consumer: str | None = None) -> str:  # fmt: skip
+    def ack(
+        self, scope: str, ids: Sequence[str], counter: str = "", consumer: str | None = None
+    ) -> str:
         """`sfc1_ack`: ack and delete entries that change no job, counting them in the
         scope's settings hash under `counter`; ok or gone."""
         who = self.consumer if consumer is None else consumer
@@ -325,8 +332,9 @@ class Store:
             args += [index[type_id], op, m, score]
         return args
 
-    def waiting(self, scope: str, type_id: str, until: int, seen_field: str | None
-                ) -> tuple[list[tuple[bytes, int]], bool]:  # fmt: skip
+    def waiting(
+        self, scope: str, type_id: str, until: int, seen_field: str | None
+    ) -> tuple[list[tuple[bytes, int]], bool]:
         """The members of the type's waits that began by `until`, oldest first, and whether
         `seen_field` (an event's source/id) was taken already; one round trip."""
         pipe = self.r.pipeline(transaction=False)
@@ -347,6 +355,10 @@ class Store:
             )
         )
         return None if result == "dropped" else result
+
+    def order_ids(self, scope: str) -> list[str]:
+        """Every stored job id of the scope, oldest order first."""
+        return [_text(j) for j in self.r.zrange(keys.orders(scope), 0, -1)]
 
     def active_jobs(self, scope: str) -> list[str]:
         return sorted(_text(j) for j in self.r.smembers(keys.active(scope)))

@@ -140,8 +140,9 @@ class Worker:
         except Exception:
             # The server went away mid-batch, or a bug: nothing was committed that the
             # commit did not ack, so the entries stay pending and are claimed later.
-            log.exception("scope %s: a batch of %d entries raised; they stay pending", scope,
-                          len(good))  # fmt: skip
+            log.exception(
+                "scope %s: a batch of %d entries raised; they stay pending", scope, len(good)
+            )
             return Outcome(failed=[(e.id, "the batch raised") for e in good])
         for entry_id, why in outcome.failed:
             log.warning("scope %s: entry %s stays pending: %s", scope, entry_id, why)

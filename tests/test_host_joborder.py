@@ -67,7 +67,7 @@ TARGETS = {
     "start": ((RUNNING, None), [3]),
     "Pause": ((INTERRUPTED, "Suspended"), [4, 2]),
     "Resume": ((RUNNING, None), [3]),
-    "Stop": ((ENDED, "Completed"), [5, 1]),
+    "Stop": ((ENDED, "Closed"), [5, 2]),  # stopped short: not Completed (docs/host.md)
     "Abort": ((ABORTED, None), [6]),
 }
 STORED_AT = 1_000
@@ -288,7 +288,7 @@ def test_finish_fault() -> None:
 @pytest.mark.parametrize(
     ("reason", "path", "ended_by", "message"),
     [
-        ("stopped", [(ENDED, 5), ("Completed", 1)], "stopped", "stopped"),
+        ("stopped", [(ENDED, 5), ("Closed", 2)], "stopped", "stopped"),
         ("aborted", [(ABORTED, 6)], "aborted", "aborted"),
         ("operator pulled the plug", [(ABORTED, 6)], "aborted", "operator pulled the plug"),
         ("", [(ABORTED, 6)], "aborted", None),
@@ -428,6 +428,7 @@ VALID_PATHS = {
     (RUNNING, None),
     (INTERRUPTED, "Suspended"),
     (ENDED, "Completed"),
+    (ENDED, "Closed"),
     (ABORTED, None),
 }
 

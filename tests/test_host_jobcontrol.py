@@ -1,0 +1,326 @@
+"""Job control on a real server: the ISA-95 methods, each applied as one commit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from host import jobs, joborder, keys
+from host.equipment import Answer, respond
+from host.joborder import ReturnStatus
+from host.worker import Worker
+from sfc.codec import state_decoder
+from tests.hostkit import Host, linear_recipe, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+TIGHTENING = (ROOT / "examples/tightening-hold/recipe.json").read_bytes()
+
+CALLS: dict[str, Any] = {
+    "Start": jobs.start,
+    "RevokeStart": jobs.revoke_start,
+    "Pause": jobs.pause,
+    "Resume": jobs.resume,
+    "Stop": jobs.stop,
+    "Abort": jobs.abort,
+    "Update": lambda store, scope, job: jobs.update(store, scope, job, priority=7),
+    "Cancel": jobs.cancel,
+    "Clear": jobs.clear,
+    "RequestJobResponseByJobOrderID": lambda store, scope, job: jobs.job_response(
+        store, scope, job
+    )[0],
+}
+STATES = ["NotAllowedToStart", "AllowedToStart", "Running", "Interrupted", "Ended", "Aborted"]
+
+
+def _path(host: Host, scope: str, job: str) -> str | None:
+    record = host.store().job(scope, job)
+    return None if record is None else joborder.path_text(jobs.decode_order(record.order))
+
+
+def _in_state(host: Host, idle: str, busy: str, worker: Worker, state: str, job: str) -> str:
+    """A job of `state`: not-started jobs in the scope no worker reads, the rest in `busy`."""
+    store = host.store()
+    if state in ("NotAllowedToStart", "AllowedToStart"):
+        host.submit(idle, linear_recipe(1), job_id=job, start=state == "AllowedToStart")
+        return idle
+    host.submit(busy, linear_recipe(1), job_id=job)
+    host.run([worker], [], lambda: _path(host, busy, job) == "Running", sweep=False)
+    if state == "Interrupted":
+        assert jobs.pause(store, busy, job).ok
+    elif state == "Ended":
+        assert jobs.stop(store, busy, job).ok
+    elif state == "Aborted":
+        assert jobs.abort(store, busy, job).ok
+    assert (_path(host, busy, job) or "").split("/")[0] == state
+    return busy
+
+
+def _expected(method: str, state: str | None) -> tuple[ReturnStatus, str | None]:
+    """The ReturnStatus and the state after, from the job-order table itself."""
+    table = "RequestJobResponseByJobOrderID" if method.startswith("Request") else method
+    if state is None:
+        return ReturnStatus.UNKNOWN_JOB_ORDER_ID, None
+    allowed = joborder.ALLOWED_IN[table]
+    if joborder.ANY not in allowed and state not in allowed:
+        return ReturnStatus.INVALID_JOB_ORDER_STATUS, state
+    if method in ("Cancel", "Clear"):
+        return ReturnStatus.OK, None
+    target = joborder.TARGET.get(method)
+    return ReturnStatus.OK, state if target is None else target[0]
+
+
+def test_every_method_in_every_state_gives_the_status_and_state_of_the_table(host: Host) -> None:
+    idle, busy = host.scope("idle"), host.scope("busy")
+    host.store().create_group(idle)
+    host.store().create_group(busy)
+    worker = host.worker([busy])
+    checked = 0
+    for state in [*STATES, None]:
+        for method, call in CALLS.items():
+            job = f"{method[:12]}-{state or 'unknown'}"
+            scope = busy if state is None else _in_state(host, idle, busy, worker, state, job)
+            result = call(host.store(), scope, job)
+            status, after = _expected(method, state)
+            assert result.status == status, f"{method} in {state}: {result.words()}"
+            now = _path(host, scope, job)
+            assert (None if now is None else now.split("/")[0]) == after, f"{method} in {state}"
+            checked += 1
+    assert checked == len(CALLS) * (len(STATES) + 1)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    steps=st.lists(
+        st.sampled_from(["Pause", "Resume", "Stop", "Abort", "Start", "RevokeStart", "answer"]),
+        max_size=8,
+    )
+)
+def test_random_methods_and_recipe_events_never_leave_the_table(
+    valkey_url: str, steps: list[str]
+) -> None:
+    host = Host(valkey_url)
+    try:
+        scope = host.scope("random")
+        store = host.store()
+        job = host.submit(scope, linear_recipe(2), job_id="j").job
+        worker = host.worker([scope])
+        responder = host.responder(scope)
+        valid = {
+            "NotAllowedToStart/Ready",
+            "AllowedToStart/Ready",
+            "Running",
+            "Interrupted/Suspended",
+            "Ended/Completed",
+            "Ended/Closed",
+            "Aborted",
+        }
+        for step in steps:
+            before = _path(host, scope, job)
+            if step == "answer":
+                responder.pump()
+            else:
+                result = CALLS[step](store, scope, job)
+                status, _ = _expected(step, (before or "").split("/")[0])
+                assert result.status == status, (step, before, result.words())
+            worker.read_once(block_ms=5)
+            assert _path(host, scope, job) in valid
+        host.check_exactly_once()
+    finally:
+        host.close()
+
+
+def _tightening_equipment(kind: str, data: Any) -> Answer | None:
+    action = data.action_key.split(":")[-1]
+    if kind == "hold":
+        return Answer(outcome="held")
+    if action == "tighten" and kind == "push":
+        return None  # it runs long: the pause comes while it is out
+    return Answer(outcome="ok")
+
+
+def test_the_tightening_example_paused_and_resumed_with_equipment_hold(host: Host) -> None:
+    scope = host.scope("tight")
+    store = host.store()
+    job = host.submit(scope, TIGHTENING, job_id="t").job
+    worker = host.worker([scope])
+    responder = host.responder(scope, _tightening_equipment)
+
+    def kinds() -> list[tuple[str, str]]:
+        return [(k, d.command_id) for _, k, d in host.equipment(scope)]
+
+    host.run([worker], [responder], lambda: ("push", "t:tighten#2") in kinds())
+    paused = jobs.pause(store, scope, job, comment="operator break")
+    assert paused.ok and paused.message == "Interrupted/Suspended"
+    # the hold command went out in the Pause's own commit
+    assert kinds()[-1] == ("hold", "t:tighten#3:hold")
+    host.run([worker], [responder], lambda: ("withdraw", "t:tighten#2") in kinds())
+    # the late answer of the withdrawn attempt is absorbed
+    respond(store, scope, job, "tighten", outcome="ok", command_id="t:tighten#2", round=1)
+    worker.read_once(block_ms=200)
+    last = store.history(scope, job, 1)[0][1]
+    assert b'"disposition":"absorbed"' in last[b"data"]
+    assert jobs.pause(store, scope, job).status == ReturnStatus.INVALID_JOB_ORDER_STATUS
+    resumed = jobs.resume(store, scope, job)
+    assert resumed.ok and resumed.message == "Running"
+    assert jobs.resume(store, scope, job).status == ReturnStatus.INVALID_JOB_ORDER_STATUS
+    host.run([worker], [responder], host.ended(scope, [job]))
+    assert _path(host, scope, job) == "Ended/Completed"
+    sent = [(k, c) for k, c in kinds() if k in ("push", "hold", "restart")]
+    assert sent == [
+        ("push", "t:clamp#1"),
+        ("push", "t:tighten#2"),
+        ("hold", "t:tighten#3:hold"),
+        ("restart", "t:tighten#4"),
+        ("push", "t:unclamp#5"),
+    ]
+    order = host.order(scope, job)
+    assert [c.text for c in order.comments] == ["operator break"]
+
+
+def test_a_pause_of_a_recipe_without_hold_logic_records_the_answer_and_routes_it_on_resume(
+    host: Host,
+) -> None:
+    scope = host.scope("nohold")
+    store = host.store()
+    job = host.submit(scope, linear_recipe(2), job_id="j").job
+    worker = host.worker([scope])
+    host.run([worker], [], lambda: _path(host, scope, job) == "Running", sweep=False)
+    assert jobs.pause(store, scope, job).ok
+    respond(store, scope, job, "a1", outcome="ok", command_id="j:a1#1", round=1)
+    worker.read_once(block_ms=200)
+    state = state_decoder.decode(store.job(scope, job).state)  # type: ignore[union-attr]
+    assert state.actions["a1"].outcome == "ok" and state.active_steps == ["S1"]
+    assert [k for _, k, _ in host.equipment(scope)] == ["push"]
+    assert jobs.resume(store, scope, job).ok
+    pushes = [d.command_id for _, k, d in host.equipment(scope) if k == "push"]
+    assert pushes == ["j:a1#1", "j:a2#2"]  # routed in the Resume's commit
+
+
+@pytest.mark.parametrize("method", ["Stop", "Abort"])
+@pytest.mark.parametrize("paused", [False, True])
+def test_stop_and_abort_withdraw_open_work_and_nothing_goes_out_after(
+    host: Host, method: str, paused: bool
+) -> None:
+    scope = host.scope(method)
+    store = host.store()
+    job = host.submit(scope, TIGHTENING, job_id="t").job
+    worker = host.worker([scope])
+    responder = host.responder(scope, _tightening_equipment)
+    host.run([worker], [responder], lambda: len(host.equipment(scope)) >= 2)
+    if paused:
+        assert jobs.pause(store, scope, job).ok
+    result = CALLS[method](store, scope, job)
+    assert result.ok, result.words()
+    entries = host.equipment(scope)
+    last_push = max(i for i, (_, k, _) in enumerate(entries) if k in ("push", "hold"))
+    withdrawn = [
+        (d.command_id, d.reason) for _, k, d in entries[last_push + 1 :] if k == "withdraw"
+    ]
+    reason = "stopped" if method == "Stop" else "aborted"
+    assert ("t:tighten#2", reason) in withdrawn
+    for _ in range(5):
+        responder.pump()
+        worker.read_once(block_ms=20)
+    assert [k for _, k, _ in host.equipment(scope)].count("push") == 2
+    order = host.order(scope, job)
+    assert joborder.path_text(order) == ("Ended/Closed" if method == "Stop" else "Aborted")
+    assert order.result.ended_by == reason
+    assert host.client().sismember(keys.active(scope), job) == 0
+    assert host.client().zscore(keys.due(scope), job) is None
+
+
+@pytest.mark.parametrize("start", [False, True])
+def test_abort_from_the_two_not_started_states(host: Host, start: bool) -> None:
+    scope = host.scope("abortearly")
+    store = host.store()
+    job = host.submit(scope, linear_recipe(1), job_id="j", start=start).job
+    assert jobs.abort(store, scope, job).ok
+    worker = host.worker([scope])
+    worker.read_once(block_ms=100)  # a queued start does nothing now
+    assert _path(host, scope, job) == "Aborted"
+    assert host.equipment(scope) == []
+    response = jobs.job_response(store, scope, job)[1]
+    assert response is not None and response.end_time is not None
+
+
+def test_revoke_start_makes_a_queued_start_do_nothing(host: Host) -> None:
+    scope = host.scope("revoke")
+    store = host.store()
+    job = host.submit(scope, linear_recipe(1), job_id="j").job
+    assert jobs.revoke_start(store, scope, job).ok
+    worker = host.worker([scope])
+    worker.read_once(block_ms=100)
+    assert _path(host, scope, job) == "NotAllowedToStart/Ready"
+    assert worker.counters.outcome.absorbed == 1
+    assert host.equipment(scope) == []
+    assert jobs.start(store, scope, job).ok
+    host.run([worker], [host.responder(scope)], host.ended(scope, [job]))
+    assert _path(host, scope, job) == "Ended/Completed"
+
+
+def test_update_replaces_the_order_only_before_it_starts(host: Host) -> None:
+    scope = host.scope("update")
+    store = host.store()
+    job = host.submit(scope, linear_recipe(1), job_id="j", start=False).job
+    result = jobs.update(store, scope, job, recipe=linear_recipe(2), priority=9, description="d")
+    assert result.ok, result.words()
+    order = host.order(scope, job)
+    assert (order.priority, order.description) == (9, "d")
+    bad = jobs.update(store, scope, job, recipe=b'{"Steps": []}')
+    assert bad.status == ReturnStatus.UNABLE_TO_ACCEPT and bad.errors
+    assert jobs.start(store, scope, job).ok
+    worker = host.worker([scope])
+    host.run([worker], [host.responder(scope)], host.ended(scope, [job]))
+    pushes = [d.command_id for _, k, d in host.equipment(scope) if k == "push"]
+    assert pushes == ["j:a1#1", "j:a2#2"]  # the updated recipe ran
+    late = jobs.update(store, scope, job, priority=1)
+    assert late.status == ReturnStatus.INVALID_JOB_ORDER_STATUS
+
+
+def test_every_order_that_left_the_not_started_states_has_a_job_response(host: Host) -> None:
+    scope = host.scope("responses")
+    store = host.store()
+    host.submit(scope, linear_recipe(1), job_id="waiting", start=False)
+    run = host.submit(scope, linear_recipe(1), job_id="running").job
+    worker = host.worker([scope])
+    host.run([worker], [], lambda: _path(host, scope, run) == "Running", sweep=False)
+    status, response = jobs.job_response(store, scope, run)
+    assert status.ok and response is not None
+    assert [e.state_text for e in response.job_state] == ["Running"]
+    assert response.start_time is not None and response.end_time is None
+    result, running = jobs.job_responses(store, scope, ["Running"])
+    assert result.ok and [r.job_order_id for r in running] == ["running"]
+    _, waiting = jobs.job_responses(store, scope, ["NotAllowedToStart"])
+    assert [r.job_order_id for r in waiting] == ["waiting"]
+    bogus, _ = jobs.job_responses(store, scope, ["Cancelled"])
+    assert bogus.status == ReturnStatus.INVALID_REQUEST
+    assert jobs.job_response(store, scope, "nobody")[0].status == ReturnStatus.UNKNOWN_JOB_ORDER_ID
+
+
+def test_a_pause_longer_than_the_open_deadline_costs_no_attempt(host: Host) -> None:
+    scope = host.scope("pausedeadline")
+    store = host.store()
+    job = host.submit(scope, linear_recipe(1, timeout_s=1, max_attempts=1), job_id="j").job
+    worker = host.worker([scope])
+    host.run([worker], [], lambda: _path(host, scope, job) == "Running", sweep=False)
+    deadline = state_decoder.decode(store.job(scope, job).state).actions["a1"].deadline  # type: ignore[union-attr]
+    assert jobs.pause(store, scope, job).ok
+    paused_at = store.time_ms()
+    wait_for(
+        lambda: store.time_ms() > deadline + 500,  # type: ignore[operator]
+        step=lambda: (worker.sweep_once(), worker.read_once(block_ms=20)),
+        what="the deadline to pass while paused",
+    )
+    assert _path(host, scope, job) == "Interrupted/Suspended"
+    assert jobs.resume(store, scope, job).ok
+    resumed_at = store.time_ms()
+    moved = state_decoder.decode(store.job(scope, job).state).actions["a1"].deadline  # type: ignore[union-attr]
+    held = moved - deadline  # type: ignore[operator]
+    assert resumed_at - paused_at - 50 <= held <= resumed_at - paused_at + 50
+    host.run([worker], [host.responder(scope)], host.ended(scope, [job]))
+    assert _path(host, scope, job) == "Ended/Completed"
+    assert [d.attempt for _, k, d in host.equipment(scope) if k == "push"] == [1]
