@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from host import jobs, joborder, keys
+from host import joborder, jobs, keys
 from host.equipment import Answer, respond
 from host.joborder import ReturnStatus
 from host.worker import Worker
