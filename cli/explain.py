@@ -12,7 +12,7 @@ from cli.files import console, load_graph, load_state, one_stdin, terminal
 from cli.main import app
 from sfc.explain import explain as explain_text
 
-_ALERTS = ("The job FAULTED", "It is HELD", "WARNING")
+_ALERTS = ("The job FAULTED", "The job is HELD", "WARNING")
 
 
 def _style(line: str) -> str:

@@ -12,7 +12,7 @@ tables the earlier ones left behind:
 2. size (SFC018): above the limits nothing else is checked;
 3. elements, each on its own: names (SFC017, SFC002), the initial step (SFC001), actions
    (SFC003, SFC009, SFC010, SFC019), divergences (SFC004, SFC003, SFC005), transitions
-   (SFC003, SFC006);
+   (SFC009 for a condition that can never match, SFC003, SFC006);
 4. the chart, over what resolved: priorities (SFC008), defaults (SFC007), pull-event
    ambiguity (SFC011), reachability (SFC012), loops without a wait (SFC013);
 5. the station, only with capabilities: types (SFC014), features (SFC015), outcomes
@@ -45,7 +45,18 @@ from msgspec import UNSET
 from generated.capabilities_v1_0 import Capabilities
 from generated.recipe_v1_0_0 import Recipe as RecipeV1_0_0
 from generated.recipe_v1_1_0 import Action, EquipmentCommand, Recipe
-from sfc.graph import DEFAULT_OUTCOME, RESERVED_OUTCOMES, TRUE, Graph, cycles, index
+from sfc.graph import (
+    BIDI_CONTROLS,
+    DEFAULT_OUTCOME,
+    OUTCOME_LIMIT,
+    RESERVED_OUTCOMES,
+    TRUE,
+    Graph,
+    cycles,
+    index,
+    unsafe_char,
+    visible,
+)
 
 RECIPE_V1_0_0: Final = "https://aschamberger.github.io/schemas/microdcs/sfc-recipe/v1.0.0/"
 RECIPE_V1_1_0: Final = "https://aschamberger.github.io/schemas/microdcs/sfc-recipe/v1.1.0/"
@@ -252,7 +263,8 @@ def check(recipe: Recipe, capabilities: Capabilities | None = None) -> list[Buil
 
 
 def _q(name: str) -> str:
-    return json.dumps(name, ensure_ascii=False)
+    """A name quoted for a message; a control or bidi character shows as `\\uXXXX`."""
+    return visible(json.dumps(name, ensure_ascii=False))
 
 
 def _names(names: Iterable[str], limit: int = 5) -> str:
@@ -260,6 +272,16 @@ def _names(names: Iterable[str], limit: int = 5) -> str:
     more = len(shown) - limit
     text = ", ".join(_q(n) for n in shown[:limit])
     return f"{text} and {more} more" if more > 0 else text
+
+
+def _character_kind(ch: str) -> str:
+    if ch in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029":
+        return "a line break"
+    if ch in BIDI_CONTROLS:
+        return "a bidi control"
+    if ch.isspace():
+        return "white space other than a space"
+    return "a control character" if ord(ch) < 0xA0 else "an invisible or unassigned character"
 
 
 STEP: Final = 1
@@ -363,10 +385,22 @@ class _Checker:
 
     # -- SFC017, SFC002
 
+    def unsafe_name(self, path: str, what: str, name: str) -> None:
+        ch = unsafe_char(name)
+        if ch is not None:
+            self.error(
+                "SFC017",
+                path,
+                f"{what} name {_q(name)} contains the character U+{ord(ch):04X} "
+                f"({_character_kind(ch)}); names may not contain control, line-break or "
+                "bidi-control characters",
+            )
+
     def names(self) -> None:
         for i, s in enumerate(self.steps):
             if s.name == "":
                 self.error("SFC017", f"$.Steps[{i}].Name", "a step has an empty name")
+            self.unsafe_name(f"$.Steps[{i}].Name", "step", s.name)
             if s.name not in self.step_at:
                 self.step_at[s.name] = i
             elif s.name != "":
@@ -379,6 +413,7 @@ class _Checker:
         for k, d in enumerate(self.divergences):
             if d.name == "":
                 self.error("SFC017", f"$.Branches[{k}].Name", "a divergence has an empty name")
+            self.unsafe_name(f"$.Branches[{k}].Name", "divergence", d.name)
             if d.name in self.step_at:
                 self.ambiguous.add(d.name)
                 if d.name != "":
@@ -409,6 +444,7 @@ class _Checker:
                     f'action name {_q(a.name)} contains ":"; the action key is '
                     "{jobId}:{action}, so an action name cannot contain one",
                 )
+            self.unsafe_name(f"$.Actions[{i}].Name", "action", a.name)
             if a.name in seen:
                 if a.name != "":
                     self.error(
@@ -480,6 +516,7 @@ class _Checker:
                     f"action {_q(a.name)} has interaction {_q(interaction)}; "
                     f"it must be {PUSH} or {PULL}",
                 )
+            self.check_type_id(f"$.Actions[{i}].TypeId", f"action {_q(a.name)}", a.type_id)
             if not 1 <= a.timeout_seconds <= MAX_TIMEOUT_SECONDS:
                 self.error(
                     "SFC009",
@@ -500,6 +537,20 @@ class _Checker:
                 waiting.setdefault(a.step, []).append(i)
             equipment_ok.append(
                 not (a.hold is UNSET and a.restart is UNSET) and self.check_equipment(i, a)
+            )
+
+    def check_type_id(self, path: str, owner: str, type_id: str) -> None:
+        """SFC009: a type id that no command or event can carry (empty, or with white space)."""
+        if type_id.strip() == "":
+            self.error(
+                "SFC009", path, f"{owner} has an empty TypeId; name the command or event type"
+            )
+        elif unsafe_char(type_id) is not None or any(c.isspace() for c in type_id):
+            self.error(
+                "SFC009",
+                path,
+                f"{owner} has TypeId {_q(type_id)} with white space or a control character; "
+                "a type id is one word such as com.example.station.run.v1",
             )
 
     def unknown_step(self, i: int, a: Action) -> None:
@@ -591,12 +642,19 @@ class _Checker:
         for field, cmd in (("Hold", hold), ("Restart", restart)):
             if not isinstance(cmd, EquipmentCommand):
                 continue
-            if cmd.type_id is UNSET or cmd.type_id == "":
+            if cmd.type_id is UNSET or cmd.type_id.strip() == "":
                 ok = False
                 self.error(
                     "SFC019",
                     f"$.Actions[{i}].{field}.TypeId",
                     f"the {field} command of action {_q(a.name)} has no TypeId",
+                )
+            elif any(c.isspace() or unsafe_char(c) for c in cmd.type_id):
+                ok = False
+                self.check_type_id(
+                    f"$.Actions[{i}].{field}.TypeId",
+                    f"the {field} command of action {_q(a.name)}",
+                    cmd.type_id,
                 )
             if cmd.timeout_seconds is UNSET or cmd.timeout_seconds <= 0:
                 ok = False
@@ -701,6 +759,7 @@ class _Checker:
                     f"transition {_q(f'{source} -> {target}')} targets {_q(target)}, "
                     "which is neither a step nor a divergence" + self.did_you_mean(target, kind),
                 )
+            self.check_condition(j, source, target, t.condition)
             ok = src == STEP or (src == DIVERGENCE and usable[div_at[source]])
             if src == STEP and source in position:
                 ok = False
@@ -710,6 +769,36 @@ class _Checker:
             tgt_kind.append(tgt)
             entry_of.append(self.enters_sequence(j, source, target, src) if inside else -1)
             into_sequence.append(inside)
+
+    def check_condition(self, j: int, source: str, target: str, condition: str) -> None:
+        """SFC009: a condition no outcome can ever equal.
+
+        A condition is `"true"` (the default) or the name of an outcome; outcomes are single
+        words of at most OUTCOME_LIMIT characters, compared exactly. IEC structured text
+        writes TRUE, so `"TRUE"` and `"True"` get a hint.
+        """
+        path = f"$.Transitions[{j}].Condition"
+        label = _q(f"{source} -> {target}")
+        problem = None
+        if condition.strip() == "":
+            problem = 'an empty condition; write "true" for the default, or an outcome name'
+        elif condition != TRUE and condition.lower() == TRUE:
+            problem = (
+                f'the condition {_q(condition)}; the default condition is "true", '
+                "in lower case (conditions are compared exactly)"
+            )
+        elif unsafe_char(condition) is not None or any(c.isspace() for c in condition):
+            problem = (
+                f"the condition {_q(condition)}, with white space or a control character; "
+                "an outcome is one word, so it could never match"
+            )
+        elif len(condition) > OUTCOME_LIMIT:
+            problem = (
+                f"a condition of {len(condition)} characters; an outcome has at most "
+                f"{OUTCOME_LIMIT}, so it could never match"
+            )
+        if problem is not None:
+            self.error("SFC009", path, f"transition {label} has {problem}")
 
     def leaves_sequence(self, j: int, source: str, target: str) -> None:
         k = self.position[source][0]

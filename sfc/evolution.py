@@ -82,14 +82,20 @@ from generated.step_result_v1_0 import (
     FaultContinuation,
 )
 from generated.step_result_v1_1 import Decision, StepResult
-from sfc.graph import DEFAULT_OUTCOME, RESERVED_OUTCOMES, TRUE, ActionSpec, Graph, TransitionSpec
+from sfc.graph import (
+    DEFAULT_OUTCOME,
+    RESERVED_OUTCOMES,
+    TRUE,
+    ActionSpec,
+    Graph,
+    TransitionSpec,
+)
+from sfc.graph import OUTCOME_LIMIT as OUTCOME_LIMIT  # also sfc.evolution's, as before
 
 STATE_FORMAT: Literal["1.4"] = "1.4"
 PROPAGATION_LIMIT = 10_000
 """Most dispatches, and most step entries, in one evaluation; beyond it the job faults."""
 DEFAULT_MAX_ATTEMPTS = 3
-OUTCOME_LIMIT = 256
-"""Most characters of an outcome; an answer or event with a longer one is rejected."""
 ERROR_LIMIT = 4096
 """Most characters of a reported failure kept in the state; a longer text is cut, with a mark."""
 REASON_LIMIT = 1024

@@ -18,7 +18,7 @@ from typing import Any
 
 from generated.state_v1_4 import ActionRecord, SfcState
 from sfc.evolution import DEFAULT_MAX_ATTEMPTS, ENDED, next_deadline
-from sfc.graph import TRUE, ActionSpec, DivergenceSpec, Graph, TransitionSpec
+from sfc.graph import TRUE, ActionSpec, DivergenceSpec, Graph, TransitionSpec, visible
 
 _VIRTUAL_CLOCK_LIMIT = 10**11
 """Below this (early 1973 as epoch ms) a time is taken to be on a virtual clock."""
@@ -55,6 +55,15 @@ def _condition(t: TransitionSpec) -> str:
     if t.condition == TRUE:
         return "true (the default)"
     return f"outcome {t.condition}"
+
+
+SHOWN = 200
+"""Most characters of a job's scope shown; a longer one is cut, with a mark."""
+
+
+def _cut(text: str) -> str:
+    more = len(text) - SHOWN
+    return text if more <= 0 else f"{text[:SHOWN]}… ({more:,} more characters)"
 
 
 def _target(graph: Graph, name: str) -> str:
@@ -98,11 +107,19 @@ def describe_action(
             f"{spec.name}: waits for event {spec.type_id}{_selector(spec)}, "
             f"for {duration(spec.timeout_ms)}; no event in time gives outcome timeout"
         ]
-    lines = [
-        f"{spec.name}: push command {spec.type_id}, {duration(spec.timeout_ms)} per attempt, "
-        f"{_attempts(spec, max_attempts_default)}; an unanswered attempt is sent again, "
-        "the last one gives outcome timeout"
-    ]
+    attempts = max_attempts_default if spec.max_attempts is None else spec.max_attempts
+    if attempts == 1:
+        lines = [
+            f"{spec.name}: push command {spec.type_id}, {duration(spec.timeout_ms)}, "
+            f"{_attempts(spec, max_attempts_default).replace('up to ', '')} only; "
+            "no answer in time gives outcome timeout"
+        ]
+    else:
+        lines = [
+            f"{spec.name}: push command {spec.type_id}, {duration(spec.timeout_ms)} per attempt, "
+            f"{_attempts(spec, max_attempts_default)}; an unanswered attempt is sent again, "
+            "the last one gives outcome timeout"
+        ]
     if spec.parameters:
         lines.append(f"  parameters {_params(spec.parameters)}")
     if spec.hold is not None and spec.restart is not None:
@@ -372,12 +389,36 @@ def _due_lines(graph: Graph, state: SfcState, at: int, default_attempts: int) ->
     return out
 
 
+def _numbers(indexes: list[int]) -> str:
+    shown = [str(i + 1) for i in indexes]
+    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
+
+
+def _sequences(indexes: list[int]) -> str:
+    word = "sequence" if len(indexes) == 1 else "sequences"
+    return f"{word} {_numbers(indexes)}"
+
+
+def _convergence(finished: list[int], running: list[int]) -> str:
+    """Which sequences have reached the convergence and which still run, in words."""
+    if not finished:
+        return "none has reached the convergence yet"
+    reached = (
+        f"{_sequences(finished)} {'has' if len(finished) == 1 else 'have'} reached the convergence"
+    )
+    if not running:
+        return reached
+    return f"{reached}, {_numbers(running)} {'is' if len(running) == 1 else 'are'} still running"
+
+
 def _status_lines(graph: Graph, state: SfcState) -> list[str]:
     if state.status == "ready":
         return [f"The job has not started; a start enters step {graph.initial}."]
     since = "" if state.started_at is None else f", started at {when(state.started_at)}"
     if state.ended_at is not None:
         since += f", ended at {when(state.ended_at)}"
+    elif state.status in ENDED:
+        since += ", ended at a time the state does not record"
     if state.status == "completed":
         outcomes = ", ".join(state.outcomes) or "none"
         return [f"The job completed{since}; the outcomes of its last step: {outcomes}."]
@@ -387,21 +428,23 @@ def _status_lines(graph: Graph, state: SfcState) -> list[str]:
         return [f"The job FAULTED{since}{why}."]
     if state.status == "cancelled":
         return [f"The job was cancelled{since}: {state.cancel_reason or 'cancelled'}."]
-    out = [f"The job is running{since}."]
     if state.held_at is not None:
-        out.append(
-            f"It is HELD since {when(state.held_at)} (operator pause): no transition fires and "
-            "nothing is dispatched except hold commands; answers are recorded; work deadlines "
-            "do not run and move by the length of the hold on release."
-        )
-    return out
+        return [
+            f"The job is HELD since {when(state.held_at)} (operator pause){since}: no "
+            "transition fires and nothing is dispatched except hold commands; answers are "
+            "recorded; work deadlines do not run and move by the length of the hold on release."
+        ]
+    return [f"The job is running{since}."]
 
 
 def explain_state(
     graph: Graph, state: SfcState, max_attempts_default: int = DEFAULT_MAX_ATTEMPTS
 ) -> str:
     """Where the job is, what it waits for, when the next deadline is due, and how it ended."""
-    out = [f"Job {state.job_id} (scope {state.scope}), recipe {state.recipe_hash[:12]}"]
+    out = [
+        f"Job {visible(state.job_id)} (scope {_cut(visible(state.scope))}), "
+        f"recipe {state.recipe_hash[:12]}"
+    ]
     if state.recipe_hash != graph.recipe_hash:
         out.append(
             f"WARNING: the state is pinned to recipe {state.recipe_hash[:12]}, "
@@ -416,12 +459,11 @@ def explain_state(
             out.append(f"  step {step}{_where(graph, step)}")
         for d in state.divergences:
             spec = graph.divergences.get(d.name)
-            taken = ", ".join(str(i + 1) for i in d.sequences)
-            finished = ", ".join(str(i + 1) for i in d.finished) or "none"
             kind = "" if spec is None else f"{spec.kind} "
+            running = [i for i in d.sequences if i not in d.finished]
             out.append(
-                f"  {kind}divergence {d.name}: sequence(s) {taken} taken; "
-                f"at the convergence: {finished}"
+                f"  {kind}divergence {d.name}: {_sequences(d.sequences)} taken; "
+                f"{_convergence(d.finished, running)}"
             )
 
     open_recs = [(n, r) for n, r in state.actions.items() if r.status == "open"]

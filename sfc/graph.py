@@ -29,6 +29,37 @@ RESERVED_OUTCOMES = ("timeout", "error")
 DEFAULT_OUTCOME = "done"
 """The outcome of a push response that names none."""
 
+OUTCOME_LIMIT = 256
+"""Most characters of an outcome; an answer or event with a longer one is rejected."""
+
+BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+"""Characters that reorder the text around them (Unicode bidi embeddings, overrides, isolates
+and marks): a name with one reads differently from what it is."""
+
+
+def unsafe_char(text: str) -> str | None:
+    """The first control, line-separator or bidi-control character of `text`, or None.
+
+    Such a character breaks a line of `sfc explain`, a label of a chart, or makes a name
+    read as another; names may not contain one (SFC017) and the renderers show one as `\\uXXXX`.
+    """
+    for ch in text:
+        if ch in BIDI_CONTROLS or not (ch.isprintable() or ch == " "):
+            return ch
+    return None
+
+
+def visible(text: str) -> str:
+    """`text` with every unsafe character written as `\\uXXXX`, so it shows and does no harm."""
+    if unsafe_char(text) is None:
+        return text
+    return "".join(
+        f"\\u{ord(ch):04x}" if ch in BIDI_CONTROLS or not (ch.isprintable() or ch == " ") else ch
+        for ch in text
+    )
+
 
 @dataclass(frozen=True, slots=True)
 class EquipmentCommandSpec:

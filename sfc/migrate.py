@@ -34,12 +34,11 @@ from sfc.codec import state_decoder
 from sfc.evolution import (
     ENDED,
     ERROR_LIMIT,
-    OUTCOME_LIMIT,
     REASON_LIMIT,
     STATE_FORMAT,
     cut,
 )
-from sfc.graph import Graph
+from sfc.graph import OUTCOME_LIMIT, Graph
 
 
 class MigrationError(ValueError):

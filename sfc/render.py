@@ -23,7 +23,7 @@ from typing import Literal
 
 from generated.state_v1_4 import ActionRecord, SfcState
 from sfc.explain import duration, when
-from sfc.graph import ActionSpec, Graph, TransitionSpec
+from sfc.graph import ActionSpec, Graph, TransitionSpec, visible
 
 Format = Literal["mermaid", "dot"]
 FORMATS: tuple[Format, ...] = ("mermaid", "dot")
@@ -132,9 +132,13 @@ def _status(state: SfcState) -> str:
 
 
 def _mm(text: str) -> str:
-    """Text inside a quoted Mermaid label."""
+    """Text inside a quoted Mermaid label; a control or bidi character shows as `\\uXXXX`."""
     return (
-        text.replace("#", "#35;").replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
+        visible(text)
+        .replace("#", "#35;")
+        .replace('"', "#quot;")
+        .replace("<", "#lt;")
+        .replace(">", "#gt;")
     )
 
 
@@ -143,7 +147,7 @@ def _mermaid(graph: Graph, state: SfcState | None) -> str:
     active = set() if state is None else set(state.active_steps)
     out = ["flowchart TD"]
     if state is not None:
-        out.append(f"  %% {_status(state)}")
+        out.append(f"  %% {visible(_status(state))}")
     for step in graph.steps:
         rows = [_mm(step)]
         for spec in graph.step_actions[step]:
@@ -184,12 +188,16 @@ def _mermaid(graph: Graph, state: SfcState | None) -> str:
 
 def _html(text: str) -> str:
     return (
-        text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+        visible(text)
+        .replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace('"', "&quot;")
     )
 
 
 def _quoted(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return '"' + visible(text).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 _BAR = '<tr><td height="2" width="{w}" bgcolor="black"></td></tr>'

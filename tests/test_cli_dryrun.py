@@ -225,7 +225,7 @@ def test_the_state_at_the_end_of_a_run_can_be_written_and_explained(tmp_path: Pa
     assert (job.status, job.held_at) == ("running", 2000)
     explained = sfc("explain", TIGHTENING, "--state", state)
     assert explained.exit_code == 0
-    assert "It is HELD since 2.000s" in explained.stdout
+    assert "The job is HELD since 2.000s" in explained.stdout
     assert "hold command tighten#3:hold is out, deadline 12.000s" in explained.stdout
     assert "Next deadline: 12.000s: the hold of tighten counts as not held" in explained.stdout
     drawn = sfc("render", TIGHTENING, "--state", state, "--format", "dot")

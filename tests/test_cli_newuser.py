@@ -477,3 +477,198 @@ def test_a_valid_recipe_is_never_checked_against_the_schema(
 
     monkeypatch.setattr(cli.files, "schema_errors", boom)
     assert sfc("validate", TH, REAR_AXLE, GREETINGS).exit_code == 0
+
+
+# --------------------------------------------------------------------------- 4. names
+
+
+def _th_with(**changes: Any) -> dict[str, Any]:
+    doc = recipe_doc()
+    for where, value in changes.items():
+        field, index, key = where.split("__")
+        doc[field][int(index)][key] = value
+    return doc
+
+
+def test_names_with_control_or_bidi_characters_are_sfc017(tmp_path: Path) -> None:
+    """docs/errors.md SFC017: a newline breaks explain and labels; U+202E reverses the text."""
+    doc = recipe_doc()
+    doc["Steps"][2]["Name"] = "Ende|]]\n"
+    doc["Transitions"][1]["Target"] = "Ende|]]\n"
+    doc["Actions"][2]["Step"] = "Ende|]]\n"
+    doc["Actions"][0]["Name"] = "prüfen\u202e"
+    done = sfc("validate", write(tmp_path, "r.json", doc))
+    assert done.exit_code == 1
+    assert done.stdout.splitlines() == [
+        'SFC017 $.Steps[2].Name: step name "Ende|]]\\n" contains the character U+000A '
+        "(a line break); names may not contain control, line-break or bidi-control characters",
+        'SFC017 $.Actions[0].Name: action name "prüfen\\u202e" contains the character U+202E '
+        "(a bidi control); names may not contain control, line-break or bidi-control characters",
+    ]
+    assert "\u202e" not in done.output
+
+
+@pytest.mark.parametrize("char", ["\t", "\x00", "\u2028", "\u2066", "\u200f", "\x85", "\u00a0"])
+def test_every_kind_of_unsafe_character_is_refused_in_a_divergence_name(
+    tmp_path: Path, char: str
+) -> None:
+    doc = recipe_doc(REAR_AXLE)
+    old = doc["Branches"][0]["Name"]
+    doc["Branches"][0]["Name"] = f"Fit{char}Qa"
+    for t in doc["Transitions"]:
+        t["Source"] = f"Fit{char}Qa" if t["Source"] == old else t["Source"]
+        t["Target"] = f"Fit{char}Qa" if t["Target"] == old else t["Target"]
+    done = sfc("validate", write(tmp_path, "r.json", doc))
+    assert done.exit_code == 1
+    assert done.stdout.startswith("SFC017 $.Branches[0].Name: divergence name ")
+
+
+def test_a_space_in_a_name_is_fine(tmp_path: Path) -> None:
+    doc = recipe_doc()
+    doc["Steps"][0]["Name"] = doc["Actions"][0]["Step"] = doc["Transitions"][0]["Source"] = (
+        "Clamp part"
+    )
+    assert sfc("validate", write(tmp_path, "r.json", doc)).exit_code == 0
+
+
+def test_the_renderers_escape_what_a_state_brings(tmp_path: Path) -> None:
+    """A job id or scope from a host is not checked by the builder: it shows escaped."""
+    state = tmp_path / "state.json"
+    assert sfc("dryrun", TH, "--state-out", state).exit_code == 0
+    doc = json.loads(state.read_bytes())
+    doc["scope"] = doc["jobId"] = "line1\u202e\nx"
+    write(tmp_path, "state.json", doc)
+    for args in (["explain"], ["render"], ["render", "--format", "dot"]):
+        done = sfc(*args, TH, "--state", state)
+        assert done.exit_code == 0, done.output
+        assert "\u202e" not in done.stdout
+        # DOT doubles the backslash inside its quoted strings; Graphviz shows one.
+        assert "line1\\u202e\\u000ax" in done.stdout.replace("\\\\", "\\")
+
+
+# --------------------------------------------------------------------------- 5. conditions
+
+
+@pytest.mark.parametrize(
+    ("condition", "says"),
+    [
+        ("", "an empty condition"),
+        ("   ", "an empty condition"),
+        ("o k", 'the condition "o k", with white space'),
+        ("ok\n", 'the condition "ok\\n", with white space'),
+        ("TRUE", 'the default condition is "true", in lower case'),
+        ("True", 'the default condition is "true", in lower case'),
+        ("x" * 257, "a condition of 257 characters; an outcome has at most 256"),
+    ],
+)
+def test_a_condition_that_can_never_match_is_sfc009(
+    tmp_path: Path, condition: str, says: str
+) -> None:
+    """docs/errors.md SFC009: the job would fault later; the builder says so now."""
+    done = sfc("validate", write(tmp_path, "r.json", _th_with(Transitions__0__Condition=condition)))
+    assert done.exit_code == 1
+    line = done.stdout.splitlines()[0]
+    assert line.startswith('SFC009 $.Transitions[0].Condition: transition "Clamp -> Tighten" has ')
+    assert says in line
+
+
+@pytest.mark.parametrize(
+    ("type_id", "says"),
+    [("", "an empty TypeId"), ("  ", "an empty TypeId"), ("com.x run.v1", "with white space")],
+)
+def test_a_type_id_that_can_never_match_is_sfc009(tmp_path: Path, type_id: str, says: str) -> None:
+    done = sfc("validate", write(tmp_path, "r.json", _th_with(Actions__1__TypeId=type_id)))
+    assert done.exit_code == 1
+    assert done.stdout.startswith('SFC009 $.Actions[1].TypeId: action "tighten" has ')
+    assert says in done.stdout
+
+
+def test_a_hold_type_id_with_white_space_is_refused(tmp_path: Path) -> None:
+    doc = recipe_doc()
+    doc["Actions"][1]["Hold"]["TypeId"] = "com.example hold"
+    done = sfc("validate", write(tmp_path, "r.json", doc))
+    assert done.exit_code == 1
+    assert done.stdout.startswith("SFC009 $.Actions[1].Hold.TypeId: the Hold command of action ")
+
+
+# --------------------------------------------------------------------------- 9. one attempt
+
+
+def test_explain_of_a_single_attempt_does_not_promise_a_second(tmp_path: Path) -> None:
+    """docs/recipes.md "Attempts": MaxAttempts 1 sends the command once."""
+    done = sfc("explain", write(tmp_path, "r.json", _th_with(Actions__0__MaxAttempts=1)))
+    assert done.exit_code == 0
+    line = next(ln for ln in done.stdout.splitlines() if ln.strip().startswith("clamp:"))
+    assert line.strip() == (
+        "clamp: push command com.example.tightening.clamp.v1, 10 s, 1 attempt only; "
+        "no answer in time gives outcome timeout"
+    )
+    assert "sent again" not in line
+
+
+# --------------------------------------------------------------------------- 10. explain --state
+
+
+def _state(tmp_path: Path, recipe: Path, script: str | None = None, *extra: str) -> Path:
+    path = tmp_path / "state.json"
+    args = ["dryrun", recipe, "--state-out", path, *extra]
+    if script:
+        args += ["--script", recipe.parent / f"{script}.script.json"]
+    sfc(*args)
+    return path
+
+
+def test_explain_says_when_an_ended_job_ended(tmp_path: Path) -> None:
+    state = _state(tmp_path, GREETINGS, "cancel")
+    done = sfc("explain", GREETINGS, "--state", state)
+    assert done.stdout.splitlines()[1] == (
+        "The job was cancelled, started at 0.000s, ended at 45.000s: operator stopped the demo."
+    )
+    doc = json.loads(state.read_bytes())
+    doc["endedAt"] = None
+    write(tmp_path, "state.json", doc)
+    done = sfc("explain", GREETINGS, "--state", state)
+    assert "ended at a time the state does not record" in done.stdout
+
+
+def test_a_held_job_reads_held_not_running(tmp_path: Path) -> None:
+    state = _state(tmp_path, TH, "pause-resume", "--time-limit-ms", "100000")
+    done = sfc("explain", TH, "--state", state)
+    assert done.stdout.splitlines()[1].startswith(
+        "The job is HELD since 10.000s (operator pause), started at 0.000s: "
+    )
+    assert "is running" not in done.stdout
+
+
+def test_the_convergence_is_said_in_words(tmp_path: Path) -> None:
+    state = _state(tmp_path, REAR_AXLE, "retry", "--time-limit-ms", "30000")
+    done = sfc("explain", REAR_AXLE, "--state", state)
+    assert (
+        "  simultaneous divergence FitAndQa: sequences 1 and 2 taken; sequence 2 has reached "
+        "the convergence, 1 is still running"
+    ) in done.stdout.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("activeSteps", ["NoSuchStep"], "active step NoSuchStep is not in the recipe"),
+        (
+            "divergences",
+            [{"name": "NoSuchDivergence", "sequences": [0], "finished": []}],
+            "divergence NoSuchDivergence is not in the recipe",
+        ),
+    ],
+)
+def test_a_state_that_does_not_fit_the_recipe_is_refused(
+    tmp_path: Path, field: str, value: Any, reason: str
+) -> None:
+    state = _state(tmp_path, TH, "pause-resume", "--time-limit-ms", "100000")
+    doc = json.loads(state.read_bytes())
+    doc[field] = value
+    write(tmp_path, "state.json", doc)
+    for command in ("explain", "render"):
+        done = sfc(command, TH, "--state", state)
+        assert done.exit_code == 1
+        assert done.stdout == ""
+        assert done.stderr == f"sfc: state {state}: the state does not fit the recipe: {reason}\n"

@@ -77,8 +77,8 @@ def test_push_actions_are_explained_with_type_timeout_attempts_and_parameters() 
     ) in text
     assert 'parameters {"torque_spec": "85Nm", "bolts": 6}' in text
     assert (
-        "rework_task: push command com.example.station.worker_task.v1, 15 min per attempt, up to 1 attempt;"
-        in text
+        "rework_task: push command com.example.station.worker_task.v1, 15 min, 1 attempt only; "
+        "no answer in time gives outcome timeout" in text
     )
 
 
@@ -165,7 +165,10 @@ def test_a_state_taken_mid_run_names_the_open_commands_and_the_next_deadline() -
     text = explain_state(graph, sim.state)
     assert "The job is running, started at 0.000s." in text
     assert "  step TightenBolts, step 2 of 2 in sequence 1 of divergence FitAndQa\n" in text
-    assert "simultaneous divergence FitAndQa: sequence(s) 1, 2 taken; at the convergence: 2" in text
+    assert (
+        "simultaneous divergence FitAndQa: sequences 1 and 2 taken; sequence 2 has reached "
+        "the convergence, 1 is still running"
+    ) in text
     assert (
         "tighten (step TightenBolts): push command tighten#3 (com.example.station.tighten.v1) "
         "is out, attempt 1 of 3, deadline 64.000s; if no answer by then, attempt 2 is sent"
@@ -203,7 +206,8 @@ def test_the_last_attempt_says_what_its_expiry_does() -> None:
 def test_a_held_job_with_held_equipment() -> None:
     graph, sim = mid_run("tightening-hold", "pause-resume", 100_000)
     text = explain_state(graph, sim.state)
-    assert "It is HELD since 10.000s (operator pause)" in text
+    assert "The job is HELD since 10.000s (operator pause), started at 0.000s" in text
+    assert "is running" not in text
     assert "the equipment held the work; the release sends the restart command" in text
     assert "Next deadline: none while the job is held (no hold command is open)" in text
 
