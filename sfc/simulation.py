@@ -310,6 +310,28 @@ def job_id_problem(job_id: str) -> str | None:
     return None
 
 
+def reply_key(action_key: str, work: str) -> str:
+    """The script key a command is asked under: NAME for push and await, NAME:hold or
+    NAME:restart for hold and restart (`action_key` is `{jobId}:{NAME}`)."""
+    name = action_key.rpartition(":")[2]
+    return name if work in ("push", "await") else f"{name}:{work}"
+
+
+def choose_reply(script: SimulationScript, key: str, n: int) -> str:
+    """The reply text the scripted equipment gives the n-th time (from 0) it is asked under
+    `key`: the n-th of `replies[key]`, then `default` (`ok` when absent; `held` for a hold).
+
+    Pure, and the one place the choice is made: the simulation and the host's scripted
+    equipment (host/scripted.py) both ask it.
+    """
+    listed = [] if script.replies is UNSET else script.replies.get(key, [])
+    if n < len(listed):
+        return listed[n]
+    if key.endswith(":hold"):
+        return HOLD_DEFAULT_REPLY
+    return DEFAULT_REPLY if script.default is UNSET else script.default
+
+
 @dataclass(frozen=True, slots=True)
 class Ask:
     """One question to the scripted equipment: a command id it saw for the first time."""
@@ -388,8 +410,6 @@ class Simulation:
         """The run ended `time_limit` because nothing more could happen (a job held for good)."""
         self.fault: RunFault | None = None
 
-        self._replies: dict[str, list[str]] = {} if script.replies is UNSET else script.replies
-        self._default = DEFAULT_REPLY if script.default is UNSET else script.default
         self._asked: set[str] = set()
         self._asked_per_key: dict[str, int] = {}
         self._queue: list[tuple[int, int, int, Event]] = []
@@ -488,15 +508,10 @@ class Simulation:
         if command.command_id in self._asked:
             return
         self._asked.add(command.command_id)
-        name = command.action_key.rpartition(":")[2]
-        key = name if command.work in ("push", "await") else f"{name}:{command.work}"
+        key = reply_key(command.action_key, command.work)
         n = self._asked_per_key.get(key, 0)
         self._asked_per_key[key] = n + 1
-        listed = self._replies.get(key, [])
-        if n < len(listed):
-            text = listed[n]
-        else:
-            text = HOLD_DEFAULT_REPLY if command.work == "hold" else self._default
+        text = choose_reply(self.script, key, n)
         self.asks.append(Ask(self.now, key, command.command_id, text))
         reply = parse_reply(text)
         if reply.kind == "silent":
