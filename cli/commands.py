@@ -2,6 +2,9 @@
 
 from cli import dryrun as dryrun
 from cli import explain as explain
+from cli import job as job
 from cli import render as render
 from cli import schema as schema
+from cli import serve as serve
 from cli import validate as validate
+from cli import work as work

@@ -11,16 +11,20 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 from msgspec.structs import replace
 
+from generated.capabilities_v1_0 import Features
+from generated.history_entry_v1_0 import HistoryEntry
 from generated.job_order_v1_0 import JobOrder
 from generated.job_response_v1_0 import JobResponse
-from generated.work_entry_v1_0 import StartData
+from generated.state_v1_4 import SfcState
+from generated.work_entry_v1_0 import ResumeData, StartData
 from host import joborder, keys
 from host.apply import Applier, MethodCall, decode_order
-from host.entries import encode
+from host.entries import EntryError, decode_history, decode_work, encode, fields, job_of
 from host.joborder import ReturnStatus
 from host.settings import Settings
 from host.store import Store
@@ -79,6 +83,28 @@ def _build_for_scope(
             return MethodResult(
                 ReturnStatus.UNABLE_TO_ACCEPT, shown, f"the scope's capabilities do not decode: {e}"
             )
+    if settings.get("equipmentHold") == "false":
+        # the scope's equipment cannot hold its work: a recipe with hold logic is refused
+        features = Features(equipment_hold=False)
+        if caps is None:
+            probe = build(recipe, None, dataschema)
+            holds = (
+                []
+                if probe.graph is None
+                else [a.name for a in probe.graph.actions.values() if a.hold or a.restart]
+            )
+            if holds:
+                return MethodResult(
+                    ReturnStatus.UNABLE_TO_ACCEPT,
+                    shown,
+                    f"the recipe does not build for scope {scope}: SFC015: action "
+                    f"{holds[0]!r} declares hold and restart, but the scope's equipment "
+                    "cannot hold its work (equipmentHold is false)",
+                )
+        else:
+            old = caps.features
+            merged = features if old is msgspec.UNSET else replace(old, equipment_hold=False)
+            caps = replace(caps, features=merged)
     built = build(recipe, caps, dataschema)
     if built.graph is None:
         first = built.errors[0]
@@ -373,3 +399,93 @@ def _remove(store: Store, scope: str, job: str, method: str) -> MethodResult:
         if result == "missing":
             return MethodResult(ReturnStatus.UNKNOWN_JOB_ORDER_ID, job)
     return MethodResult(ReturnStatus.UNABLE_TO_ACCEPT, job, "the job kept conflicting")
+
+
+def redispatch(store: Store, scope: str, job: str, action: str | None = None) -> MethodResult:
+    """Queue a `resume` entry: the core re-issues open work the host does not know as live
+    (every open command id counts as live except the named action's; none without one)."""
+    refused = _checked(scope, job)
+    if refused is not None:
+        return refused
+    record = store.job(scope, job)
+    if record is None:
+        return MethodResult(ReturnStatus.UNKNOWN_JOB_ORDER_ID, job, "no such job order")
+    if action is not None:
+        order = decode_order(record.order)
+        text = store.recipe_text(order.recipe_hash)
+        built = None if text is None else build(text, None, order.dataschema)
+        names = set() if built is None or built.graph is None else set(built.graph.actions)
+        if action not in names:
+            return MethodResult(
+                ReturnStatus.INVALID_REQUEST,
+                job,
+                f"the recipe has no action {action!r}"
+                + (f"; it has {', '.join(sorted(names))}" if names else ""),
+            )
+    data = ResumeData(job=job, action=msgspec.UNSET if action is None else action)
+    entry_id = store.add_work(scope, fields("resume", data))
+    return MethodResult(ReturnStatus.OK, job, f"queued resume {entry_id}")
+
+
+@dataclass(frozen=True)
+class JobView:
+    """Everything `sfc job show` tells about one job."""
+
+    order: JobOrder
+    state: SfcState
+    graph: Graph | None
+    graph_problem: str
+    version: str
+    due: int | None
+    """The due index's entry (None: not on it)."""
+    active: bool
+    history: list[tuple[str, HistoryEntry]]
+    pending: list[dict[str, Any]]
+    """Work entries of this job that are read and not committed yet."""
+    response: JobResponse
+
+
+def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | None:
+    """The job's order, state, indexes, last history entries and pending entries."""
+    record = store.job(scope, job)
+    if record is None:
+        return None
+    order = decode_order(record.order)
+    state = state_decoder.decode(record.state)
+    text = store.recipe_text(order.recipe_hash)
+    graph, problem = None, ""
+    if text is None:
+        problem = f"recipe {order.recipe_hash[:12]} is not stored"
+    else:
+        built = build(text, None, order.dataschema)
+        if built.graph is None:
+            problem = f"recipe {order.recipe_hash[:12]} does not build"
+        graph = built.graph
+    rows = store.history(scope, job, history)
+    entries: list[tuple[str, HistoryEntry]] = []
+    for entry_id, raw in rows:
+        try:
+            entries.append((entry_id, decode_history(raw)))
+        except EntryError:
+            continue
+    due, active = store.job_indexes(scope, job)
+    pending = [p for p in store.pending_entries(scope, 1000) if _pending_job(p) == job]
+    return JobView(
+        order=order,
+        state=state,
+        graph=graph,
+        graph_problem=problem,
+        version=record.version,
+        due=due,
+        active=active,
+        history=entries,
+        pending=pending,
+        response=joborder.job_response(order),
+    )
+
+
+def _pending_job(p: dict[str, Any]) -> str | None:
+    try:
+        return job_of(decode_work(p["id"], p["fields"]))
+    except EntryError:
+        return None

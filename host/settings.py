@@ -77,6 +77,19 @@ class Settings:
                 f"SFC_SWEEP_INTERVAL ({self.sweep_interval} ms): every sweep would be an outage"
             )
 
+    def texts(self) -> dict[str, str]:
+        """Every setting as the text `with_values` reads back (`SWEEP_INTERVAL`: `1000ms`)."""
+        out: dict[str, str] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in _DURATIONS:
+                out[f.name.upper()] = f"{value}ms"
+            elif isinstance(value, bool):
+                out[f.name.upper()] = "true" if value else "false"
+            else:
+                out[f.name.upper()] = str(value)
+        return out
+
     def with_values(self, values: Mapping[str, str]) -> Settings:
         """These settings with `values` (names like `SWEEP_INTERVAL`, texts) applied."""
         changes: dict[str, object] = {}

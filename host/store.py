@@ -71,6 +71,20 @@ class Commit:
     """Work entries to queue in the same commit (kind, data)."""
 
 
+class StoreError(RuntimeError):
+    """The server cannot be reached or refused the login; the message says which and where."""
+
+
+def redacted(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    auth, _, host = rest.rpartition("@")
+    user = auth.split(":", 1)[0]
+    return f"{scheme}://{user + ':***' if ':' in auth else user}@{host}"
+
+
 class Store:
     """A connection to the server, with one method per operation the host needs."""
 
@@ -87,10 +101,34 @@ class Store:
         self.history_limit = history_limit
         self.dedupe_ttl_ms = dedupe_ttl_ms
 
+    url: str = ""
+
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> Store:
-        client = redis.Redis.from_url(url, decode_responses=False, health_check_interval=30)
-        return cls(client, **kwargs)
+        """A store on `url` (redis://, rediss://, unix://, with user and password)."""
+        try:
+            client = redis.Redis.from_url(
+                url, decode_responses=False, health_check_interval=30, socket_connect_timeout=5
+            )
+        except ValueError as e:
+            raise StoreError(f"unusable server URL {redacted(url)}: {e}") from None
+        store = cls(client, **kwargs)
+        store.url = url
+        return store
+
+    def ping(self) -> None:
+        """One PING; a StoreError that says what went wrong when it fails."""
+        where = redacted(self.url) if self.url else "the server"
+        try:
+            self.r.ping()
+        except redis.AuthenticationError as e:
+            raise StoreError(f"{where} refused the login: {e}") from None
+        except redis.ResponseError as e:
+            if "NOAUTH" in str(e) or "WRONGPASS" in str(e) or "NOPERM" in str(e):
+                raise StoreError(f"{where} refused the login: {e}") from None
+            raise StoreError(f"{where} answered PING with an error: {e}") from None
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+            raise StoreError(f"cannot reach {where}: {e}") from None
 
     def close(self) -> None:
         with contextlib.suppress(redis.RedisError):
@@ -356,6 +394,14 @@ class Store:
         )
         return None if result == "dropped" else result
 
+    def job_indexes(self, scope: str, job: str) -> tuple[int | None, bool]:
+        """The job's due index entry (None when it has none) and whether it is active."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.zscore(keys.due(scope), job)
+        pipe.sismember(keys.active(scope), job)
+        due, active = pipe.execute()
+        return (None if due is None else int(due)), bool(active)
+
     def order_ids(self, scope: str) -> list[str]:
         """Every stored job id of the scope, oldest order first."""
         return [_text(j) for j in self.r.zrange(keys.orders(scope), 0, -1)]
@@ -436,6 +482,47 @@ class Store:
                 [keys.GROUP, entry_id, reason, job or "", deliveries, *flat],
             )
         )
+
+    def pending_entries(self, scope: str, count: int = 100) -> list[dict[str, Any]]:
+        """The oldest pending work entries: id, consumer, idle ms, deliveries, fields."""
+        rows: Any = self.r.xpending_range(keys.work(scope), keys.GROUP, "-", "+", count)
+        if not rows:
+            return []
+        pipe = self.r.pipeline(transaction=False)
+        for row in rows:
+            entry_id = _text(row["message_id"])
+            pipe.xrange(keys.work(scope), entry_id, entry_id)
+        found: Any = pipe.execute()
+        out = []
+        for row, got in zip(rows, found, strict=True):
+            out.append(
+                {
+                    "id": _text(row["message_id"]),
+                    "consumer": _text(row["consumer"]),
+                    "idleMs": int(row["time_since_delivered"]),
+                    "deliveries": int(row["times_delivered"]),
+                    "fields": got[0][1] if got else {},
+                }
+            )
+        return out
+
+    def requeue(self, scope: str, entry_id: str) -> str | None:
+        """Move a dead entry back to the work stream, with its original fields; the new
+        entry id, or None when there is no such dead entry."""
+        rows: Any = self.r.xrange(keys.dead(scope), entry_id, entry_id)
+        if not rows:
+            return None
+        fields = {
+            k: v for k, v in rows[0][1].items() if k not in (b"reason", b"entry", b"deliveries")
+        }
+        for k in list(fields):
+            if k.startswith(b"original-"):
+                fields[k.removeprefix(b"original-")] = fields.pop(k)
+        pipe = self.r.pipeline(transaction=True)  # both keys carry {scope}: one slot
+        pipe.xadd(keys.work(scope), fields)
+        pipe.xdel(keys.dead(scope), entry_id)
+        out: Any = pipe.execute()
+        return _text(out[0])
 
     def dead(self, scope: str, count: int = 100) -> list[tuple[str, dict[bytes, bytes]]]:
         rows: Any = self.r.xrange(keys.dead(scope), count=count)
@@ -545,6 +632,45 @@ class Store:
         last = _id_tuple(cut)
         self.r.xtrim(key, minid=f"{last[0]}-{last[1] + 1}", approximate=False)
         return removed
+
+    # -- the scripted equipment (host/scripted.py)
+
+    def send_replies(
+        self,
+        scope: str,
+        answers: Sequence[Mapping[str, bytes]],
+        events: Sequence[tuple[str, bytes]],
+        counter: str,
+    ) -> tuple[list[str], list[str | None]]:
+        """Answers (work entries) and events (`(typeId, data)`, published as `publish` does)
+        in one pipeline; the answers' entry ids, and each event's entry id or None (dropped:
+        no job waits for its type)."""
+        pipe = self.r.pipeline(transaction=False)
+        for fields in answers:
+            pipe.xadd(keys.work(scope), dict(fields))  # type: ignore[arg-type]
+        calls = [
+            (
+                "sfc1_publish",
+                [keys.waits(scope, t), keys.work(scope), keys.settings(scope)],
+                [d, counter],
+            )
+            for t, d in events
+        ]
+        for name, keys_, args in calls:
+            pipe.fcall(name, len(keys_), *keys_, *args)
+        results: list[Any] = pipe.execute(raise_on_error=False)
+        for x in results[: len(answers)]:
+            if isinstance(x, Exception):
+                raise x
+        published: list[str | None] = []
+        for (name, keys_, args), x in zip(calls, results[len(answers) :], strict=True):
+            if isinstance(x, redis.ResponseError) and _missing_function(x):
+                x = self._fcall(name, keys_, args)  # the library was not loaded yet
+            elif isinstance(x, Exception):
+                raise x
+            text = _text(x)
+            published.append(None if text == "dropped" else text)
+        return [_text(i) for i in results[: len(answers)]], published
 
 
 def _id_tuple(entry_id: str) -> tuple[int, int]:

@@ -1,0 +1,109 @@
+"""What every host command shares: connecting, the scope option, errors and output
+(docs/host.md, "The command line").
+
+Every host command connects by `--redis URL`, then `SFC_REDIS_URL`, then the `server.json` of
+the data directory (`--data-dir`, `SFC_DATA_DIR`, default `.sfc`) that a running `sfc serve`
+wrote. With none of them it says so and how to start a server, and exits 2. Exit codes: 0
+ok; 1 the request was refused or the run failed; 2 usage, or no server.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import msgspec
+import typer
+
+from host import keys
+from host.serve import NoServer, connect, resolve_url
+from host.settings import SettingsError
+from host.store import Store, StoreError
+
+RedisOption = Annotated[
+    str | None,
+    typer.Option(
+        "--redis",
+        metavar="URL",
+        help="The server: redis://, rediss:// (TLS) or unix://, with user and password. "
+        "Default: SFC_REDIS_URL, then the server.json of --data-dir.",
+        show_default=False,
+    ),
+]
+DataDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir",
+        metavar="DIR",
+        help="Where `sfc serve` keeps the embedded server (default: SFC_DATA_DIR, then .sfc).",
+        show_default=False,
+    ),
+]
+ScopeOption = Annotated[
+    str,
+    typer.Option("--scope", metavar="SCOPE", help="The scope (plant area) of the jobs."),
+]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print one JSON document on stdout.", is_flag=True)
+]
+
+T = TypeVar("T")
+
+
+def fail(message: str, code: int) -> NoReturn:
+    typer.echo(f"sfc: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def check_scope(scope: str) -> str:
+    try:
+        return keys.check_scope(scope)
+    except keys.KeyError_ as e:
+        fail(f"--scope: {e}", 2)
+
+
+@contextmanager
+def server_errors() -> Iterator[None]:
+    """Turn an unreachable server into a message and exit 2."""
+    try:
+        yield
+    except NoServer as e:
+        fail(str(e), 2)
+    except StoreError as e:
+        fail(str(e), 2)
+    except SettingsError as e:
+        fail(str(e), 2)
+    except OSError as e:  # the connection dropped mid-command
+        fail(f"the server went away: {e}", 2)
+    except Exception as e:
+        import redis
+
+        if isinstance(e, redis.ConnectionError | redis.TimeoutError):
+            fail(f"the server went away: {e}", 2)
+        if isinstance(e, redis.ResponseError):
+            fail(f"the server refused a command: {e}", 2)
+        raise
+
+
+def open_store(redis_url: str | None, data_dir: Path | None) -> Store:
+    """A checked connection; exits 2 with the reason when there is none."""
+    with server_errors():
+        return connect(resolve_url(redis_url, data_dir))
+
+
+def with_store(redis_url: str | None, data_dir: Path | None, body: Callable[[Store], T]) -> T:
+    store = open_store(redis_url, data_dir)
+    try:
+        with server_errors():
+            return body(store)
+    finally:
+        store.close()
+
+
+def print_json(doc: Any) -> None:
+    """One JSON document on stdout (msgspec structs as their wire form)."""
+    sys.stdout.write(json.dumps(json.loads(msgspec.json.encode(doc)), indent=2) + "\n")

@@ -1,0 +1,523 @@
+"""`sfc job ...`: job orders and the ISA-95 job-control methods (docs/host.md).
+
+Every method prints the ReturnStatus of each job, in words and as its number, and exits 1
+when any job's request was refused.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+import typer
+
+from cli.files import read_bytes
+from cli.hostcommon import (
+    DataDirOption,
+    JsonOption,
+    RedisOption,
+    ScopeOption,
+    check_scope,
+    fail,
+    open_store,
+    print_json,
+    server_errors,
+)
+from cli.main import app
+from host import joborder, jobs
+from host.apply import decode_order
+from host.joborder import ReturnStatus
+from host.store import Store
+from sfc.explain import duration, explain_state, when
+
+job_app = typer.Typer(
+    name="job",
+    help="Job orders: submit, control (ISA-95 methods), show, list and wait.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(job_app, name="job")
+
+JobsArgument = Annotated[list[str], typer.Argument(metavar="JOB...", help="Job ids.")]
+CommentOption = Annotated[
+    str | None,
+    typer.Option("--comment", metavar="TEXT", help="A comment kept on the order."),
+]
+
+
+def _status_line(result: jobs.MethodResult) -> str:
+    said = joborder.status_words(int(result.status))
+    return f"{result.job}: {said}" + (f": {result.message}" if result.message else "")
+
+
+def _report(results: list[jobs.MethodResult], as_json: bool) -> None:
+    if as_json:
+        print_json(
+            {
+                "results": [
+                    {
+                        "job": r.job,
+                        "status": int(r.status),
+                        "words": joborder.status_words(int(r.status)),
+                        "message": r.message,
+                    }
+                    for r in results
+                ]
+            }
+        )
+    else:
+        for r in results:
+            typer.echo(_status_line(r))
+    if any(not r.ok for r in results):
+        raise typer.Exit(1)
+
+
+@job_app.command()
+def submit(
+    recipe: Annotated[Path, typer.Argument(metavar="RECIPE", help="The recipe (wire JSON).")],
+    job_id: Annotated[
+        str | None,
+        typer.Option("--job-id", metavar="ID", help="The job id (with --count, a prefix)."),
+    ] = None,
+    count: Annotated[int, typer.Option("--count", metavar="N", min=1, max=100_000)] = 1,
+    work_master: Annotated[
+        str | None, typer.Option("--work-master", metavar="ID", help="The work master id.")
+    ] = None,
+    priority: Annotated[int, typer.Option("--priority", metavar="N", min=0, max=1_000_000)] = 0,
+    store_only: Annotated[
+        bool,
+        typer.Option("--store-only", help="Store (NotAllowedToStart), do not start.", is_flag=True),
+    ] = False,
+    scope: ScopeOption = "default",
+    redis: RedisOption = None,
+    data_dir: DataDirOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """StoreAndStart (or Store, with --store-only) job orders of RECIPE; prints one job id a
+    line. A recipe that does not build for the scope is refused with its build errors."""
+    check_scope(scope)
+    text = read_bytes(recipe, "recipe")
+    ids: list[str | None]
+    if count == 1:
+        ids = [job_id]
+    else:
+        ids = [f"{job_id}-{i}" for i in range(1, count + 1)] if job_id else [None] * count
+    store = open_store(redis, data_dir)
+    results = []
+    with server_errors():
+        for one in ids:
+            r = jobs.submit(
+                store,
+                scope,
+                text,
+                job_id=one,
+                start=not store_only,
+                work_master_id=work_master,
+                priority=priority,
+            )
+            results.append(r)
+            if not r.ok:
+                break
+    store.close()
+    refused = [r for r in results if not r.ok]
+    if as_json:
+        print_json(
+            {
+                "jobs": [r.job for r in results if r.ok],
+                "refused": [
+                    {
+                        "job": r.job,
+                        "status": int(r.status),
+                        "message": r.message,
+                        "errors": [
+                            {"code": e.code, "path": e.path, "message": e.message} for e in r.errors
+                        ],
+                    }
+                    for r in refused
+                ],
+            }
+        )
+    else:
+        for r in results:
+            if r.ok:
+                typer.echo(r.job)
+        for r in refused:
+            typer.echo(f"sfc: {_status_line(r)}", err=True)
+            for e in r.errors:
+                typer.echo(f"  {e.code} {e.path}: {e.message}", err=True)
+    if refused:
+        raise typer.Exit(1)
+
+
+def _method(name: str, call: Callable[..., jobs.MethodResult], doc: str) -> None:
+    def command(
+        job_ids: JobsArgument,
+        scope: ScopeOption = "default",
+        redis: RedisOption = None,
+        data_dir: DataDirOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        check_scope(scope)
+        store = open_store(redis, data_dir)
+        with server_errors():
+            results = [call(store, scope, j) for j in job_ids]
+        store.close()
+        _report(results, as_json)
+
+    def commented(
+        job_ids: JobsArgument,
+        comment: CommentOption = None,
+        scope: ScopeOption = "default",
+        redis: RedisOption = None,
+        data_dir: DataDirOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        check_scope(scope)
+        store = open_store(redis, data_dir)
+        with server_errors():
+            results = [call(store, scope, j, comment) for j in job_ids]
+        store.close()
+        _report(results, as_json)
+
+    takes_comment = name in ("pause", "resume", "stop", "abort")
+    fn = commented if takes_comment else command
+    fn.__doc__ = doc
+    job_app.command(name)(fn)
+
+
+_method(
+    "start",
+    jobs.start,
+    "Start: NotAllowedToStart -> AllowedToStart, and the recipe starts.",
+)
+_method(
+    "revoke",
+    jobs.revoke_start,
+    "RevokeStart: AllowedToStart -> NotAllowedToStart; a queued start does nothing.",
+)
+_method(
+    "pause",
+    jobs.pause,
+    "Pause: Running -> Interrupted/Suspended; the recipe is held in the same commit, and "
+    "equipment with hold logic gets its hold command.",
+)
+_method(
+    "resume",
+    jobs.resume,
+    "Resume: Interrupted -> Running; the recipe is released (held work is restarted).",
+)
+_method(
+    "stop",
+    jobs.stop,
+    "Stop: Running or Interrupted -> Ended/Closed; open work is withdrawn (reason stopped).",
+)
+_method(
+    "abort",
+    jobs.abort,
+    "Abort: -> Aborted; open work is withdrawn (reason aborted).",
+)
+_method("cancel", jobs.cancel, "Cancel: remove an order that has not started.")
+_method(
+    "clear",
+    jobs.clear,
+    "Clear: remove an Ended or Aborted order with its state and history (its command "
+    "sequence is retired, so the id may be used again without reusing a command id).",
+)
+
+
+@job_app.command()
+def update(
+    job_id: Annotated[str, typer.Argument(metavar="JOB")],
+    recipe: Annotated[Path | None, typer.Option("--recipe", metavar="RECIPE")] = None,
+    priority: Annotated[int | None, typer.Option("--priority", metavar="N")] = None,
+    description: Annotated[str | None, typer.Option("--description", metavar="TEXT")] = None,
+    work_master: Annotated[str | None, typer.Option("--work-master", metavar="ID")] = None,
+    scope: ScopeOption = "default",
+    redis: RedisOption = None,
+    data_dir: DataDirOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Update: replace the order of a job that has not started."""
+    check_scope(scope)
+    text = None if recipe is None else read_bytes(recipe, "recipe")
+    store = open_store(redis, data_dir)
+    with server_errors():
+        result = jobs.update(
+            store,
+            scope,
+            job_id,
+            recipe=text,
+            priority=priority,
+            description=description,
+            work_master_id=work_master,
+        )
+    store.close()
+    _report([result], as_json)
+
+
+@job_app.command()
+def redispatch(
+    job_id: Annotated[str, typer.Argument(metavar="JOB")],
+    action: Annotated[str | None, typer.Argument(metavar="[ACTION]")] = None,
+    scope: ScopeOption = "default",
+    redis: RedisOption = None,
+    data_dir: DataDirOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Send open work again (the core's resume): ACTION's work, or every open action's work
+    that the equipment may have lost."""
+    check_scope(scope)
+    store = open_store(redis, data_dir)
+    with server_errors():
+        result = jobs.redispatch(store, scope, job_id, action)
+    store.close()
+    _report([result], as_json)
+
+
+@job_app.command()
+def response(
+    job_ids: JobsArgument,
+    scope: ScopeOption = "default",
+    redis: RedisOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """RequestJobResponseByJobOrderID: the job responses (JSON)."""
+    check_scope(scope)
+    store = open_store(redis, data_dir)
+    out: list[Any] = []
+    failed = False
+    with server_errors():
+        for j in job_ids:
+            result, resp = jobs.job_response(store, scope, j)
+            if resp is None:
+                failed = True
+                typer.echo(f"sfc: {_status_line(result)}", err=True)
+            else:
+                out.append(resp)
+    store.close()
+    print_json({"responses": out})
+    if failed:
+        raise typer.Exit(1)
+
+
+@job_app.command("list")
+def list_(
+    state: Annotated[
+        list[str] | None,
+        typer.Option("--state", metavar="STATE", help="Only orders in this state (repeat it)."),
+    ] = None,
+    scope: ScopeOption = "default",
+    redis: RedisOption = None,
+    data_dir: DataDirOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Every job order of the scope, oldest first: id, state, times."""
+    check_scope(scope)
+    store = open_store(redis, data_dir)
+    with server_errors():
+        if state:
+            result, responses = jobs.job_responses(store, scope, state)
+            if not result.ok:
+                fail(result.message, 2)
+            wanted = {r.job_order_id for r in responses}
+        orders = [o for o in jobs.orders(store, scope) if not state or o.job_order_id in wanted]
+    store.close()
+    if as_json:
+        print_json({"jobs": [_order_row(o) for o in orders]})
+        return
+    if not orders:
+        typer.echo(f"no job orders in scope {scope}" + (f" in {', '.join(state)}" if state else ""))
+        return
+    width = max(len(o.job_order_id) for o in orders)
+    for o in orders:
+        row = _order_row(o)
+        ended = f"  ended {when(row['endedAt'])}" if row["endedAt"] else ""
+        typer.echo(
+            f"{o.job_order_id:<{width}}  {row['state']:<24} stored {when(o.stored_at)}{ended}"
+        )
+
+
+def _order_row(o: Any) -> dict[str, Any]:
+    return {
+        "job": o.job_order_id,
+        "state": joborder.path_text(o),
+        "storedAt": o.stored_at,
+        "startedAt": o.started_at,
+        "endedAt": o.ended_at,
+        "priority": o.priority,
+    }
+
+
+@job_app.command()
+def show(
+    job_id: Annotated[str, typer.Argument(metavar="JOB")],
+    history: Annotated[int, typer.Option("--history", metavar="N", min=0, max=1000)] = 10,
+    scope: ScopeOption = "default",
+    redis: RedisOption = None,
+    data_dir: DataDirOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The plant engineer's view of a job: the order, where the recipe is, what it waits for
+    and since when, the next deadline, the last history entries, and the job response."""
+    check_scope(scope)
+    store = open_store(redis, data_dir)
+    with server_errors():
+        v = jobs.view(store, scope, job_id, history)
+        now = store.time_ms()
+    store.close()
+    if v is None:
+        words = joborder.status_words(int(ReturnStatus.UNKNOWN_JOB_ORDER_ID))
+        fail(f"{job_id}: {words}: no such job order in scope {scope}", 1)
+    if as_json:
+        print_json(
+            {
+                "order": v.order,
+                "state": v.state,
+                "version": int(v.version),
+                "due": v.due,
+                "active": v.active,
+                "history": [{"id": i, **_history_row(h)} for i, h in v.history],
+                "pending": [
+                    {k: p[k] for k in ("id", "consumer", "idleMs", "deliveries")} for p in v.pending
+                ],
+                "response": v.response,
+            }
+        )
+        return
+    typer.echo(_show_text(v, now))
+
+
+def _history_row(h: Any) -> dict[str, Any]:
+    row = {
+        "at": h.at,
+        "event": h.event,
+        "disposition": h.disposition,
+        "reason": h.reason,
+        "detail": None if h.detail is msgspec.UNSET else h.detail,
+        "decisions": list(h.decisions or []),
+        "sent": list(h.sent or []),
+        "order": h.order,
+    }
+    return {k: v for k, v in row.items() if v is not None}
+
+
+def _show_text(v: jobs.JobView, now: int) -> str:
+    o = v.order
+    lines = [f"Job order {o.job_order_id} (scope {o.scope}): {joborder.path_text(o)}"]
+    times = [f"stored {when(o.stored_at)}"]
+    if o.started_at is not None:
+        times.append(f"started {when(o.started_at)}")
+    if o.ended_at is not None:
+        times.append(f"ended {when(o.ended_at)}")
+    lines.append("  " + ", ".join(times) + f"; now {when(now)}")
+    if o.work_master_id is not msgspec.UNSET:
+        lines.append(f"  work master {o.work_master_id}, priority {o.priority}")
+    if o.result is not msgspec.UNSET:
+        r = o.result
+        said = f"  ended by {r.ended_by}"
+        if r.outcomes:
+            said += f" with outcomes {', '.join(r.outcomes)}"
+        if r.fault_code:
+            said += f"; fault {r.fault_code}: {r.fault_message}"
+        elif r.fault_message:
+            said += f" ({r.fault_message})"
+        lines.append(said)
+    for c in [] if o.comments is msgspec.UNSET else o.comments:
+        lines.append(f"  comment at {when(c.at)}: {c.text}")
+    lines.append("")
+    if v.graph is None:
+        lines.append(f"The recipe: {v.graph_problem}")
+    else:
+        lines.append(explain_state(v.graph, v.state).rstrip("\n"))
+    lines.append("")
+    index = "on the due index at " + when(v.due) if v.due is not None else "not on the due index"
+    lines.append(f"Indexes: {'active' if v.active else 'not active'}, {index}")
+    if v.state.status == "running" and v.due is not None and v.due < now - 5000:
+        lines.append(
+            f"  WARNING: the deadline passed {duration(now - v.due)} ago and no worker has "
+            "ticked it: is `sfc serve` running for this scope?"
+        )
+    if v.pending:
+        lines.append("Entries read but not yet committed:")
+        for p in v.pending:
+            lines.append(
+                f"  {p['id']} by {p['consumer']}, idle {duration(p['idleMs'])}, "
+                f"delivered {p['deliveries']} time(s)"
+            )
+    if v.history:
+        lines += ["", f"Last {len(v.history)} history entries (oldest first)"]
+        for _, h in v.history:
+            detail = "" if h.detail is msgspec.UNSET else f" {h.detail}"
+            lines.append(f"  {when(h.at)}  {h.event}{detail} -> {h.disposition}: {h.reason}")
+            for s in h.sent or []:
+                lines.append(f"      sent {s}")
+    resp = v.response
+    lines += ["", "Job response"]
+    lines.append(
+        f"  {resp.job_response_id}: {'/'.join(e.state_text for e in resp.job_state)}"
+        + "".join(f"; {p.id} {p.value}" for p in resp.job_response_data)
+    )
+    return "\n".join(lines)
+
+
+@job_app.command()
+def wait(
+    job_ids: JobsArgument,
+    timeout: Annotated[
+        float, typer.Option("--timeout", metavar="S", help="Give up after S seconds.")
+    ] = 600.0,
+    scope: ScopeOption = "default",
+    redis: RedisOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Wait until every job has ended; exit 0 when every one ended Completed, 1 otherwise or
+    on the timeout."""
+    check_scope(scope)
+    store = open_store(redis, data_dir)
+    deadline = time.monotonic() + timeout
+    with server_errors():
+        ends = _wait(store, scope, job_ids, deadline)
+    store.close()
+    bad = False
+    for j in job_ids:
+        path = ends.get(j)
+        typer.echo(f"{j}: {path or 'not ended (timeout)'}")
+        bad = bad or path != "Ended/Completed"
+    if bad:
+        raise typer.Exit(1)
+
+
+def _wait(store: Store, scope: str, job_ids: list[str], deadline: float) -> dict[str, str]:
+    from cli.files import terminal
+
+    ends: dict[str, str] = {}
+    progress = None
+    if terminal():
+        from rich.progress import Progress
+
+        progress = Progress(transient=True)
+        task = progress.add_task("waiting", total=len(job_ids))
+        progress.start()
+    try:
+        while True:
+            left = [j for j in job_ids if j not in ends]
+            _, records = store.load(scope, left)
+            for j in left:
+                r = records[j]
+                if r is None:
+                    ends[j] = "unknown job order"
+                    continue
+                o = decode_order(r.order)
+                if joborder.ended(o):
+                    ends[j] = joborder.path_text(o)
+            if progress is not None:
+                progress.update(task, completed=len(ends))
+            if len(ends) == len(job_ids) or time.monotonic() > deadline:
+                return ends
+            time.sleep(0.1)
+    finally:
+        if progress is not None:
+            progress.stop()

@@ -1,0 +1,225 @@
+"""`sfc setup` and `sfc serve` (docs/host.md, "Serving, connecting, embedding")."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+
+from cli.files import read_bytes
+from cli.hostcommon import DataDirOption, RedisOption, fail, server_errors
+from cli.main import app
+from host.serve import Serving, connect, resolve_url, scope_values, setup_scope
+from host.server import ServerError
+from host.settings import SettingsError, from_environment
+from host.store import redacted
+
+log = logging.getLogger("sfc.serve")
+
+ScopesOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--scope",
+        metavar="SCOPE",
+        help="A scope to serve (repeat it); every registered scope when absent.",
+        show_default=False,
+    ),
+]
+CapabilitiesOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--capabilities",
+        metavar="FILE",
+        help="The station's capabilities (JSON): recipes are built against them at submit.",
+        show_default=False,
+    ),
+]
+MaxAttemptsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-attempts",
+        metavar="N",
+        help="Attempts of an action without MaxAttempts (scope setting; default 3).",
+        show_default=False,
+    ),
+]
+HoldOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--equipment-hold/--no-equipment-hold",
+        help="Whether the scope's equipment can hold its work (recipes with Hold and Restart "
+        "are refused without it; scope setting; default yes).",
+        show_default=False,
+    ),
+]
+
+
+def _setting(name: str, help: str) -> Any:
+    return typer.Option(f"--{name}", metavar="VALUE", help=help, show_default=False)
+
+
+def _scope_values(
+    capabilities: Path | None, max_attempts: int | None, equipment_hold: bool | None
+) -> dict[str, str]:
+    caps = None if capabilities is None else read_bytes(capabilities, "capabilities")
+    try:
+        return scope_values(
+            capabilities=caps, max_attempts=max_attempts, equipment_hold=equipment_hold
+        )
+    except ValueError as e:
+        fail(str(e), 2)
+
+
+@app.command()
+def setup(
+    redis: RedisOption = None,
+    data_dir: DataDirOption = None,
+    scope: ScopesOption = None,
+    capabilities: CapabilitiesOption = None,
+    max_attempts: MaxAttemptsOption = None,
+    equipment_hold: HoldOption = None,
+) -> None:
+    """Load the function library and create the scopes' settings (an admin step: the host's
+    own ACL user then needs no FUNCTION LOAD)."""
+    values = _scope_values(capabilities, max_attempts, equipment_hold)
+    scopes = scope or ["default"]
+    with server_errors():
+        store = connect(resolve_url(redis, data_dir))
+        try:
+            store.load_library()
+            for s in scopes:
+                setup_scope(store, s, values)
+                typer.echo(f"scope {s}: ready" + (f" ({', '.join(values)})" if values else ""))
+        finally:
+            store.close()
+
+
+@app.command()
+def serve(
+    redis: RedisOption = None,
+    data_dir: DataDirOption = None,
+    workers: Annotated[
+        int, typer.Option("--workers", metavar="N", min=1, max=64, help="Worker processes.")
+    ] = 1,
+    fsync: Annotated[
+        str,
+        typer.Option(
+            "--fsync",
+            metavar="everysec|always",
+            help="The embedded server's appendfsync: everysec may lose up to a second of "
+            "commits on a server crash, always loses none and costs more per commit.",
+        ),
+    ] = "everysec",
+    scope: ScopesOption = None,
+    capabilities: CapabilitiesOption = None,
+    max_attempts: MaxAttemptsOption = None,
+    equipment_hold: HoldOption = None,
+    sweep_interval: Annotated[str | None, _setting("sweep-interval", "SFC_SWEEP_INTERVAL")] = None,
+    outage_threshold: Annotated[
+        str | None, _setting("outage-threshold", "SFC_OUTAGE_THRESHOLD")
+    ] = None,
+    expiry_grace: Annotated[str | None, _setting("expiry-grace", "SFC_EXPIRY_GRACE")] = None,
+    autoclaim_idle: Annotated[str | None, _setting("autoclaim-idle", "SFC_AUTOCLAIM_IDLE")] = None,
+    max_deliveries: Annotated[str | None, _setting("max-deliveries", "SFC_MAX_DELIVERIES")] = None,
+    read_count: Annotated[str | None, _setting("read-count", "SFC_READ_COUNT")] = None,
+    sweep_limit: Annotated[str | None, _setting("sweep-limit", "SFC_SWEEP_LIMIT")] = None,
+    scope_refresh_interval: Annotated[
+        str | None, _setting("scope-refresh-interval", "SFC_SCOPE_REFRESH_INTERVAL")
+    ] = None,
+    history_limit: Annotated[str | None, _setting("history-limit", "SFC_HISTORY_LIMIT")] = None,
+    event_dedupe_ttl: Annotated[
+        str | None, _setting("event-dedupe-ttl", "SFC_EVENT_DEDUPE_TTL")
+    ] = None,
+    equipment_retention: Annotated[
+        str | None, _setting("equipment-retention", "SFC_EQUIPMENT_RETENTION")
+    ] = None,
+    log_level: Annotated[
+        str, typer.Option("--log-level", metavar="LEVEL", help="debug, info, warning, error.")
+    ] = "info",
+) -> None:
+    """Run the host until SIGINT or SIGTERM: the embedded Valkey (unless --redis) and the
+    worker processes. A second `sfc serve` on the same --data-dir attaches to the running
+    server as one more instance. On a stop, every entry not yet committed stays pending."""
+    if fsync not in ("everysec", "always"):
+        fail(f"--fsync {fsync!r}: use everysec or always", 2)
+    level = getattr(logging, log_level.upper(), None)
+    if not isinstance(level, int):
+        fail(f"--log-level {log_level!r}: use debug, info, warning or error", 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides = {
+        k.upper(): v
+        for k, v in {
+            "sweep_interval": sweep_interval,
+            "outage_threshold": outage_threshold,
+            "expiry_grace": expiry_grace,
+            "autoclaim_idle": autoclaim_idle,
+            "max_deliveries": max_deliveries,
+            "read_count": read_count,
+            "sweep_limit": sweep_limit,
+            "scope_refresh_interval": scope_refresh_interval,
+            "history_limit": history_limit,
+            "event_dedupe_ttl": event_dedupe_ttl,
+            "equipment_retention": equipment_retention,
+        }.items()
+        if v is not None
+    }
+    try:
+        settings = from_environment(overrides=overrides)
+    except SettingsError as e:
+        fail(str(e), 2)
+    values = _scope_values(capabilities, max_attempts, equipment_hold)
+    chosen: Literal["everysec", "always"] = "always" if fsync == "always" else "everysec"
+    serving = Serving(
+        redis_url=redis or None,
+        data_dir=data_dir,
+        fsync=chosen,
+        workers=workers,
+        scopes=scope or None,
+        settings=settings.texts(),
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        with server_errors():
+            try:
+                url = serving.start_server()
+            except ServerError as e:
+                fail(str(e), 2)
+            store = connect(url)
+            try:
+                store.load_library()
+                for s in scope or []:
+                    setup_scope(store, s, values)
+                if not scope and values:
+                    fail("--capabilities, --max-attempts and --equipment-hold need --scope", 2)
+            finally:
+                store.close()
+        names = serving.start_workers()
+        how = (
+            f"attached to the server of {serving.data_dir or '.sfc'}"
+            if serving.attached
+            else "embedded server"
+            if serving.server
+            else "server"
+        )
+        typer.echo(
+            f"sfc serve: {how} at {redacted(url)}; {len(names)} worker(s); scopes: "
+            f"{', '.join(scope) if scope else 'every registered scope'}; "
+            "stop with Ctrl-C or SIGTERM",
+            err=True,
+        )
+        while not stop.wait(0.5):
+            dead = [p.name for p in serving.processes if not p.is_alive()]
+            if dead:
+                log.error("worker(s) exited: %s; stopping", ", ".join(dead))
+                raise typer.Exit(1)
+    finally:
+        started = time.monotonic()
+        serving.stop()
+        typer.echo(f"sfc serve: stopped in {time.monotonic() - started:.1f} s", err=True)

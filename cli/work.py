@@ -1,0 +1,229 @@
+"""`sfc respond`, `sfc event` and `sfc work pending|dead|requeue` (docs/host.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from cli.hostcommon import (
+    DataDirOption,
+    JsonOption,
+    RedisOption,
+    ScopeOption,
+    check_scope,
+    fail,
+    open_store,
+    print_json,
+    server_errors,
+)
+from cli.main import app
+from host import keys
+from host.entries import EntryError, decode_work, entry_ms
+from host.equipment import publish_event
+from host.equipment import respond as respond_
+from sfc.explain import duration, when
+
+work_app = typer.Typer(
+    name="work",
+    help="The work stream: entries pending and dead.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(work_app, name="work")
+
+
+@app.command()
+def respond(
+    job: Annotated[str, typer.Argument(metavar="JOB")],
+    action: Annotated[str, typer.Argument(metavar="ACTION", help="The action (or its key).")],
+    outcome: Annotated[
+        str | None, typer.Argument(metavar="[OUTCOME]", help="The outcome (default done).")
+    ] = None,
+    error: Annotated[
+        str | None, typer.Option("--error", metavar="TEXT", help="Report a failure instead.")
+    ] = None,
+    command_id: Annotated[
+        str | None,
+        typer.Option("--command-id", metavar="ID", help="The command id it answers."),
+    ] = None,
+    round_: Annotated[
+        int | None, typer.Option("--round", metavar="N", min=1, help="The round it answers.")
+    ] = None,
+    scope: ScopeOption = "default",
+    redis: RedisOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Answer a command as equipment would: queue an `answer` work entry."""
+    check_scope(scope)
+    if outcome is not None and error is not None:
+        fail("give an OUTCOME or --error, not both", 2)
+    try:
+        keys.check_job(job)
+    except keys.KeyError_ as e:
+        fail(f"JOB: {e}", 2)
+    store = open_store(redis, data_dir)
+    with server_errors():
+        entry = respond_(
+            store,
+            scope,
+            job,
+            action,
+            outcome=outcome,
+            error=error,
+            command_id=command_id,
+            round=round_,
+        )
+    store.close()
+    typer.echo(f"queued answer {entry}")
+
+
+@app.command()
+def event(
+    type_id: Annotated[str, typer.Argument(metavar="TYPE", help="The event's type id.")],
+    subject: Annotated[str | None, typer.Option("--subject", metavar="S")] = None,
+    correlation_id: Annotated[str | None, typer.Option("--correlation-id", metavar="C")] = None,
+    outcome: Annotated[str | None, typer.Option("--outcome", metavar="O")] = None,
+    source: Annotated[
+        str | None, typer.Option("--source", metavar="S", help="With --id: deduplicates it.")
+    ] = None,
+    id_: Annotated[str | None, typer.Option("--id", metavar="I")] = None,
+    scope: ScopeOption = "default",
+    redis: RedisOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Publish an event for the jobs that wait for its type. It is queued only when some job
+    of the scope waits for the type; otherwise it is dropped and counted (exit 0 both)."""
+    check_scope(scope)
+    if (source is None) != (id_ is None):
+        fail("--source and --id come together: give both or neither", 2)
+    if not type_id.strip():
+        fail("TYPE is empty", 2)
+    store = open_store(redis, data_dir)
+    with server_errors():
+        entry = publish_event(
+            store,
+            scope,
+            type_id,
+            subject=subject,
+            correlation_id=correlation_id,
+            outcome=outcome,
+            source=source,
+            id=id_,
+        )
+    store.close()
+    if entry is None:
+        typer.echo(f"dropped: no job of scope {scope} waits for {type_id} (counted)")
+    else:
+        typer.echo(f"queued event {entry}")
+
+
+def _describe(entry_id: str, fields: dict[bytes, bytes]) -> str:
+    try:
+        e = decode_work(entry_id, fields)
+    except EntryError as x:
+        return f"malformed ({x})"
+    job = getattr(e.data, "job", None)
+    return f"{e.kind}" + (f" for job {job}" if job else "")
+
+
+@work_app.command()
+def pending(
+    scope: ScopeOption = "default",
+    redis: RedisOption = None,
+    data_dir: DataDirOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Work entries read by a worker and not yet committed, oldest first."""
+    check_scope(scope)
+    store = open_store(redis, data_dir)
+    with server_errors():
+        rows = store.pending_entries(scope, 1000)
+        now = store.time_ms()
+    store.close()
+    out: list[dict[str, Any]] = [
+        {
+            "id": p["id"],
+            "consumer": p["consumer"],
+            "idleMs": p["idleMs"],
+            "deliveries": p["deliveries"],
+            "entry": _describe(p["id"], p["fields"]),
+        }
+        for p in rows
+    ]
+    if as_json:
+        print_json({"scope": scope, "pending": out})
+        return
+    if not out:
+        typer.echo(f"no pending entries in scope {scope}")
+        return
+    for p in out:
+        age = duration(max(0, now - entry_ms(p["id"])))
+        typer.echo(
+            f"{p['id']}  {p['entry']}: written {age} ago, read by {p['consumer']}, idle "
+            f"{duration(p['idleMs'])}, delivered {p['deliveries']} time(s)"
+        )
+
+
+@work_app.command()
+def dead(
+    scope: ScopeOption = "default",
+    redis: RedisOption = None,
+    data_dir: DataDirOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Entries that could not be parsed, or failed too often, with the reason."""
+    check_scope(scope)
+    store = open_store(redis, data_dir)
+    with server_errors():
+        rows = store.dead(scope, 1000)
+    store.close()
+    out = []
+    for entry_id, f in rows:
+        text = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in f.items()}
+        out.append(
+            {
+                "id": entry_id,
+                "entry": text.get("entry", ""),
+                "reason": text.get("reason", ""),
+                "deliveries": int(text.get("deliveries", "0") or 0),
+                "kind": text.get("kind", ""),
+                "data": text.get("data", ""),
+            }
+        )
+    if as_json:
+        print_json({"scope": scope, "dead": out})
+        return
+    if not out:
+        typer.echo(f"no dead entries in scope {scope}")
+        return
+    for d in out:
+        was = str(d["entry"] or d["id"])
+        typer.echo(
+            f"{d['id']}  (was {was} at {when(entry_ms(was))}, {d['kind'] or 'no kind'}): "
+            f"{d['reason']}"
+        )
+
+
+@work_app.command()
+def requeue(
+    entry_ids: Annotated[list[str], typer.Argument(metavar="ENTRY-ID...")],
+    scope: ScopeOption = "default",
+    redis: RedisOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Move dead entries back to the work stream (after fixing what made them fail)."""
+    check_scope(scope)
+    store = open_store(redis, data_dir)
+    missing = False
+    with server_errors():
+        for entry_id in entry_ids:
+            new = store.requeue(scope, entry_id)
+            if new is None:
+                missing = True
+                typer.echo(f"{entry_id}: no such dead entry in scope {scope}", err=True)
+            else:
+                typer.echo(f"{entry_id}: requeued as {new}")
+    store.close()
+    if missing:
+        raise typer.Exit(1)

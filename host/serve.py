@@ -1,0 +1,239 @@
+"""Serving: connecting, the embedded server, scope setup, and worker processes
+(docs/host.md, "Serving, connecting, embedding").
+
+- `resolve_url` finds the server: `--redis URL`, then `SFC_REDIS_URL`, then the connection
+  file `<data-dir>/server.json` that a running `sfc serve` wrote.
+- `setup_scope` loads the function library and writes a scope's settings.
+- `Serving` is what `sfc serve` and `sfc run` run: the embedded server when no URL is given
+  (or attached to the one another `serve` runs on the same data directory), and N worker
+  processes, each with a consumer name of its own. `stop()` stops the workers with SIGTERM
+  (each stops between batches, leaving what it had not committed pending), then the
+  embedded server (SIGTERM: the AOF is flushed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import IO
+
+import msgspec
+
+from host import keys
+from host.server import (
+    CONNECTION_FILE,
+    EmbeddedServer,
+    Fsync,
+    ServerError,
+    lock_data_dir,
+    read_connection_file,
+    write_connection_file,
+)
+from host.settings import Settings
+from host.store import Store, StoreError
+from host.worker import Worker, consumer_name
+from sfc.codec import capabilities_decoder
+
+log = logging.getLogger("sfc.host.serve")
+DEFAULT_DATA_DIR = ".sfc"
+
+
+class NoServer(RuntimeError):
+    """No server to connect to; the message says where it looked and how to start one."""
+
+
+def data_dir_of(data_dir: str | Path | None) -> Path:
+    return Path(data_dir or os.environ.get("SFC_DATA_DIR") or DEFAULT_DATA_DIR)
+
+
+def resolve_url(redis_url: str | None, data_dir: str | Path | None = None) -> str:
+    """The server's URL: `--redis`, then SFC_REDIS_URL, then `<data-dir>/server.json`."""
+    if redis_url:
+        return redis_url
+    env = os.environ.get("SFC_REDIS_URL")
+    if env:
+        return env
+    directory = data_dir_of(data_dir)
+    url = read_connection_file(directory)
+    if url:
+        return url
+    raise NoServer(
+        f"no server: no --redis URL, no SFC_REDIS_URL, and no {directory / CONNECTION_FILE} "
+        "(written by a running `sfc serve`). Start one with `sfc serve` in another terminal "
+        "(an embedded Valkey, nothing to install), or pass --redis redis://HOST:PORT"
+    )
+
+
+def connect(url: str, consumer: str = "", check: bool = True) -> Store:
+    """A store on `url`; with `check`, one PING first, so a bad URL or password fails here
+    with a StoreError that says what the server said."""
+    store = Store.from_url(url, consumer=consumer)
+    if check:
+        store.ping()
+    return store
+
+
+def scope_values(
+    *,
+    capabilities: bytes | None = None,
+    max_attempts: int | None = None,
+    equipment_hold: bool | None = None,
+) -> dict[str, str]:
+    """The fields of `sfc:scope:{S}` that these options set; capabilities are checked."""
+    values: dict[str, str] = {}
+    if capabilities is not None:
+        try:
+            capabilities_decoder.decode(capabilities)
+        except (msgspec.DecodeError, RecursionError) as e:
+            raise ValueError(f"the capabilities do not fit their schema: {e}") from None
+        values["capabilities"] = capabilities.decode()
+    if max_attempts is not None:
+        if not 1 <= max_attempts <= 100:
+            raise ValueError(f"--max-attempts {max_attempts} is out of range; it must be 1 to 100")
+        values["maxAttempts"] = str(max_attempts)
+    if equipment_hold is not None:
+        values["equipmentHold"] = "true" if equipment_hold else "false"
+    return values
+
+
+def setup_scope(store: Store, scope: str, values: Mapping[str, str]) -> None:
+    """Load the function library, register the scope, create its group, write its settings."""
+    keys.check_scope(scope)
+    store.load_library()
+    store.put_scope_settings(scope, values)
+    store.register_scope(scope)
+    store.create_group(scope)
+
+
+def _worker_main(
+    url: str, scopes: list[str] | None, values: dict[str, str], consumer: str, level: int
+) -> None:
+    """A worker process: serve until SIGTERM or SIGINT."""
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    settings = Settings().with_values(values)
+    store = Store.from_url(url)
+    worker = Worker(store, settings, scopes, consumer=consumer)
+    log.info("worker %s started", consumer)
+    try:
+        worker.run(stop)
+    finally:
+        store.close()
+        log.info("worker %s stopped", consumer)
+
+
+@dataclass
+class Serving:
+    """The server (embedded or given) and N worker processes."""
+
+    redis_url: str | None = None
+    data_dir: Path | None = None
+    fsync: Fsync = "everysec"
+    workers: int = 1
+    scopes: Sequence[str] | None = None
+    settings: Mapping[str, str] = field(default_factory=dict)
+    """Setting texts by name (`SWEEP_INTERVAL`...), passed to every worker."""
+    url: str = ""
+    server: EmbeddedServer | None = None
+    attached: bool = False
+    """True when another `sfc serve` runs the embedded server of this data directory."""
+    processes: list[BaseProcess] = field(default_factory=list)
+    _lock: IO[str] | None = None
+
+    def start_server(self) -> str:
+        """Connect to `redis_url`, or start (or attach to) the embedded server."""
+        if self.redis_url:
+            self.url = self.redis_url
+            return self.url
+        directory = data_dir_of(self.data_dir)
+        self._lock = lock_data_dir(directory)
+        if self._lock is None:
+            url = read_connection_file(directory)
+            if url is None:
+                raise ServerError(
+                    f"{directory} is locked by another sfc serve, but it has no "
+                    f"{CONNECTION_FILE} yet; try again in a moment"
+                )
+            self.url, self.attached = url, True
+            return url
+        self.server = EmbeddedServer(directory, fsync=self.fsync).start()
+        self.url = self.server.url
+        write_connection_file(directory, self.url, os.getpid())
+        return self.url
+
+    def start_workers(self) -> list[str]:
+        """Start the worker processes; returns their consumer names."""
+        ctx = multiprocessing.get_context("spawn")
+        level = logging.getLogger().getEffectiveLevel()
+        names = []
+        for _ in range(self.workers):
+            name = consumer_name()
+            p = ctx.Process(
+                target=_worker_main,
+                args=(
+                    self.url,
+                    None if self.scopes is None else list(self.scopes),
+                    dict(self.settings),
+                    name,
+                    level,
+                ),
+                name=f"sfc-worker-{name}",
+                daemon=False,
+            )
+            p.start()
+            self.processes.append(p)
+            names.append(name)
+        return names
+
+    def alive(self) -> list[bool]:
+        return [p.is_alive() for p in self.processes]
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop the workers (SIGTERM, then SIGKILL after `timeout`), then the server."""
+        for p in self.processes:
+            if p.is_alive() and p.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGTERM)
+        for p in self.processes:
+            p.join(timeout)
+            if p.is_alive():
+                log.error("worker %s did not stop in %s s; killing it", p.name, timeout)
+                p.kill()
+                p.join()
+        self.processes.clear()
+        if self.server is not None:
+            directory = self.server.data_dir
+            self.server.stop()
+            self.server = None
+            with contextlib.suppress(OSError):
+                (directory / CONNECTION_FILE).unlink()
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+
+def setting_names() -> list[str]:
+    """Every setting's name, as the serve option and SFC_ variable spell it."""
+    return [f.name.upper() for f in fields(Settings)]
+
+
+__all__ = [
+    "NoServer",
+    "ServerError",
+    "Serving",
+    "StoreError",
+    "connect",
+    "resolve_url",
+    "setting_names",
+    "setup_scope",
+]
