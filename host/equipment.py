@@ -102,11 +102,32 @@ def publish_event(
     (CloudEvents) identify the event: a second copy completes nothing.
     """
     keys.check_scope(scope)
+    data = event_data(
+        type_id,
+        subject=subject,
+        correlation_id=correlation_id,
+        outcome=outcome,
+        source=source,
+        id=id,
+    )
+    return store.publish(scope, type_id, encode(data), EVENTS_UNMATCHED)
+
+
+def event_data(
+    type_id: str,
+    *,
+    subject: str | None = None,
+    correlation_id: str | None = None,
+    outcome: str | None = None,
+    source: str | None = None,
+    id: str | None = None,
+) -> EventData:
+    """The data of an `event` work entry, checked as `publish_event` checks it."""
     if not type_id:
         raise ValueError("an event needs a type id")
     if (source is None) != (id is None):
         raise ValueError("an event's source and id come together: give both or neither")
-    data = EventData(
+    return EventData(
         type_id=type_id,
         subject=UNSET if subject is None else subject,
         correlation_id=UNSET if correlation_id is None else correlation_id,
@@ -114,7 +135,6 @@ def publish_event(
         source=UNSET if source is None else source,
         id=UNSET if id is None else id,
     )
-    return store.publish(scope, type_id, encode(data), EVENTS_UNMATCHED)
 
 
 @dataclass(slots=True)
