@@ -1,0 +1,227 @@
+"""`sfc run RECIPE`: the whole host in one command (docs/host.md, "The command line").
+
+It starts an embedded Valkey on a fresh temporary data directory (unless given `--data-dir`
+or `--redis`), K worker processes and the scripted equipment; submits N jobs; shows progress
+on a terminal; prints a summary; and stops everything it started. Exit 0 when every job
+completed.
+"""
+
+from __future__ import annotations
+
+import secrets
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cli.equipment import read_host_script
+from cli.files import read_bytes, terminal
+from cli.hostcommon import DataDirOption, RedisOption, fail, print_json, server_errors
+from cli.main import app
+from host import joborder, jobs, keys
+from host.apply import decode_order
+from host.scripted import ScriptedEquipment
+from host.serve import Serving, connect, setup_scope
+from host.server import ServerError
+from host.settings import Settings
+from host.store import Store
+from sfc.builder import build
+
+
+def _percentile(values: list[int], q: float) -> int:
+    if not values:
+        return 0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+@app.command()
+def run(
+    recipe: Annotated[Path, typer.Argument(metavar="RECIPE", help="The recipe (wire JSON).")],
+    script: Annotated[
+        Path | None,
+        typer.Option(
+            "--script", metavar="SCRIPT", help="The equipment's replies.", show_default=False
+        ),
+    ] = None,
+    jobs_: Annotated[
+        int, typer.Option("--jobs", metavar="N", min=1, max=100_000, help="Jobs to run.")
+    ] = 1,
+    workers: Annotated[
+        int, typer.Option("--workers", metavar="K", min=1, max=64, help="Worker processes.")
+    ] = 2,
+    redis: RedisOption = None,
+    data_dir: DataDirOption = None,
+    time_scale: Annotated[
+        float,
+        typer.Option("--time-scale", metavar="F", min=0.0, help="Multiply scripted delays by F."),
+    ] = 1.0,
+    timeout: Annotated[
+        float, typer.Option("--timeout", metavar="S", help="Give up after S seconds.")
+    ] = 600.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Run N jobs of RECIPE on the host: embedded server, workers and scripted equipment."""
+    text = read_bytes(recipe, "recipe")
+    built = build(text)
+    if built.graph is None:
+        for e in built.errors:
+            typer.echo(f"{recipe}: {e.code} {e.path}: {e.message}", err=True)
+        raise typer.Exit(2)
+    parsed = read_host_script(script)
+    scope = f"run-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    with tempfile.TemporaryDirectory(prefix="sfc-run-") as tmp:
+        serving = Serving(
+            redis_url=redis,
+            data_dir=data_dir or (None if redis else Path(tmp)),
+            workers=workers,
+            scopes=[scope],
+            settings=Settings().texts(),
+        )
+        stop = threading.Event()
+        thread: threading.Thread | None = None
+        store: Store | None = None
+        try:
+            with server_errors():
+                try:
+                    url = serving.start_server()
+                except ServerError as e:
+                    fail(str(e), 2)
+                store = connect(url)
+                setup_scope(store, scope, {})
+                serving.start_workers()
+                equipment = ScriptedEquipment(
+                    connect(url),
+                    scope,
+                    parsed,
+                    time_scale=time_scale,
+                )
+                thread = threading.Thread(target=equipment.run, args=(stop,), daemon=True)
+                thread.start()
+                started = time.monotonic()
+                ids = []
+                for i in range(1, jobs_ + 1):
+                    result = jobs.submit(store, scope, text, job_id=f"job-{i}")
+                    if not result.ok:
+                        fail(result.words(), 1)
+                    ids.append(result.job)
+                orders = _wait(store, scope, ids, started + timeout, serving)
+                seconds = time.monotonic() - started
+                events = _events(store, scope, ids)
+        finally:
+            stop.set()
+            if thread is not None:
+                thread.join(5)
+            if store is not None:
+                store.close()
+            serving.stop()
+    summary = _summary(orders, ids, events, seconds)
+    if as_json:
+        print_json(summary)
+    else:
+        typer.echo(_text(summary, orders))
+    if summary["completed"] != len(ids):
+        raise typer.Exit(1)
+
+
+def _wait(
+    store: Store, scope: str, ids: list[str], deadline: float, serving: Serving
+) -> dict[str, Any]:
+    orders: dict[str, Any] = {}
+    progress = None
+    if terminal():
+        from rich.progress import Progress
+
+        progress = Progress(transient=True)
+        task = progress.add_task("jobs", total=len(ids))
+        progress.start()
+    try:
+        left = list(ids)
+        while left and time.monotonic() < deadline:
+            _, records = store.load(scope, left)
+            for j in list(left):
+                r = records[j]
+                if r is None:
+                    continue
+                o = decode_order(r.order)
+                if joborder.ended(o):
+                    orders[j] = o
+                    left.remove(j)
+            if progress is not None:
+                progress.update(task, completed=len(orders))
+            if not all(serving.alive()):
+                break
+            if left:
+                time.sleep(0.05)
+        for j in left:  # not ended: report where they stand
+            r = store.job(scope, j)
+            if r is not None:
+                orders[j] = decode_order(r.order)
+    finally:
+        if progress is not None:
+            progress.stop()
+    return orders
+
+
+def _events(store: Store, scope: str, ids: list[str]) -> int:
+    pipe = store.r.pipeline(transaction=False)
+    for j in ids:
+        pipe.xlen(keys.history(scope, j))
+    return sum(int(n) for n in pipe.execute())
+
+
+def _summary(orders: dict[str, Any], ids: list[str], events: int, seconds: float) -> dict[str, Any]:
+    counts = {"completed": 0, "faulted": 0, "cancelled": 0, "aborted": 0}
+    durations: list[int] = []
+    for j in ids:
+        o = orders.get(j)
+        if o is None or not joborder.ended(o):
+            continue
+        path = joborder.path_text(o)
+        result = o.result
+        if path == "Ended/Completed":
+            counts["completed"] += 1
+        elif path == "Ended/Closed":
+            counts["cancelled"] += 1
+        elif getattr(result, "ended_by", "") == "faulted":
+            counts["faulted"] += 1
+        else:
+            counts["aborted"] += 1
+        if o.ended_at is not None:
+            durations.append(o.ended_at - o.stored_at)
+    return {
+        "jobs": len(ids),
+        **counts,
+        "events": events,
+        "seconds": round(seconds, 3),
+        "eventsPerSecond": round(events / seconds, 1) if seconds > 0 else 0.0,
+        "jobMs": {
+            "p50": int(statistics.median(durations)) if durations else 0,
+            "p99": _percentile(durations, 0.99),
+        },
+    }
+
+
+def _text(s: dict[str, Any], orders: dict[str, Any]) -> str:
+    lines = [
+        f"{s['jobs']} job(s): {s['completed']} completed, {s['faulted']} faulted, "
+        f"{s['cancelled']} cancelled, {s['aborted']} aborted",
+        f"{s['events']} evaluations in {s['seconds']:.2f} s ({s['eventsPerSecond']:.0f}/s); "
+        f"job time p50 {s['jobMs']['p50']} ms, p99 {s['jobMs']['p99']} ms",
+    ]
+    unfinished = s["jobs"] - sum(s[k] for k in ("completed", "faulted", "cancelled", "aborted"))
+    if unfinished:
+        lines.append(f"{unfinished} job(s) did not end before the timeout")
+    faults: dict[str, int] = {}
+    for o in orders.values():
+        r = o.result
+        if joborder.ended(o) and getattr(r, "fault_code", None):
+            key = f"{r.fault_code}: {r.fault_message}"
+            faults[key] = faults.get(key, 0) + 1
+    for fault, n in sorted(faults.items()):
+        lines.append(f"  {n} x {fault}")
+    return "\n".join(lines)
