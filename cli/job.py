@@ -404,6 +404,26 @@ def _history_row(h: Any) -> dict[str, Any]:
     return {k: v for k, v in row.items() if v is not None}
 
 
+def _sent_at(v: jobs.JobView) -> list[tuple[str, int]]:
+    """When each open command of the job went out, as far as the history shown tells."""
+    open_ids = [
+        cid
+        for rec in v.state.actions.values()
+        if rec.status == "open"
+        for cid in (rec.command_id, rec.hold_command_id if rec.hold == "open" else None)
+        if cid
+    ]
+    out = []
+    for cid in open_ids:
+        at = next(
+            (h.at for _, h in reversed(v.history) for s in h.sent or [] if s.endswith(" " + cid)),
+            None,
+        )
+        if at is not None:
+            out.append((cid, at))
+    return out
+
+
 def _show_text(v: jobs.JobView, now: int) -> str:
     o = v.order
     lines = [f"Job order {o.job_order_id} (scope {o.scope}): {joborder.path_text(o)}"]
@@ -432,6 +452,12 @@ def _show_text(v: jobs.JobView, now: int) -> str:
         lines.append(f"The recipe: {v.graph_problem}")
     else:
         lines.append(explain_state(v.graph, v.state).rstrip("\n"))
+    sent = _sent_at(v)
+    if sent:
+        lines += ["", "Out since"]
+        lines += [
+            f"  {cid}: sent {when(at)} ({duration(max(0, now - at))} ago)" for cid, at in sent
+        ]
     lines.append("")
     index = "on the due index at " + when(v.due) if v.due is not None else "not on the due index"
     lines.append(f"Indexes: {'active' if v.active else 'not active'}, {index}")
@@ -458,7 +484,10 @@ def _show_text(v: jobs.JobView, now: int) -> str:
     lines += ["", "Job response"]
     lines.append(
         f"  {resp.job_response_id}: {'/'.join(e.state_text for e in resp.job_state)}"
-        + "".join(f"; {p.id} {p.value}" for p in resp.job_response_data)
+        + "".join(
+            f"; {p.id} {', '.join(p.value) if isinstance(p.value, list) else p.value}"
+            for p in resp.job_response_data
+        )
     )
     return "\n".join(lines)
 

@@ -194,8 +194,10 @@ def serve(
             store = connect(url)
             try:
                 store.load_library()
-                for s in scope or []:
-                    setup_scope(store, s, values)
+                # without --scope every registered scope is served; `default` is set up at
+                # once, so a first submit to it does not wait for the scope refresh
+                for s in scope or ["default"]:
+                    setup_scope(store, s, values if scope else {})
                 if not scope and values:
                     fail("--capabilities, --max-attempts and --equipment-hold need --scope", 2)
             finally:

@@ -469,9 +469,10 @@ class Evaluator:
 def _detail(entry: Entry) -> str:
     d = entry.data
     if isinstance(d, AnswerData):
+        # the command id it answers (or the action, without one), without the job's prefix
         said = f"error {d.error!r}" if d.error is not UNSET else repr(d.outcome or "done")
-        cid = "" if d.command_id is UNSET else f" {d.command_id}"
-        return f"{d.action_key}{cid}: {said}"[:300]
+        what = d.action_key if d.command_id is UNSET else d.command_id
+        return f"{what.removeprefix(d.job + ':')} {said}"[:300]
     if isinstance(d, TickData) and d.outage_ms:
         return f"outage of {d.outage_ms} ms"
     if isinstance(d, ResumeData) and d.action is not UNSET:
