@@ -47,9 +47,7 @@ ScopeOption = Annotated[
     str,
     typer.Option("--scope", metavar="SCOPE", help="The scope (plant area) of the jobs."),
 ]
-JsonOption = Annotated[
-    bool, typer.Option("--json", help="Print one JSON document on stdout.", is_flag=True)
-]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
 T = TypeVar("T")
 

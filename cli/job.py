@@ -89,7 +89,7 @@ def submit(
     priority: Annotated[int, typer.Option("--priority", metavar="N", min=0, max=1_000_000)] = 0,
     store_only: Annotated[
         bool,
-        typer.Option("--store-only", help="Store (NotAllowedToStart), do not start.", is_flag=True),
+        typer.Option("--store-only", help="Store (NotAllowedToStart), do not start."),
     ] = False,
     scope: ScopeOption = "default",
     redis: RedisOption = None,
