@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -342,3 +343,25 @@ def test_delays_are_wall_clock_from_the_command(host: Host) -> None:
     answered_at = max(int(i.split(b"-")[0]) for i, _ in rows)
     assert answered_at - int(entry_id.split("-")[0]) >= 400
     assert answer.outcome == "ok"
+
+
+def test_run_answers_from_its_own_thread_until_stopped(host: Host) -> None:
+    """`run(stop)` is the loop the command line runs: it pumps until `stop` is set."""
+    scope = host.scope("thread")
+    jobs = ["j1", "j2", "j3"]
+    for job in jobs:
+        host.submit(scope, linear_recipe(3), job_id=job)
+    script = load_host_script(b'{"default": "ok@30", "replies": {"a3": ["done@10"]}}')
+    equipment = ScriptedEquipment(host.store(), scope, script)
+    stop = threading.Event()
+    thread = threading.Thread(target=equipment.run, args=(stop,), kwargs={"block_ms": 20})
+    thread.start()
+    try:
+        host.run([host.worker([scope])], [], host.ended(scope, jobs))
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    assert not thread.is_alive()
+    for job in jobs:
+        assert host.order(scope, job).result.outcomes == ["done"]
+    assert equipment.counters.answered == 9
