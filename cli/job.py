@@ -409,14 +409,20 @@ def _sent_at(v: jobs.JobView) -> list[tuple[str, int]]:
     open_ids = [
         cid
         for rec in v.state.actions.values()
-        if rec.status == "open"
+        if rec.status == "open" and rec.hold != "held"  # held work was withdrawn
         for cid in (rec.command_id, rec.hold_command_id if rec.hold == "open" else None)
         if cid
     ]
     out = []
     for cid in open_ids:
         at = next(
-            (h.at for _, h in reversed(v.history) for s in h.sent or [] if s.endswith(" " + cid)),
+            (
+                h.at
+                for _, h in reversed(v.history)
+                for s in h.sent or []
+                if s.split(" ", 1)[0] in ("push", "hold", "restart", "await")
+                and s.endswith(" " + cid)
+            ),
             None,
         )
         if at is not None:
