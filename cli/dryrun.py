@@ -34,6 +34,7 @@ TONES: dict[Tone, str] = {
     "applied": "",
     "absorbed": "dim",
     "ignored": "dim",
+    "note": "cyan",
     "rejected": "yellow",
     "completed": "bold green",
     "faulted": "bold red",

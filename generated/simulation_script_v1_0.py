@@ -62,7 +62,15 @@ class CancelControl(
     tag="cancel",
 ):
     at_ms: Annotated[int, Meta(ge=0)] = field(name="atMs")
-    reason: str | UnsetType = "cancelled"
+    reason: (
+        Annotated[
+            str,
+            Meta(
+                description="Why the operator cancels; without one the job is cancelled with no reason."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
 
 
 class OutageControl(

@@ -91,6 +91,7 @@ from sfc.graph import (
     TransitionSpec,
 )
 from sfc.graph import OUTCOME_LIMIT as OUTCOME_LIMIT  # also sfc.evolution's, as before
+from sfc.words import duration, when
 
 STATE_FORMAT: Literal["1.4"] = "1.4"
 PROPAGATION_LIMIT = 10_000
@@ -574,18 +575,19 @@ class _Evaluation:
         self.start_work(spec, rec, "push")
         return f"{spec.name} sent again (attempt {rec.attempt} of {limit})"
 
-    def shift_deadlines(self, gap: int, work: bool, holds: bool) -> int:
-        """Move open deadlines by `gap`; returns how many moved."""
-        moved = 0
+    def shift_deadlines(self, gap: int, work: bool, holds: bool) -> list[str]:
+        """Move open deadlines by `gap`; says which moved: `tighten to 90.000s`."""
+        moved: list[str] = []
         for name, rec in self.open_work():
             changes: dict[str, int] = {}
             if work and rec.deadline is not None:
                 changes["deadline"] = rec.deadline + gap
+                moved.append(f"{name} to {when(rec.deadline + gap)}")
             if holds and rec.hold == "open" and rec.hold_deadline is not None:
                 changes["hold_deadline"] = rec.hold_deadline + gap
+                moved.append(f"the hold of {name} to {when(rec.hold_deadline + gap)}")
             if changes:
                 self.set(name, **changes)
-                moved += len(changes)
         return moved
 
     def expire(self) -> list[str]:
@@ -730,16 +732,17 @@ def _on_tick(ev: _Evaluation, event: Tick) -> Handled:
     held = ev.held_at is not None
     outage = 0 if event.outage_ms is UNSET else int(event.outage_ms)
     # While held, work deadlines wait for the release, which moves them by the whole hold.
-    if outage > 0 and ev.shift_deadlines(outage, work=not held, holds=True) == 0:
+    moved = ev.shift_deadlines(outage, work=not held, holds=True) if outage > 0 else []
+    if not moved:
         outage = 0  # nothing was open to move
     if outage > 0:
-        ev.note(f"platform outage of {_duration(outage)}: open deadlines moved by it")
+        ev.note(f"platform outage of {duration(outage)}: open deadlines moved by it")
     expired = ev.expire()
     if not expired and outage == 0:
         return "absorbed", "the job is held" if held else "nothing is due"
     parts = [f"deadline passed: {'; '.join(expired)}"] if expired else []
     if outage:
-        parts.insert(0, f"deadlines moved by an outage of {_duration(outage)}")
+        parts.insert(0, f"deadlines moved by an outage of {duration(outage)}: {', '.join(moved)}")
     return "applied", "; ".join(parts)
 
 
@@ -858,17 +861,35 @@ def _on_event(ev: _Evaluation, event: EventReceived) -> Handled:
         for spec in (ev.g.actions[name],)
         if spec.type_id == event.type_id
     )
+    mismatches: list[str] = []
     for _, spec in waits:
         sel = ev.selector(spec)
-        if sel is not None and (
-            (sel.subject is not None and sel.subject != subject)
-            or (sel.correlation_id is not None and sel.correlation_id != correlation)
-        ):
-            continue
+        if sel is not None:
+            wrong = [
+                f"expects {field} {want}, the event has {_said(got)}"
+                for field, want, got in (
+                    ("subject", sel.subject, subject),
+                    ("correlationId", sel.correlation_id, correlation),
+                )
+                if want is not None and want != got
+            ]
+            if wrong:
+                mismatches.append(f"{spec.name} {' and '.join(wrong)}")
+                continue
         ev.record_outcome(spec.name, event.outcome)
         ev.note(f"{spec.name} received {event.type_id} with outcome {event.outcome}")
         return "applied", f"{spec.name} received {event.type_id}: {event.outcome}"
+    if mismatches:
+        # The classic stuck job: the type is awaited, but the selector does not match.
+        return "absorbed", (
+            f"no open wait for {event.type_id} matches the event's selector: "
+            + "; ".join(mismatches)
+        )
     return "absorbed", f"no open wait matches {event.type_id}"
+
+
+def _said(value: str | None) -> str:
+    return "none" if value is None else value
 
 
 def _on_resume(ev: _Evaluation, event: Resume) -> Handled:
@@ -929,7 +950,7 @@ def _on_release(ev: _Evaluation, event: Release) -> Handled:
     gap = max(0, event.at - ev.held_at)
     ev.held_at = None
     ev.shift_deadlines(gap, work=True, holds=False)
-    ev.note(f"job released after {_duration(gap)}")
+    ev.note(f"job released after {duration(gap)}")
     for name, rec in ev.open_work():
         spec = ev.g.actions[name]
         if rec.hold == "held":
@@ -938,7 +959,7 @@ def _on_release(ev: _Evaluation, event: Release) -> Handled:
             pass  # the hold's answer decides: `held` restarts, anything else re-issues the work
         elif rec.work in ("push", "restart"):
             ev.start_work(spec, rec, rec.work)
-    return "applied", f"job released after {_duration(gap)}"
+    return "applied", f"job released after {duration(gap)}"
 
 
 _HANDLERS: dict[type, Any] = {
@@ -983,11 +1004,6 @@ def _too_long(what: str, outcome: str) -> str:
         f"the outcome for {what} has {len(outcome)} characters; "
         f"an outcome has at most {OUTCOME_LIMIT}"
     )
-
-
-def _duration(ms: int) -> str:
-    """`290000` -> `290 s`, `1500` -> `1.5 s`."""
-    return f"{ms / 1000:g} s"
 
 
 def _fmt(outcomes: list[str]) -> str:

@@ -13,34 +13,13 @@ Times in a state are epoch milliseconds. On the simulation's virtual clock, whic
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 from generated.state_v1_4 import ActionRecord, SfcState
 from sfc.evolution import DEFAULT_MAX_ATTEMPTS, ENDED, next_deadline
 from sfc.graph import TRUE, ActionSpec, DivergenceSpec, Graph, TransitionSpec, visible
-
-_VIRTUAL_CLOCK_LIMIT = 10**11
-"""Below this (early 1973 as epoch ms) a time is taken to be on a virtual clock."""
-
-
-def when(ms: int) -> str:
-    """A point in time: seconds on a virtual clock, else UTC."""
-    if ms < _VIRTUAL_CLOCK_LIMIT:
-        return f"{ms / 1000:.3f}s"
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
-
-
-def duration(ms: int) -> str:
-    """A length of time in the largest unit that states it exactly: `90 s`, `5 min`, `2 h`."""
-    if ms % 1000:
-        return f"{ms / 1000:g} s"
-    s = ms // 1000
-    if s and s % 3600 == 0:
-        return f"{s // 3600} h"
-    if s and s % 60 == 0:
-        return f"{s // 60} min"
-    return f"{s} s"
+from sfc.words import duration as duration
+from sfc.words import when as when
 
 
 def _plural(n: int, word: str, plural: str | None = None) -> str:

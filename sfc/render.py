@@ -22,8 +22,8 @@ from itertools import pairwise
 from typing import Literal
 
 from generated.state_v1_4 import ActionRecord, SfcState
-from sfc.explain import duration, when
 from sfc.graph import ActionSpec, Graph, TransitionSpec, visible
+from sfc.words import duration, when
 
 Format = Literal["mermaid", "dot"]
 FORMATS: tuple[Format, ...] = ("mermaid", "dot")

@@ -61,7 +61,7 @@ import msgspec
 from msgspec import UNSET
 
 from generated.command_v1_0 import StartWork
-from generated.dryrun_result_v1_1 import DryRunResult, RunFault, TranscriptEntry
+from generated.dryrun_result_v1_2 import DryRunResult, Note, RunFault, TranscriptEntry
 from generated.event_v1_0 import (
     ActionCompleted,
     ActionFailed,
@@ -85,6 +85,8 @@ from generated.state_v1_4 import SfcState
 from generated.step_result_v1_0 import Cancelled, Complete, FaultContinuation
 from sfc.evolution import evolve, new_state, next_deadline
 from sfc.graph import RESERVED_OUTCOMES, Graph
+from sfc.transcript import describe_event, held_since
+from sfc.words import duration, when
 
 DEFAULT_TIME_LIMIT_MS = 7 * 24 * 3600 * 1000
 """Seven days of virtual time."""
@@ -95,6 +97,7 @@ SOURCE = "sfc.simulation"
 """The CloudEvents source of the events the simulated equipment sends for a wait."""
 
 End = Literal["completed", "faulted", "cancelled", "time_limit", "evaluation_limit"]
+_ENDED_WORDS = {"completed": "completed", "faulted": "faulted", "cancelled": "been cancelled"}
 Event = Start | Tick | ActionCompleted | ActionFailed | EventReceived | Hold | Release | Cancel
 
 # The classes of same-time items, in the order they run (see the module docstring).
@@ -354,8 +357,8 @@ def _control_event(control: HoldControl | ReleaseControl | CancelControl) -> Eve
         return Hold(at=control.at_ms)
     if isinstance(control, ReleaseControl):
         return Release(at=control.at_ms)
-    reason = "cancelled" if control.reason is UNSET else control.reason
-    return Cancel(at=control.at_ms, reason=reason)
+    # Without a reason the cancel has none: the transcript reads `operator cancel -> job cancelled`.
+    return Cancel(at=control.at_ms, reason="" if control.reason is UNSET else control.reason)
 
 
 def _script_event(ev: ScriptEvent) -> EventReceived:
@@ -415,6 +418,11 @@ class Simulation:
         self._queue: list[tuple[int, int, int, Event]] = []
         self._scheduled = 0
         self._outages: list[_Outage] = []
+        self.notes: list[Note] = []
+        """Script items that were not evaluations: outages that began, items ignored."""
+        self._awaited = {spec.type_id for spec in graph.actions.values() if not spec.push}
+        self._outage_starts: list[tuple[int, int]] = []
+        """(start, length) of the outages whose start the run has not passed yet, by start."""
 
         self._schedule(0, START, Start(at=0))
         for ev in [] if script.events is UNSET else script.events:
@@ -423,9 +431,28 @@ class Simulation:
             if isinstance(control, OutageControl):
                 end = control.at_ms + control.ms
                 self._outages.append(_Outage(control.at_ms, end))
+                self._outage_starts.append((control.at_ms, control.ms))
                 self._schedule(end, OUTAGE_TICK, Tick(at=end, outage_ms=control.ms))
             else:
                 self._schedule(control.at_ms, CONTROL, _control_event(control))
+
+    def _note(self, at: int, kind: Literal["ignored", "outage"], item: str, reason: str) -> None:
+        self.notes.append(
+            Note(at_ms=at, after=len(self.transcript), kind=kind, item=item, reason=reason)
+        )
+
+    def _outages_begun(self, until: int) -> None:
+        """Note every outage that begins at or before `until`."""
+        self._outage_starts.sort()
+        while self._outage_starts and self._outage_starts[0][0] <= until:
+            start, ms = self._outage_starts.pop(0)
+            self._note(
+                start,
+                "outage",
+                f"outage of {duration(ms)} begins",
+                f"the platform is down until {when(start + ms)}: no ticks; a tick at its end "
+                "moves the deadlines that are open by its length",
+            )
 
     def _schedule(self, at: int, cls: int, event: Event) -> None:
         heapq.heappush(self._queue, (at, cls, self._scheduled, event))
@@ -448,8 +475,33 @@ class Simulation:
         return None
 
     def _finish(self, end: End, at: int) -> None:
+        """End the run; every script item still to come is noted as ignored, with why."""
         self.end = end
         self.end_at = at
+        if end in ("completed", "faulted", "cancelled"):
+            why = f"the job had already {_ENDED_WORDS[end]} at {when(at)}"
+        elif end == "time_limit":
+            why = f"it comes after the time limit of {duration(self.time_limit_ms)}"
+        else:
+            why = f"the evaluation limit of {self.evaluation_limit} was reached"
+        left = sorted(self._queue)
+        self._queue = []
+        begun = {(o.start, o.end) for o in self._outages} - {
+            (start, start + ms) for start, ms in self._outage_starts
+        }
+        items = [(start, f"outage of {duration(ms)}") for start, ms in self._outage_starts]
+        self._outage_starts = []
+        for due, cls, _, event in left:
+            if cls in (EVENT, CONTROL):
+                items.append((due, describe_event(event)))
+            elif (
+                isinstance(event, Tick)
+                and isinstance(event.outage_ms, int)
+                and (due - event.outage_ms, due) in begun
+            ):
+                items.append((due, f"end of the outage of {duration(event.outage_ms)}"))
+        for due, item in sorted(items, key=lambda x: x[0]):
+            self._note(due, "ignored", item, why)
 
     def step(self) -> TranscriptEntry | None:
         """Run one evaluation; None once the run has ended."""
@@ -458,12 +510,24 @@ class Simulation:
         if len(self.transcript) >= self.evaluation_limit:
             self._finish("evaluation_limit", self.now)
             return None
-        item = self._next()
-        if item is None or item[0] > self.time_limit_ms:
-            self.stalled = item is None
-            self._finish("time_limit", self.time_limit_ms)
-            return None
-        self.now, event = item
+        while True:
+            item = self._next()
+            if item is None or item[0] > self.time_limit_ms:
+                self.stalled = item is None
+                self._outages_begun(self.time_limit_ms)
+                self._finish("time_limit", self.time_limit_ms)
+                return None
+            self._outages_begun(item[0])
+            self.now, event = item
+            if isinstance(event, EventReceived) and event.type_id not in self._awaited:
+                self._note(
+                    self.now,
+                    "ignored",
+                    describe_event(event),
+                    f"no action of the recipe waits for events of type {event.type_id}",
+                )
+                continue
+            break
         result = evolve(self.graph, self.state, self.snapshot, event)
         self.state = result.state
         entry = TranscriptEntry(
@@ -500,7 +564,39 @@ class Simulation:
         if self.end is None:
             raise RuntimeError("the run has not ended; call run()")
         return DryRunResult(
-            end=self.end, at_ms=self.end_at, fault=self.fault, transcript=list(self.transcript)
+            end=self.end,
+            at_ms=self.end_at,
+            fault=self.fault,
+            transcript=list(self.transcript),
+            evaluations=len(self.transcript),
+            end_reason=self._end_reason(),
+            notes=list(self.notes),
+        )
+
+    def _end_reason(self) -> str:
+        """Why the run ended, in words (the dry-run result's endReason)."""
+        last = self.transcript[-1] if self.transcript else None
+        if self.end == "completed":
+            return "the job completed"
+        if self.end == "faulted":
+            return "the job faulted" + ("" if self.fault is None else f": {self.fault.message}")
+        if self.end == "cancelled":
+            reason = self.state.cancel_reason
+            return f"the job was cancelled: {reason}" if reason else "the job was cancelled"
+        held = held_since(self.transcript)
+        if self.end == "time_limit":
+            limit = f"the time limit of {duration(self.time_limit_ms)} was reached"
+            if self.stalled and held is not None:
+                return f"{limit}: the job is held since {when(held)} and nothing more can happen"
+            if self.stalled:
+                return f"{limit}: nothing more can happen and the job had not ended"
+            if held is not None:
+                return f"{limit}: the job had not ended (held since {when(held)})"
+            return f"{limit}: the job had not ended"
+        at = "" if last is None else f" at {when(last.at_ms)}"
+        return (
+            f"the evaluation limit of {self.evaluation_limit} evaluations was reached{at}: "
+            "the job had not ended"
         )
 
     def _ask(self, command: StartWork) -> None:

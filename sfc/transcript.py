@@ -23,13 +23,14 @@ The last line says how the run ended.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 import msgspec
 
 from generated.command_v1_0 import CancelWork, Command, StartWork
-from generated.dryrun_result_v1_1 import DryRunResult, TranscriptEntry
+from generated.dryrun_result_v1_2 import DryRunResult, Note, TranscriptEntry
 from generated.event_v1_0 import (
     ActionCompleted,
     ActionFailed,
@@ -42,14 +43,27 @@ from generated.event_v1_0 import (
     Tick,
 )
 from generated.step_result_v1_0 import Cancelled, Complete, Continuation, FaultContinuation
+from sfc.words import duration
 
 Tone = Literal[
-    "applied", "absorbed", "rejected", "completed", "faulted", "cancelled", "limit", "decision"
+    "applied",
+    "absorbed",
+    "rejected",
+    "completed",
+    "faulted",
+    "cancelled",
+    "limit",
+    "decision",
+    "ignored",
+    "note",
 ]
 """How a line reads: a front end may colour it (the CLI does, on a terminal)."""
 
 _EVENT_COLUMN = 34
-"""Event descriptions are padded to this width (longer ones push the line to the right)."""
+"""Event descriptions are padded to at least this width, and to the longest one of the run
+(up to _WIDEST), so that the `->` of every line stands in one column."""
+_WIDEST = 80
+"""A longer event description pushes its own line to the right rather than every line."""
 
 _decoder = msgspec.json.Decoder(DryRunResult)
 _encoder = msgspec.json.Encoder()
@@ -66,22 +80,9 @@ def seconds(ms: int) -> str:
     return f"{ms / 1000:.3f}s"
 
 
-_UNITS = ((86_400_000, "day", "days"), (3_600_000, "h", "h"), (60_000, "min", "min"))
-
-
 def span(ms: int) -> str:
-    """A length of time: in seconds below a minute (`30.000s`), else in words (`7 days`,
-    `1 h 30 min`, `2 min 0.5 s`)."""
-    if ms < 60_000:
-        return seconds(ms)
-    parts = []
-    for size, one, many in _UNITS:
-        n, ms = divmod(ms, size)
-        if n:
-            parts.append(f"{n} {one if n == 1 else many}")
-    if ms:
-        parts.append(f"{ms / 1000:g} s")
-    return " ".join(parts)
+    """A length of time, in the one style of the core (sfc.words.duration)."""
+    return duration(ms)
 
 
 def _name(action_key: str) -> str:
@@ -153,8 +154,9 @@ def describe_event(event: object, issued: dict[str, StartWork] | None = None) ->
 def describe_command(command: Command, issued: dict[str, StartWork] | None = None) -> str:
     """One command, e.g. `push tighten#4 (attempt 2, deadline 120.000s)`.
 
-    A command id in `issued` (the commands given so far) is issued again, e.g. by a release:
-    `push send_bye#1 again (attempt 1, deadline moved to 42.000s)`.
+    A command id in `issued` (the commands given so far) is the same command issued again,
+    e.g. by a release, not a second order: `push send_bye#1 re-issued (same command id,
+    attempt 1, deadline moved from 10.000s to 42.000s)`.
     """
     short = _short(command.command_id, command.action_key)
     if isinstance(command, CancelWork):
@@ -163,10 +165,16 @@ def describe_command(command: Command, issued: dict[str, StartWork] | None = Non
     if command.round > 1:
         details.append(f"round {command.round}")
     before = None if issued is None else issued.get(command.command_id)
-    moved = before is not None and before.deadline != command.deadline
-    details.append(f"deadline {'moved to ' if moved else ''}{seconds(command.deadline)}")
-    again = " again" if before is not None else ""
-    return f"{command.work} {short}{again} ({', '.join(details)})"
+    if before is None:
+        details.append(f"deadline {seconds(command.deadline)}")
+        return f"{command.work} {short} ({', '.join(details)})"
+    if before.deadline != command.deadline:
+        details.append(
+            f"deadline moved from {seconds(before.deadline)} to {seconds(command.deadline)}"
+        )
+    else:
+        details.append(f"deadline {seconds(command.deadline)}")
+    return f"{command.work} {short} re-issued (same command id, {', '.join(details)})"
 
 
 def describe_continuation(continuation: Continuation) -> str | None:
@@ -197,10 +205,10 @@ def _tone(disposition: str, continuation: Continuation) -> Tone:
     )
 
 
-def held_since(result: DryRunResult) -> int | None:
+def held_since(transcript: Iterable[TranscriptEntry]) -> int | None:
     """When the operator hold in force at the end of the run began, or None."""
     since: int | None = None
-    for entry in result.transcript:
+    for entry in transcript:
         if entry.disposition != "applied":
             continue
         if isinstance(entry.event, Hold):
@@ -222,7 +230,7 @@ def _summary(result: DryRunResult, stalled: bool) -> Line:
     if result.end == "cancelled":
         return Line(f"end: cancelled at {at} after {evaluations}", "cancelled")
     if result.end == "time_limit":
-        held = held_since(result)
+        held = held_since(result.transcript)
         if stalled and held is not None:
             why = f"the job is held since {seconds(held)} and nothing more can happen"
         elif stalled:
@@ -254,11 +262,22 @@ def lines(result: DryRunResult, *, stalled: bool = False, decisions: bool = Fals
     e.g. a job held for good; the last line then says so.
     """
     issued: dict[str, StartWork] = {}
+    notes = [] if isinstance(result.notes, msgspec.UnsetType) else list(result.notes)
+    events: list[str] = []
+    for entry in result.transcript:
+        events.append(describe_event(entry.event, issued))
+        for command in entry.commands:
+            if isinstance(command, StartWork):
+                issued.setdefault(command.command_id, command)
+    width = max(
+        [_EVENT_COLUMN] + [len(e) for e in events + [n.item for n in notes] if len(e) <= _WIDEST]
+    )
+    issued = {}
     out: list[Line] = []
     shown: list[str] | None = None  # the active steps as the lines so far tell them
-    for entry in result.transcript:
-        event = describe_event(entry.event, issued)
-        text = f"{seconds(entry.at_ms):>11}  {event:<{_EVENT_COLUMN}}  -> {entry.disposition}: {entry.reason}"
+    for i, entry in enumerate(result.transcript):
+        out.extend(_note_line(n, width) for n in notes if n.after == i)
+        text = f"{seconds(entry.at_ms):>11}  {events[i]:<{width}}  -> {entry.disposition}: {entry.reason}"
         if entry.commands:
             text += "  => " + "; ".join(describe_command(c, issued) for c in entry.commands)
         ended = describe_continuation(entry.continuation)
@@ -276,8 +295,17 @@ def lines(result: DryRunResult, *, stalled: bool = False, decisions: bool = Fals
         for command in entry.commands:
             if isinstance(command, StartWork):
                 issued[command.command_id] = command
+    n = len(result.transcript)
+    out.extend(_note_line(note, width) for note in notes if note.after >= n)
     out.append(_summary(result, stalled))
     return out
+
+
+def _note_line(note: Note, width: int) -> Line:
+    """A script item that was no evaluation: `--` instead of `->`."""
+    said = f"ignored: {note.reason}" if note.kind == "ignored" else note.reason
+    tone: Tone = "ignored" if note.kind == "ignored" else "note"
+    return Line(f"{seconds(note.at_ms):>11}  {note.item:<{width}}  -- {said}", tone)
 
 
 def _decision_lines(entry: TranscriptEntry) -> list[str]:
@@ -294,7 +322,7 @@ def to_text(result: DryRunResult, *, stalled: bool = False, decisions: bool = Fa
 
 
 def to_json(result: DryRunResult, indent: int = 2) -> bytes:
-    """The JSON form (schemas/dryrun_result_v1_1.json), keys in schema order, newline-terminated."""
+    """The JSON form (schemas/dryrun_result_v1_2.json), keys in schema order, newline-terminated."""
     data = _encoder.encode(result)
     if indent:
         data = msgspec.json.format(data, indent=indent)

@@ -11,7 +11,7 @@ from click.testing import Result
 from typer.testing import CliRunner
 
 from cli.main import app
-from generated.dryrun_result_v1_1 import DryRunResult
+from generated.dryrun_result_v1_2 import DryRunResult
 from generated.state_v1_4 import SfcState
 from tests.corehelpers import push, recipe, t
 
@@ -67,7 +67,7 @@ def test_a_run_that_hits_the_time_limit_exits_1(tmp_path: Path) -> None:
     done = sfc("dryrun", GREETINGS, "--script", script, "--time-limit-ms", 1000)
     assert done.exit_code == 1
     assert done.stdout.splitlines()[-1] == (
-        "end: time limit of 1.000s reached after 1 evaluation; the job had not ended"
+        "end: time limit of 1 s reached after 1 evaluation; the job had not ended"
     )
 
 

@@ -7,6 +7,7 @@ one of them failed before the fix.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -672,3 +673,214 @@ def test_a_state_that_does_not_fit_the_recipe_is_refused(
         assert done.exit_code == 1
         assert done.stdout == ""
         assert done.stderr == f"sfc: state {state}: the state does not fit the recipe: {reason}\n"
+
+
+def test_every_tone_of_a_line_has_a_colour() -> None:
+    """On a terminal each line is coloured by its tone; a tone without one would crash."""
+    from typing import get_args
+
+    from cli.dryrun import TONES
+    from sfc.transcript import Tone
+
+    assert set(TONES) == set(get_args(Tone))
+
+
+# --------------------------------------------------------------------------- 3. selectors
+
+QA = "com.example.station.qa_result.v1"
+
+
+@pytest.mark.parametrize(
+    ("selector", "sent", "said"),
+    [
+        (
+            {"subject": "line1/axle/job-1/QA"},
+            "subject",
+            "camera_qa expects subject line1/axle/job-1/qa, the event has line1/axle/job-1/QA",
+        ),
+        ({}, "subject", "camera_qa expects subject line1/axle/job-1/qa, the event has none"),
+    ],
+)
+def test_a_selector_mismatch_names_the_wait_and_both_values(
+    tmp_path: Path, selector: dict[str, str], sent: str, said: str
+) -> None:
+    """docs/recipes.md "Selectors": the classic stuck job says what was expected and got."""
+    script = {
+        "replies": {"camera_qa": ["silent"]},
+        "events": [{"atMs": 9000, "typeId": QA, "outcome": "ok", **selector}],
+    }
+    done = sfc(
+        "dryrun", REAR_AXLE, "--script", write(tmp_path, "s.json", script), "--time-limit-ms", 10000
+    )
+    line = next(ln for ln in done.stdout.splitlines() if ln.lstrip().startswith("9.000s"))
+    assert line.endswith(f"-> absorbed: no open wait for {QA} matches the event's selector: {said}")
+
+
+def test_a_correlation_id_mismatch_is_named_too(tmp_path: Path) -> None:
+    script = {
+        "replies": {"tighten": ["ok@1000"], "verify": ["silent"]},
+        "events": [
+            {
+                "atMs": 10000,
+                "typeId": "com.example.station.torque_result.v1",
+                "outcome": "torque_ok",
+                "correlationId": "job-7",
+            }
+        ],
+    }
+    done = sfc(
+        "dryrun", REAR_AXLE, "--script", write(tmp_path, "s.json", script), "--time-limit-ms", 11000
+    )
+    assert "verify expects correlationId job-1, the event has job-7" in done.stdout
+
+
+# --------------------------------------------------------------------------- 14. transcript
+
+
+def test_a_release_says_the_same_command_id_is_re_issued_with_a_moved_deadline(
+    tmp_path: Path,
+) -> None:
+    """docs/cli.md "Transcript": a release re-issues, it does not order twice."""
+    script = {
+        "default": "ok@500",
+        "replies": {"clamp": ["ok@20000"]},
+        "controls": [{"atMs": 200, "kind": "hold"}, {"atMs": 300, "kind": "release"}],
+    }
+    done = sfc("dryrun", TH, "--script", write(tmp_path, "s.json", script))
+    assert (
+        "=> push clamp#1 re-issued (same command id, attempt 1, deadline moved from 10.000s "
+        "to 10.100s)"
+    ) in done.stdout
+    assert "push clamp#1 again" not in done.stdout
+
+
+def test_an_outage_shows_where_it_starts_and_which_deadlines_it_moved() -> None:
+    script = EXAMPLES / "rear-axle-fitting" / "outage.script.json"
+    done = sfc("dryrun", REAR_AXLE, "--script", script)
+    lines = done.stdout.splitlines()
+    assert lines[3] == (
+        "    40.000s  outage of 30 s begins                  -- the platform is down until "
+        "70.000s: no ticks; a tick at its end moves the deadlines that are open by its length"
+    )
+    assert lines[4].endswith("-> applied: deadlines moved by an outage of 30 s: tighten to 90.000s")
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "greetings-demo/cancel",
+        "rear-axle-fitting/selectors",
+        "recovery-routing/clogged-nozzle",
+        "tightening-hold/abort-while-held",
+    ],
+)
+def test_the_columns_stay_aligned(script: str) -> None:
+    example, name = script.split("/")
+    done = sfc(
+        "dryrun",
+        EXAMPLES / example / "recipe.json",
+        "--script",
+        EXAMPLES / example / f"{name}.script.json",
+    )
+    arrows = {line.index("  -> ") for line in done.stdout.splitlines()[:-1]}
+    assert len(arrows) == 1, done.stdout
+
+
+def test_one_duration_style_throughout(tmp_path: Path) -> None:
+    script = {
+        "default": "ok@500",
+        "replies": {"tighten": ["silent"], "tighten:hold": ["busy@100"]},
+        "controls": [
+            {"atMs": 10000, "kind": "hold"},
+            {"atMs": 100000, "kind": "release"},
+            {"atMs": 200000, "kind": "outage", "ms": 90000},
+        ],
+    }
+    path = write(tmp_path, "s.json", script)
+    done = sfc("dryrun", TH, "--script", path, "--time-limit-ms", 300500)
+    assert "job released after 1 min 30 s" in done.stdout
+    assert "outage of 1 min 30 s begins" in done.stdout
+    assert "tick after an outage of 1 min 30 s" in done.stdout
+    assert "end: time limit of 5 min 0.5 s reached" in done.stdout
+    assert re.search(r"(?<![0-9.])90(\.000)? ?s\b", done.stdout) is None  # no `90 s`, `90.000s`
+
+
+def test_a_cancel_without_a_reason_says_job_cancelled_once(tmp_path: Path) -> None:
+    script = {"default": "silent", "controls": [{"atMs": 1000, "kind": "cancel"}]}
+    done = sfc("dryrun", TH, "--script", write(tmp_path, "s.json", script))
+    line = done.stdout.splitlines()[1]
+    assert line.split("  -> ")[0].strip() == "1.000s  operator cancel"
+    assert line.endswith("-> applied: job cancelled  => withdraw clamp#1  => job cancelled")
+    assert "cancelled: cancelled" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "end", "reason"),
+    [
+        ([], "completed", "the job completed"),
+        (
+            ["--time-limit-ms", "5000", "--script", "{silent}"],
+            "time_limit",
+            "the time limit of 5 s was reached: the job had not ended",
+        ),
+        (
+            ["--evaluation-limit", "2"],
+            "evaluation_limit",
+            "the evaluation limit of 2 evaluations was reached at 0.500s: the job had not ended",
+        ),
+    ],
+)
+def test_dryrun_json_says_why_the_run_ended_and_how_many_evaluations(
+    tmp_path: Path, args: list[str], end: str, reason: str
+) -> None:
+    """schemas/dryrun_result_v1_2.json: endReason and evaluations (docs/formats.md)."""
+    silent = write(tmp_path, "silent.json", {"default": "silent"})
+    script = write(tmp_path, "ok.json", {"default": "ok@500"})
+    args = [str(silent) if a == "{silent}" else a for a in args]
+    if "--script" not in args:
+        args += ["--script", str(script)]
+    done = sfc("dryrun", TH, "--json", *args)
+    doc = json.loads(done.stdout)
+    assert (doc["end"], doc["endReason"]) == (end, reason)
+    assert doc["evaluations"] == len(doc["transcript"])
+    assert list(wire.validator("dryrun_result_v1_2").iter_errors(doc)) == []
+
+
+# --------------------------------------------------------------------------- 15. ignored items
+
+
+def test_script_items_that_were_not_evaluated_are_reported_as_ignored(tmp_path: Path) -> None:
+    """docs/scripts.md: nothing in a script vanishes; each item not evaluated says why."""
+    script = {
+        "default": "ok@500",
+        "events": [
+            {"atMs": 100, "typeId": "com.nobody.v1"},
+            {"atMs": 900000, "typeId": "com.example.station.qa_result.v1"},
+        ],
+        "controls": [
+            {"atMs": 800000, "kind": "cancel", "reason": "too late"},
+            {"atMs": 850000, "kind": "outage", "ms": 1000},
+        ],
+    }
+    done = sfc("dryrun", TH, "--script", write(tmp_path, "s.json", script))
+    assert done.exit_code == 0
+    ignored = [line for line in done.stdout.splitlines() if "-- ignored: " in line]
+    assert [line.split("  -- ")[0].split() for line in ignored] == [
+        ["0.100s", "event", "com.nobody.v1:", "done"],
+        ["800.000s", "operator", "cancel:", "too", "late"],
+        ["850.000s", "outage", "of", "1", "s"],
+        ["900.000s", "event", "com.example.station.qa_result.v1:", "done"],
+    ]
+    assert ignored[0].endswith(
+        "-- ignored: no action of the recipe waits for events of type com.nobody.v1"
+    )
+    assert all(
+        line.endswith("-- ignored: the job had already completed at 1.500s") for line in ignored[1:]
+    )
+    doc = json.loads(sfc("dryrun", TH, "--script", tmp_path / "s.json", "--json").stdout)
+    assert [(n["atMs"], n["kind"], n["after"]) for n in doc["notes"]] == [
+        (100, "ignored", 1),
+        (800000, "ignored", 4),
+        (850000, "ignored", 4),
+        (900000, "ignored", 4),
+    ]

@@ -53,7 +53,7 @@ def run_json(*args: Any) -> dict[str, Any]:
 
 
 def schema_errors(doc: dict[str, Any]) -> list[str]:
-    return [e.message for e in validator("dryrun_result_v1_1").iter_errors(doc)]
+    return [e.message for e in validator("dryrun_result_v1_2").iter_errors(doc)]
 
 
 LOOP: dict[str, Any] = {
@@ -443,7 +443,7 @@ ODD_RUNS = [
 def test_json_output_of_every_kind_of_end_follows_the_schema(
     tmp_path: Path, recipe: Path | None, doc: dict[str, Any], options: tuple[Any, ...], end: str
 ) -> None:
-    """DESIGN.md: `--json` prints the dry-run result (schemas/dryrun_result_v1_1.json), with
+    """DESIGN.md: `--json` prints the dry-run result (schemas/dryrun_result_v1_2.json), with
     `end` one of completed, faulted, cancelled, time_limit, evaluation_limit."""
     path = recipe or write(tmp_path, "r.json", ENDLESS)
     result = run_json(path, "--script", write(tmp_path, "s.json", doc), *options)

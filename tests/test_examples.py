@@ -20,7 +20,7 @@ from referencing.jsonschema import DRAFT202012
 from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.single_file import SingleFileSnapshotExtension
 
-from generated.dryrun_result_v1_1 import DryRunResult
+from generated.dryrun_result_v1_2 import DryRunResult
 from generated.simulation_script_v1_0 import SimulationScript
 from sfc.builder import build
 from sfc.graph import Graph
@@ -151,7 +151,7 @@ def test_text_transcript(script: Path, snapshot: SnapshotAssertion) -> None:
 @script_param
 def test_json_transcript(script: Path, snapshot: SnapshotAssertion) -> None:
     data = to_json(run(script))
-    assert jsonschema_error("dryrun_result_v1_1", data) is None
+    assert jsonschema_error("dryrun_result_v1_2", data) is None
     assert data == snapshot(extension_class=JsonBytesSnapshot)
 
 

@@ -142,7 +142,7 @@ def test_a_step_without_actions_is_passed_through() -> None:
     [
         (30_000, "30 s"),
         (60_000, "1 min"),
-        (90_000, "90 s"),
+        (90_000, "1 min 30 s"),
         (7_200_000, "2 h"),
         (1500, "1.5 s"),
         (0, "0 s"),

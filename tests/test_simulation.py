@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from generated.command_v1_0 import StartWork
-from generated.dryrun_result_v1_1 import DryRunResult
+from generated.dryrun_result_v1_2 import DryRunResult
 from generated.event_v1_0 import (
     ActionCompleted,
     ActionFailed,
@@ -472,9 +472,11 @@ def test_hold_release_and_cancel_controls_become_events() -> None:
     assert sim.end == "cancelled"
 
 
-def test_a_cancel_without_reason_says_cancelled() -> None:
+def test_a_cancel_without_reason_has_none() -> None:
+    """docs/scripts.md: no `reason`, no reason: the line reads `job cancelled`, once."""
     sim = run(one_push(), {"default": "silent", "controls": [{"kind": "cancel", "atMs": 1}]})
-    assert events(sim, Cancel) == [Cancel(at=1, reason="cancelled")]
+    assert events(sim, Cancel) == [Cancel(at=1, reason="")]
+    assert sim.transcript[-1].reason == "job cancelled"
 
 
 def test_a_hold_moves_deadlines_so_the_hold_costs_no_attempt() -> None:

@@ -13,7 +13,7 @@ does.
    ScriptError (the documented refusal);
 1. Simulation.run() never raises and ends completed, faulted, cancelled, time_limit or
    evaluation_limit, within its limits;
-2. the JSON result validates against schemas/dryrun_result_v1_1.json and decodes back with
+2. the JSON result validates against schemas/dryrun_result_v1_2.json and decodes back with
    from_json to an equal DryRunResult;
 3. to_text never raises and has one line per transcript entry, then the end line;
 4. explain of the recipe names every step; explain of the job's state before the run,
@@ -39,7 +39,7 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from generated.dryrun_result_v1_1 import DryRunResult
+from generated.dryrun_result_v1_2 import DryRunResult
 from generated.simulation_script_v1_0 import SimulationScript
 from generated.state_v1_4 import SfcState
 from sfc.explain import explain
@@ -396,7 +396,7 @@ def test_1_a_run_never_raises_and_ends_in_a_documented_way(case: Case) -> None:
 def test_2_the_json_result_validates_and_decodes_to_an_equal_result(case: Case) -> None:
     _, result = ran(case)
     data = to_json(result)
-    errors = sorted(validator("dryrun_result_v1_1").iter_errors(msgspec.json.decode(data)), key=str)
+    errors = sorted(validator("dryrun_result_v1_2").iter_errors(msgspec.json.decode(data)), key=str)
     assert not errors, f"{errors[0].message} at {errors[0].json_path}"
     assert from_json(data) == result
 
@@ -408,7 +408,10 @@ def test_3_the_text_has_one_line_per_evaluation_and_the_end_line(case: Case) -> 
     text = to_text(result, stalled=sim.stalled)
     assert text.endswith("\n")
     rows = text[:-1].split("\n")
-    assert len(rows) == len(result.transcript) + 1
+    notes = [] if isinstance(result.notes, msgspec.UnsetType) else result.notes
+    assert len(rows) == len(result.transcript) + len(notes) + 1
+    # an evaluation reads `->`, a script item that was none (docs/cli.md) reads `--`
+    assert sum(1 for row in rows if "  -> " not in row and "  -- " in row) == len(notes)
     assert rows == [line.text for line in lines(result, stalled=sim.stalled)]
     assert rows[-1].startswith("end: ")
     assert all(not row.startswith("end: ") for row in rows[:-1])

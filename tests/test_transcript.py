@@ -7,7 +7,7 @@ import pytest
 from msgspec import UNSET
 
 from generated.command_v1_0 import CancelWork, StartWork
-from generated.dryrun_result_v1_1 import DryRunResult, RunFault, TranscriptEntry
+from generated.dryrun_result_v1_2 import DryRunResult, RunFault, TranscriptEntry
 from generated.event_v1_0 import (
     ActionCompleted,
     ActionFailed,
@@ -70,8 +70,8 @@ def test_seconds() -> None:
 @pytest.mark.parametrize(
     ("ms", "text"),
     [
-        (0, "0.000s"),
-        (59_999, "59.999s"),
+        (0, "0 s"),
+        (59_999, "59.999 s"),
         (60_000, "1 min"),
         (90_500, "1 min 30.5 s"),
         (3_600_000, "1 h"),
@@ -80,7 +80,7 @@ def test_seconds() -> None:
         (90_061_000, "1 day 1 h 1 min 1 s"),
     ],
 )
-def test_lengths_of_time_read_in_seconds_below_a_minute_else_in_words(ms: int, text: str) -> None:
+def test_lengths_of_time_read_in_one_style_with_points_in_time_apart(ms: int, text: str) -> None:
     assert span(ms) == text
 
 
@@ -92,7 +92,7 @@ def test_lengths_of_time_read_in_seconds_below_a_minute_else_in_words(ms: int, t
     [
         (Start(at=0), "start"),
         (Tick(at=5), "tick"),
-        (Tick(at=5, outage_ms=30_000), "tick after an outage of 30.000s"),
+        (Tick(at=5, outage_ms=30_000), "tick after an outage of 30 s"),
         (Tick(at=5, outage_ms=5_400_000), "tick after an outage of 1 h 30 min"),
         (Hold(at=5), "operator hold"),
         (Release(at=5), "operator release"),
@@ -185,14 +185,17 @@ def test_a_withdrawal_without_a_reason_has_no_empty_brackets() -> None:
     assert describe_event(Cancel(at=5, reason="")) == "operator cancel"
 
 
-def test_a_command_id_issued_before_reads_as_issued_again() -> None:
+def test_a_command_id_issued_before_reads_as_the_same_command_re_issued() -> None:
+    """docs/cli.md "Transcript": a release re-issues the same command id; no second order."""
     first = work("job-1:a#1")
     issued = {first.command_id: first}
     moved = msgspec.structs.replace(first, deadline=65_500)
-    assert (
-        describe_command(moved, issued) == "push a#1 again (attempt 1, deadline moved to 65.500s)"
+    assert describe_command(moved, issued) == (
+        "push a#1 re-issued (same command id, attempt 1, deadline moved from 61.500s to 65.500s)"
     )
-    assert describe_command(first, issued) == "push a#1 again (attempt 1, deadline 61.500s)"
+    assert describe_command(first, issued) == (
+        "push a#1 re-issued (same command id, attempt 1, deadline 61.500s)"
+    )
     assert describe_command(work("job-1:a#2"), issued) == "push a#2 (attempt 1, deadline 61.500s)"
 
 
@@ -204,7 +207,10 @@ def test_a_release_that_issues_work_again_says_so_in_the_transcript() -> None:
     }
     sim = Simulation(graph, load_script(msgspec.json.encode(doc), graph))
     text = to_text(sim.run())
-    assert "=> push a#1 again (attempt 1, deadline moved to 34.000s)\n" in text
+    assert (
+        "=> push a#1 re-issued (same command id, attempt 1, deadline moved from 30.000s "
+        "to 34.000s)\n"
+    ) in text
 
 
 def test_describe_continuation() -> None:
@@ -271,7 +277,7 @@ def test_one_line_per_evaluation_then_the_end() -> None:
         ("cancelled", "end: cancelled at 2.000s after 1 evaluation", "cancelled"),
         (
             "time_limit",
-            "end: time limit of 2.000s reached after 1 evaluation; the job had not ended",
+            "end: time limit of 2 s reached after 1 evaluation; the job had not ended",
             "limit",
         ),
         (
@@ -321,7 +327,7 @@ def test_a_cancel_ends_the_hold() -> None:
         fault=None,
         transcript=[*HELD, entry(3000, Cancel(at=3000, reason="x"))],
     )
-    assert held_since(result) is None
+    assert held_since(result.transcript) is None
 
 
 def test_a_rejected_event_reads_as_rejected() -> None:
@@ -372,7 +378,15 @@ def test_the_json_form_is_the_dry_run_result_in_schema_order() -> None:
     data = to_json(result)
     assert data.endswith(b"}\n")
     assert from_json(data) == result
-    assert list(msgspec.json.decode(data)) == ["end", "atMs", "fault", "transcript"]
+    assert list(msgspec.json.decode(data)) == [
+        "end",
+        "atMs",
+        "fault",
+        "transcript",
+        "evaluations",
+        "endReason",
+        "notes",
+    ]
     first = msgspec.json.decode(data)["transcript"][0]
     assert list(first) == [
         "atMs",

@@ -26,6 +26,7 @@ from generated.capabilities_v1_0 import Capabilities
 from generated.command_v1_0 import Command
 from generated.dryrun_result_v1_0 import DryRunResult
 from generated.dryrun_result_v1_1 import DryRunResult as DryRunResultV11
+from generated.dryrun_result_v1_2 import DryRunResult as DryRunResultV12
 from generated.equipment_entry_v1_0 import EquipmentEntry
 from generated.event_v1_0 import Event
 from generated.history_entry_v1_0 import HistoryEntry
@@ -59,6 +60,7 @@ ROOT_TYPES: dict[str, Any] = {
     "simulation_script_v1_0": SimulationScript,
     "dryrun_result_v1_0": DryRunResult,
     "dryrun_result_v1_1": DryRunResultV11,
+    "dryrun_result_v1_2": DryRunResultV12,
     "job_order_v1_0": JobOrder,
     "job_response_v1_0": JobResponse,
     "work_entry_v1_0": WorkEntry,
