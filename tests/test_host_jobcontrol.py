@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,12 @@ from hypothesis import strategies as st
 from host import joborder, jobs, keys
 from host.equipment import Answer, respond
 from host.joborder import ReturnStatus
+from host.scripted import ScriptedEquipment, load_host_script
 from host.worker import Worker
 from sfc.codec import state_decoder
+from sfc.simulation import Simulation, load_script
 from tests.hostkit import Host, linear_recipe, wait_for
+from tests.test_host_scripted import graph_of, host_story, scaled_recipe, scaled_script, story
 
 ROOT = Path(__file__).resolve().parent.parent
 TIGHTENING = (ROOT / "examples/tightening-hold/recipe.json").read_bytes()
@@ -324,3 +328,53 @@ def test_a_pause_longer_than_the_open_deadline_costs_no_attempt(host: Host) -> N
     host.run([worker], [host.responder(scope)], host.ended(scope, [job]))
     assert _path(host, scope, job) == "Ended/Completed"
     assert [d.attempt for _, k, d in host.equipment(scope) if k == "push"] == [1]
+
+
+CONTROL_METHODS = {"hold": "Pause", "release": "Resume", "cancel": "Abort"}
+
+
+@pytest.mark.parametrize(
+    "script",
+    sorted((ROOT / "examples/tightening-hold").glob("*.script.json")),
+    ids=lambda p: p.name.removesuffix(".script.json"),
+)
+def test_every_tightening_script_through_the_host_ends_as_its_dry_run(
+    host: Host, script: Path
+) -> None:
+    """The script's controls become method calls at the same (scaled) offsets from the
+    start: hold is Pause, release is Resume, cancel is Abort."""
+    k = 0.01
+    recipe = scaled_recipe(TIGHTENING, k)
+    doc = json.loads(scaled_script(script.read_bytes(), k))
+    controls = [
+        (round(c["atMs"] * k), CONTROL_METHODS[c["kind"]])
+        for c in json.loads(script.read_bytes())["controls"]
+    ]
+    doc["controls"] = [
+        {**c, "atMs": round(c["atMs"] * k)} for c in json.loads(script.read_bytes())["controls"]
+    ]
+    expected = story(Simulation(graph_of(recipe), load_script(json.dumps(doc).encode())).run())
+    replies = {key: value for key, value in doc.items() if key != "controls"}
+    scope = host.scope("tightscript")
+    store = host.store()
+    job = host.submit(scope, recipe, job_id="job-1").job  # the dry run's job id
+    worker = host.worker([scope])
+    equipment = ScriptedEquipment(
+        host.store(), scope, load_host_script(json.dumps(replies).encode())
+    )
+    host.run([worker], [], lambda: _path(host, scope, job) == "Running", sweep=False)
+    started = host.order(scope, job).started_at
+    assert started is not None
+    pending = list(controls)
+
+    def step() -> None:
+        now = store.time_ms()
+        while pending and now >= started + pending[0][0]:
+            _, method = pending.pop(0)
+            CALLS[method](store, scope, job)
+        worker.sweep_once()
+        worker.read_once(block_ms=5)
+        equipment.pump(block_ms=1)
+
+    wait_for(host.ended(scope, [job]), step=step, timeout=30, what="the job to end")
+    assert host_story(host, scope, job) == expected
