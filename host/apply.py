@@ -505,13 +505,18 @@ class Applier:
         self.graphs = graphs or GraphCache(store)
         self.evaluator = Evaluator(self.graphs, settings)
         self.sleep = sleep
+        self.conflicts = 0
+        """Commit conflicts of job-control methods (each was loaded and applied again)."""
         self.before_commit: Callable[[list[Commit]], None] | None = None
         """A hook for tests: called with the commits of a batch just before they are sent."""
 
     def method(self, scope: str, job: str, call: MethodCall) -> tuple[joborder.ReturnStatus, str]:
         """Apply a job-control method as one commit, at the server's time; a conflict loads
         again. Returns the ReturnStatus and the order's new state path (or why not)."""
-        for _ in range(CONFLICT_RETRIES):
+        for attempt in range(CONFLICT_RETRIES):
+            if attempt:
+                self.conflicts += 1
+                self.sleep(min(0.05, 0.001 * 2**attempt))
             now, records = self.store.load(scope, [job])
             record = records[job]
             if record is None:

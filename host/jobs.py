@@ -47,6 +47,8 @@ class MethodResult:
     job: str
     message: str = ""
     errors: tuple[BuildError, ...] = field(default=())
+    conflicts: int = 0
+    """Commit conflicts on the way (the method was loaded and applied again each time)."""
 
     @property
     def ok(self) -> bool:
@@ -222,7 +224,7 @@ def apply_method(
         )
     applier = Applier(store, settings or Settings())
     status, message = applier.method(scope, job, MethodCall(method, comment=comment))
-    return MethodResult(status, job, message)
+    return MethodResult(status, job, message, conflicts=applier.conflicts)
 
 
 METHODS = ("Start", "RevokeStart", "Pause", "Resume", "Stop", "Abort")

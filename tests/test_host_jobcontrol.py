@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -378,3 +380,65 @@ def test_every_tightening_script_through_the_host_ends_as_its_dry_run(
 
     wait_for(host.ended(scope, [job]), step=step, timeout=30, what="the job to end")
     assert host_story(host, scope, job) == expected
+
+
+def test_pause_resume_and_answers_racing_from_three_processes_lose_nothing(
+    host: Host, valkey_url: str, tmp_path: Path
+) -> None:
+    """Three loopers in three processes: Pause, Resume and the equipment's answers, on the
+    same jobs, 200 times over, with a worker applying meanwhile."""
+    scope = host.scope("race")
+    store = host.store()
+    job_ids = [f"r{i}" for i in range(4)]
+    for job in job_ids:
+        host.submit(scope, TIGHTENING, job_id=job)
+    worker = host.worker([scope])
+    go = tmp_path / "go"
+    run = [sys.executable, "-m", "tests.host_loopers"]
+    answerer = subprocess.Popen(
+        [*run, "answer", valkey_url, scope, str(go)], cwd=ROOT, stdout=subprocess.PIPE
+    )
+    loopers = [
+        subprocess.Popen(
+            [*run, method, valkey_url, scope, "200", *job_ids], cwd=ROOT, stdout=subprocess.PIPE
+        )
+        for method in ("pause", "resume")
+    ]
+    try:
+        wait_for(
+            lambda: all(p.poll() is not None for p in loopers),
+            step=lambda: (worker.sweep_once(), worker.read_once(block_ms=5)),
+            timeout=120,
+            what="the pause and resume loopers",
+        )
+        counts = [json.loads(p.communicate()[0]) for p in loopers]
+        assert all(p.returncode == 0 for p in loopers)
+        go.touch()  # the tightening may finish now
+        for job in job_ids:  # a job the pauser left paused is resumed
+            if _path(host, scope, job) == "Interrupted/Suspended":
+                assert jobs.resume(store, scope, job).ok
+        host.run([worker], [], host.ended(scope, job_ids), timeout=60)
+    finally:
+        for p in [answerer, *loopers]:
+            if p.poll() is None:
+                p.terminate()
+        out, _ = answerer.communicate(timeout=30)
+        for p in loopers:
+            p.communicate(timeout=30)
+    answers = json.loads(out)["answers"]
+    assert all(_path(host, scope, j) == "Ended/Completed" for j in job_ids)
+    # no answer lost: every one the equipment wrote was evaluated (applied or absorbed)
+    seen = {h.entry for j in job_ids for _, h in jobs.view(store, scope, j, 1000).history}  # type: ignore[union-attr]
+    missing = [a for a in answers if a not in seen]
+    assert not missing, missing
+    pauses, resumes = counts
+    assert pauses["calls"] == resumes["calls"] == 200 * len(job_ids)
+    assert pauses["ok"] > 0 and resumes["ok"] > 0
+    holds = [d for _, k, d in host.equipment(scope) if k == "hold"]
+    assert holds  # pauses reached the equipment while tighten was out
+    print(
+        f"\nrace: {pauses['ok']} pauses and {resumes['ok']} resumes applied of "
+        f"{pauses['calls']} each; commit conflicts: pause {pauses['conflicts']}, resume "
+        f"{resumes['conflicts']}, worker {worker.counters.outcome.conflicts}; "
+        f"{len(answers)} answers, {len(holds)} hold commands"
+    )
