@@ -71,6 +71,13 @@ class Commit:
     """Work entries to queue in the same commit (kind, data)."""
 
 
+def unreachable(error: BaseException) -> bool:
+    """Whether `error` says the server cannot be reached (gone, restarting, loading)."""
+    return isinstance(
+        error, redis.ConnectionError | redis.TimeoutError | redis.BusyLoadingError | OSError
+    )
+
+
 class StoreError(RuntimeError):
     """The server cannot be reached or refused the login; the message says which and where."""
 

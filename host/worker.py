@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from host.apply import Applier, Outcome
 from host.entries import Entry, EntryError, decode_work, job_of
 from host.settings import Settings
-from host.store import Store
+from host.store import Store, unreachable
 
 log = logging.getLogger("sfc.host.worker")
 TRIM_INTERVAL_MS = 60_000
@@ -137,9 +137,12 @@ class Worker:
             return Outcome()
         try:
             outcome = self.applier.apply(scope, good)
-        except Exception:
-            # The server went away mid-batch, or a bug: nothing was committed that the
-            # commit did not ack, so the entries stay pending and are claimed later.
+        except Exception as e:
+            if unreachable(e):
+                raise  # the loop reconnects; the entries stay pending
+
+            # A bug, or a stored state that does not decode: nothing was committed that
+            # the commit did not ack, so the entries stay pending and are claimed later.
             log.exception(
                 "scope %s: a batch of %d entries raised; they stay pending", scope, len(good)
             )
@@ -254,6 +257,8 @@ class Worker:
         next_sweep = now
         next_claim = now + s.autoclaim_idle / 1000
         next_trim = now + random.uniform(0.5, 1.0) * TRIM_INTERVAL_MS / 1000
+        down_since: float | None = None
+        backoff = 0.0
         while not stop.is_set():
             now = self.clock()
             try:
@@ -276,8 +281,24 @@ class Worker:
                     self.read_once(block)
                 else:
                     stop.wait(block / 1000)
-            except Exception:
-                # A server that went away, or a bug: log it, wait a moment, go on. Nothing
-                # is lost: what was not committed stays pending.
-                log.exception("worker %s: a round failed; retrying", self.consumer)
-                stop.wait(0.5)
+            except Exception as e:
+                # Nothing is lost either way: what was not committed stays pending.
+                if not unreachable(e):
+                    log.exception("worker %s: a round failed; retrying", self.consumer)
+                    stop.wait(0.5)
+                    continue
+                if down_since is None:
+                    down_since = self.clock()
+                    log.warning(
+                        "worker %s: the server is unreachable (%s); reconnecting with backoff",
+                        self.consumer,
+                        e,
+                    )
+                backoff = min(5.0, max(0.1, backoff * 2))
+                stop.wait(backoff)
+                continue
+            if down_since is not None:
+                log.warning(
+                    "worker %s: reconnected after %.1f s", self.consumer, self.clock() - down_since
+                )
+                down_since, backoff = None, 0.0
