@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
@@ -31,6 +33,15 @@ work_app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.add_typer(work_app, name="work")
+
+
+@contextmanager
+def refused() -> Iterator[None]:
+    """An answer or event that a worker would bury is refused here: exit 2, nothing written."""
+    try:
+        yield
+    except ValueError as e:  # EntryError, KeyError_ and the checks of respond/publish_event
+        fail(f"refused, nothing written: {e}", 2)
 
 
 @app.command()
@@ -63,7 +74,7 @@ def respond(
     except keys.KeyError_ as e:
         fail(f"JOB: {e}", 2)
     store = open_store(redis, data_dir)
-    with server_errors():
+    with server_errors(), refused():
         entry = respond_(
             store,
             scope,
@@ -100,7 +111,7 @@ def event(
     if not type_id.strip():
         fail("TYPE is empty", 2)
     store = open_store(redis, data_dir)
-    with server_errors():
+    with server_errors(), refused():
         entry = publish_event(
             store,
             scope,

@@ -43,28 +43,39 @@ class AnswerData(Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=
         | UnsetType
     ) = field(name="commandId", default=UNSET)
     outcome: (
-        Annotated[str, Meta(description="The outcome; absent with error, done by default.")]
+        Annotated[
+            str,
+            Meta(description="The outcome; absent with error, done by default.", max_length=256),
+        ]
         | UnsetType
     ) = UNSET
     error: (
         Annotated[
             str,
-            Meta(description="A failure report: the action fails with the reserved outcome error."),
+            Meta(
+                description="A failure report: the action fails with the reserved outcome error.",
+                max_length=65536,
+            ),
         ]
         | UnsetType
     ) = UNSET
-    round: Annotated[int, Meta(description="The round the command carried.", ge=1)] | UnsetType = (
-        UNSET
-    )
+    round: (
+        Annotated[int, Meta(description="The round the command carried.", ge=1, le=1000000000)]
+        | UnsetType
+    ) = UNSET
 
 
 class EventData(Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True, kw_only=True):
     type_id: Annotated[str, Meta(max_length=256, min_length=1)] = field(name="typeId")
-    subject: str | UnsetType = UNSET
-    correlation_id: str | UnsetType = field(name="correlationId", default=UNSET)
-    outcome: Annotated[str, Meta(description="done by default.")] | UnsetType = UNSET
-    source: str | UnsetType = UNSET
-    id: str | UnsetType = UNSET
+    subject: Annotated[str, Meta(max_length=1024)] | UnsetType = UNSET
+    correlation_id: Annotated[str, Meta(max_length=1024)] | UnsetType = field(
+        name="correlationId", default=UNSET
+    )
+    outcome: Annotated[str, Meta(description="done by default.", max_length=256)] | UnsetType = (
+        UNSET
+    )
+    source: Annotated[str, Meta(max_length=256)] | UnsetType = UNSET
+    id: Annotated[str, Meta(max_length=256)] | UnsetType = UNSET
 
 
 class TickData(Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True, kw_only=True):
@@ -83,6 +94,7 @@ class TickData(Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=Tr
             Meta(
                 description="A platform outage of this length: open deadlines move by it before anything expires.",
                 ge=0,
+                le=31536000000,
             ),
         ]
         | UnsetType
@@ -100,7 +112,10 @@ class ResumeData(Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=
         ),
     ]
     action: (
-        Annotated[str, Meta(description="Only this action's work; all open work when absent.")]
+        Annotated[
+            str,
+            Meta(description="Only this action's work; all open work when absent.", max_length=256),
+        ]
         | UnsetType
     ) = UNSET
 

@@ -139,6 +139,19 @@ def _decode(
     return Entry(entry_id, kind, value)
 
 
+def checked(kind: str, data: msgspec.Struct) -> msgspec.Struct:
+    """`data`, if a worker would read it as a `kind` work entry; else EntryError with the
+    reason. The entry points (respond, publish_event) refuse what a worker would bury."""
+    raw = _encoder.encode(data)
+    if len(raw) > ENTRY_LIMIT:
+        raise EntryError(f"its data has {len(raw)} bytes; at most {ENTRY_LIMIT} are allowed")
+    try:
+        _work_decoders[kind].decode(raw)
+    except msgspec.ValidationError as e:
+        raise EntryError(f"{kind} data does not fit its schema: {e}") from None
+    return data
+
+
 def decode_work(entry_id: str, raw: Mapping[bytes, bytes]) -> Entry:
     """A work entry from its stream fields, or EntryError."""
     return _decode(entry_id, raw, _work_decoders, "work")
@@ -169,6 +182,7 @@ __all__ = [
     "EntryError",
     "EquipmentData",
     "WorkData",
+    "checked",
     "decode_equipment",
     "decode_history",
     "decode_work",

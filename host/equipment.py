@@ -21,7 +21,7 @@ from generated.equipment_entry_v1_0 import AwaitData, CommandData
 from generated.work_entry_v1_0 import AnswerData, EventData
 from host import keys
 from host.apply import EVENTS_UNMATCHED
-from host.entries import Entry, EntryError, decode_equipment, encode, fields
+from host.entries import Entry, EntryError, checked, decode_equipment, encode, fields
 from host.store import Store
 
 log = logging.getLogger("sfc.host.equipment")
@@ -49,7 +49,7 @@ def answer_data(
     keys.check_job(job)
     if not action_key.startswith(f"{job}:"):
         action_key = f"{job}:{action_key}"
-    return AnswerData(
+    data = AnswerData(
         job=job,
         action_key=action_key,
         command_id=UNSET if command_id is None else command_id,
@@ -57,6 +57,8 @@ def answer_data(
         error=UNSET if error is None else error,
         round=UNSET if round is None else round,
     )
+    checked("answer", data)
+    return data
 
 
 def respond(
@@ -127,7 +129,7 @@ def event_data(
         raise ValueError("an event needs a type id")
     if (source is None) != (id is None):
         raise ValueError("an event's source and id come together: give both or neither")
-    return EventData(
+    data = EventData(
         type_id=type_id,
         subject=UNSET if subject is None else subject,
         correlation_id=UNSET if correlation_id is None else correlation_id,
@@ -135,6 +137,8 @@ def event_data(
         source=UNSET if source is None else source,
         id=UNSET if id is None else id,
     )
+    checked("event", data)
+    return data
 
 
 @dataclass(slots=True)

@@ -35,6 +35,8 @@ from sfc.graph import Graph
 
 RECIPE_LIMIT = 4 << 20
 """Most bytes of a recipe document the host stores."""
+PARAMETERS_LIMIT = 64 << 10
+"""Most bytes of one command's parameters (JSON): every equipment entry carries them."""
 STORE_RETRIES = 20
 _ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"
 
@@ -118,7 +120,22 @@ def _build_for_scope(
             + (f" (and {len(built.errors) - 1} more)" if len(built.errors) > 1 else ""),
             built.errors,
         )
-    return built.graph
+    graph = built.graph
+    for spec in graph.actions.values():
+        for what, params in (
+            ("Parameters", spec.parameters),
+            ("Hold.Parameters", None if spec.hold is None else spec.hold.parameters),
+            ("Restart.Parameters", None if spec.restart is None else spec.restart.parameters),
+        ):
+            size = 0 if not params else len(msgspec.json.encode(params))
+            if size > PARAMETERS_LIMIT:
+                return MethodResult(
+                    ReturnStatus.UNABLE_TO_ACCEPT,
+                    shown,
+                    f"action {spec.name!r}: its {what} encode to {size} bytes; a command "
+                    f"carries at most {PARAMETERS_LIMIT}",
+                )
+    return graph
 
 
 def submit(
