@@ -193,7 +193,7 @@ def serve(
                 fail(str(e), 2)
             store = connect(url)
             try:
-                store.load_library()
+                store.ensure_library()  # an ACL user without FUNCTION LOAD relies on setup
                 # without --scope every registered scope is served; `default` is set up at
                 # once, so a first submit to it does not wait for the scope refresh
                 for s in scope or ["default"]:

@@ -107,7 +107,7 @@ def scope_values(
 def setup_scope(store: Store, scope: str, values: Mapping[str, str]) -> None:
     """Load the function library, register the scope, create its group, write its settings."""
     keys.check_scope(scope)
-    store.load_library()
+    store.ensure_library()
     store.put_scope_settings(scope, values)
     store.register_scope(scope)
     store.create_group(scope)

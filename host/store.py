@@ -9,6 +9,7 @@ says it is missing, and retry.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -113,9 +114,17 @@ class Store:
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> Store:
         """A store on `url` (redis://, rediss://, unix://, with user and password)."""
+        tls: dict[str, Any] = {}
+        ca = os.environ.get("SFC_TLS_CA")
+        if url.startswith("rediss://") and ca and "ssl_ca_certs=" not in url:
+            tls["ssl_ca_certs"] = ca  # the CA that signed the server's certificate
         try:
             client = redis.Redis.from_url(
-                url, decode_responses=False, health_check_interval=30, socket_connect_timeout=5
+                url,
+                decode_responses=False,
+                health_check_interval=30,
+                socket_connect_timeout=5,
+                **tls,
             )
         except ValueError as e:
             raise StoreError(f"unusable server URL {redacted(url)}: {e}") from None
@@ -144,7 +153,25 @@ class Store:
     # -- the function library
 
     def load_library(self) -> None:
-        self.r.function_load(library_source(), replace=True)
+        """FUNCTION LOAD REPLACE of `sfc_1`; a StoreError when this user may not load it."""
+        try:
+            self.r.function_load(library_source(), replace=True)
+        except redis.ResponseError as e:
+            if isinstance(e, redis.exceptions.NoPermissionError) or "NOPERM" in str(e):
+                raise StoreError(
+                    f"the function library {keys.LIBRARY} is not loaded, or not this version, "
+                    f"and this user may not load it ({e}); run `sfc setup` as an admin user"
+                ) from None
+            raise
+
+    def ensure_library(self) -> bool:
+        """Load the library if this user may; True when loaded now. A user without FUNCTION
+        LOAD (an ACL user set up by an admin) relies on `sfc setup` having loaded it."""
+        try:
+            self.load_library()
+        except StoreError:
+            return False
+        return True
 
     def _fcall(self, name: str, keys_: Sequence[str], args: Sequence[Any]) -> Any:
         try:

