@@ -31,3 +31,17 @@ def host(valkey_url: str) -> Iterator[Host]:
         h.check_exactly_once()
     finally:
         h.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The long fault tests run only when asked: `-m faults_long`, or SFC_FAULTS_LONG=1."""
+    import os
+
+    if os.environ.get("SFC_FAULTS_LONG") == "1" or "faults_long" in (config.option.markexpr or ""):
+        return
+    skip = pytest.mark.skip(
+        reason="a long fault test: run with -m faults_long or SFC_FAULTS_LONG=1"
+    )
+    for item in items:
+        if "faults_long" in item.keywords:
+            item.add_marker(skip)
