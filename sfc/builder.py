@@ -1,7 +1,7 @@
 """Build: a recipe document becomes a Graph, or every error found in it (SFC000 to SFC020).
 
 Build errors are data: `build()` never raises for any bytes, it returns a BuildResult with
-either a graph or a non-empty tuple of errors. Each error has a code from the spec's table,
+either a graph or a non-empty tuple of errors. Each error has a code from the table in docs/errors.md,
 the JSON path of the element (`$.Transitions[2].Target`) and a message that names the step,
 transition, action or divergence by its name.
 

@@ -7,7 +7,7 @@ after it. It is **not durable** (nothing is stored; the run lives in this object
 distributed** (one job, one process, one thread). It proves what a recipe does with a given
 behaviour of the plant; it is not a host.
 
-The script (schemas/simulation_script_v1_0.json, DESIGN.md "The command line")
+The script (schemas/simulation_script_v1_0.json, docs/scripts.md)
 -------------------------------------------------------------------------------
 - The n-th time the equipment is asked about an action it gives the n-th reply of
   `replies[NAME]`; after the list, `default` (itself `ok` when absent). Hold and restart

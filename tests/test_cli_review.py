@@ -1,6 +1,6 @@
 """A plant engineer's review of `sfc dryrun`, `sfc explain`, `sfc render` and `sfc validate`.
 
-Each test cites the contract it checks: DESIGN.md "The command line" (exact), issue 6 (the
+Each test cites the contract it checks: docs/cli.md, issue 6 (the
 simulation, transcript, explainer and rendering) or the README's command table. Tests marked
 `xfail(strict=True)` show a problem found in review: they assert the correct behaviour and
 fail today; the others pin behaviour the review found right and that nothing else pins
@@ -93,7 +93,7 @@ ENDLESS: dict[str, Any] = {
 
 
 def test_an_empty_job_id_is_refused() -> None:
-    """spec/03 S-5: a work item needs an action and a job id; DESIGN.md's action keys are
+    """docs/formats.md "Commands": a work item needs an action and a job id; docs/formats.md's action keys are
     `{jobId}:{action}`. `--job-id ""` (e.g. `--job-id "$JOB"` with JOB unset) is an unusable
     argument and must exit 2 with a message, not run a job whose commands are `:send_bye#1`.
     """
@@ -103,7 +103,7 @@ def test_an_empty_job_id_is_refused() -> None:
 
 
 def test_a_reply_key_with_an_empty_suffix_is_refused(tmp_path: Path) -> None:
-    """DESIGN.md/issue 6: replies are keyed NAME, NAME:hold or NAME:restart; "Bad scripts,
+    """docs/scripts.md: replies are keyed NAME, NAME:hold or NAME:restart; "Bad scripts,
     such as unknown keys ... are refused with a clear message and exit code 2".
 
     `send_bye:` is none of the three. Today it is accepted and never asked, so the scripted
@@ -200,7 +200,7 @@ def test_a_job_held_for_good_says_so_instead_of_a_reached_time_limit(tmp_path: P
 
 
 def test_overlapping_outages_are_refused_or_not_counted_twice(tmp_path: Path) -> None:
-    """DESIGN.md: an outage is "no ticks for `ms`, then one tick with that outage"; issue 6:
+    """docs/cli.md: an outage is "no ticks for `ms`, then one tick with that outage"; issue 6:
     bad scripts are refused with a clear message and exit 2.
 
     Two outages 5 s-35 s and 10 s-40 s are one platform outage of 35 s. Either the script is
@@ -293,7 +293,7 @@ def test_a_broken_state_is_refused_naming_the_file_and_the_json_path(
 def test_exit_codes_of_runs_follow_the_contract(
     tmp_path: Path, doc: dict[str, Any], code: int, last: str
 ) -> None:
-    """DESIGN.md: "Exit 0 when the run completed, 1 otherwise"."""
+    """docs/cli.md: "Exit 0 when the run completed, 1 otherwise"."""
     done = sfc("dryrun", GREETINGS, "--script", write(tmp_path, "s.json", doc))
     assert done.exit_code == code
     assert done.stdout.splitlines()[-1].startswith(last)
@@ -324,7 +324,7 @@ def test_exit_codes_of_runs_follow_the_contract(
 def test_an_invalid_script_exits_2_naming_the_file_and_the_path(
     tmp_path: Path, doc: Any, path: str
 ) -> None:
-    """DESIGN.md: exit 2 "on an invalid recipe or script"; issue 6: "On a malformed script it
+    """docs/cli.md: exit 2 "on an invalid recipe or script"; issue 6: "On a malformed script it
     exits 2 with the path of the problem"."""
     script = write(tmp_path, "s.json", doc)
     done = sfc("dryrun", GREETINGS, "--script", script)
@@ -336,7 +336,7 @@ def test_an_invalid_script_exits_2_naming_the_file_and_the_path(
 @pytest.mark.parametrize("command", ["dryrun", "explain", "render", "validate"])
 @pytest.mark.parametrize("kind", ["missing", "directory"])
 def test_an_unreadable_recipe_exits_2_naming_it(tmp_path: Path, command: str, kind: str) -> None:
-    """DESIGN.md (validate) and README (explain, render: "2 unreadable file"); dryrun: an
+    """docs/cli.md (validate) and README (explain, render: "2 unreadable file"); dryrun: an
     unusable recipe is exit 2."""
     path = tmp_path / "missing.json" if kind == "missing" else tmp_path
     done = sfc(command, path)
@@ -357,7 +357,7 @@ def test_an_unreadable_state_exits_2_and_a_foreign_one_exits_1(
 
 
 def test_a_negative_or_zero_limit_is_a_usage_error_and_zero_time_still_runs_time_zero() -> None:
-    """DESIGN.md: virtual time starts at 0; `--time-limit-ms 0` still runs what happens at 0."""
+    """docs/cli.md: virtual time starts at 0; `--time-limit-ms 0` still runs what happens at 0."""
     assert sfc("dryrun", GREETINGS, "--time-limit-ms", -1).exit_code == 2
     assert sfc("dryrun", GREETINGS, "--evaluation-limit", 0).exit_code == 2
     done = sfc("dryrun", GREETINGS, "--time-limit-ms", 0)
@@ -366,7 +366,7 @@ def test_a_negative_or_zero_limit_is_a_usage_error_and_zero_time_still_runs_time
 
 
 def test_a_job_id_with_colons_runs() -> None:
-    """DESIGN.md: command ids are `{actionKey}#{sequence}`; a job id such as `line:1` (a colon,
+    """docs/cli.md: command ids are `{actionKey}#{sequence}`; a job id such as `line:1` (a colon,
     as hosts write scoped ids) must not confuse the keys of the scripted equipment."""
     result = run_json(GREETINGS, "--job-id", "line:1")
     assert result["end"] == "completed"
@@ -374,7 +374,7 @@ def test_a_job_id_with_colons_runs() -> None:
 
 
 def test_a_job_id_with_a_hash_sign_is_run_or_refused_never_turned_into_a_fault() -> None:
-    """DESIGN.md: `sfc dryrun` exits 0 when the run completed, 1 otherwise, 2 on an invalid
+    """docs/cli.md: `sfc dryrun` exits 0 when the run completed, 1 otherwise, 2 on an invalid
     recipe or script; issue 6: "The job id is job-1 unless --job-id gives another".
 
     The greetings demo answers ok at once, so the run must complete (exit 0) whatever the job
@@ -395,7 +395,7 @@ def test_a_job_id_with_a_hash_sign_is_run_or_refused_never_turned_into_a_fault()
 def test_a_v1_0_0_recipe_runs_under_the_default_dataschema_and_its_state_explains(
     tmp_path: Path,
 ) -> None:
-    """DESIGN.md: v1.0.0 is still accepted; v1.1.0 only adds Hold and Restart, so the recipe
+    """docs/cli.md: v1.0.0 is still accepted; v1.1.0 only adds Hold and Restart, so the recipe
     hash (and the states pinned to it) must not depend on the dataschema it was read with."""
     state = tmp_path / "state.json"
     assert sfc("dryrun", GREETINGS, "--dataschema", V1_0_0, "--state-out", state).exit_code == 0
@@ -443,7 +443,7 @@ ODD_RUNS = [
 def test_json_output_of_every_kind_of_end_follows_the_schema(
     tmp_path: Path, recipe: Path | None, doc: dict[str, Any], options: tuple[Any, ...], end: str
 ) -> None:
-    """DESIGN.md: `--json` prints the dry-run result (schemas/dryrun_result_v1_2.json), with
+    """docs/cli.md: `--json` prints the dry-run result (schemas/dryrun_result_v1_2.json), with
     `end` one of completed, faulted, cancelled, time_limit, evaluation_limit."""
     path = recipe or write(tmp_path, "r.json", ENDLESS)
     result = run_json(path, "--script", write(tmp_path, "s.json", doc), *options)
@@ -452,7 +452,7 @@ def test_json_output_of_every_kind_of_end_follows_the_schema(
 
 
 def test_a_reply_on_the_deadline_wins_over_the_tick(tmp_path: Path) -> None:
-    """DESIGN.md: "A reply that lands exactly on a deadline wins over the tick"."""
+    """docs/cli.md: "A reply that lands exactly on a deadline wins over the tick"."""
     script = write(tmp_path, "s.json", {"replies": {"send_bye": ["ok@30000"]}})
     result = run_json(GREETINGS, "--script", script)
     assert [e["event"]["kind"] for e in result["transcript"]] == ["start", "actionCompleted"]
@@ -484,7 +484,7 @@ def test_every_reply_carries_the_command_id_and_round_it_answers(tmp_path: Path)
 def test_a_hold_command_is_asked_under_its_own_key_and_answers_held_by_default(
     tmp_path: Path,
 ) -> None:
-    """DESIGN.md/issue 6: "Hold and restart commands are asked under the keys NAME:hold and
+    """docs/scripts.md: "Hold and restart commands are asked under the keys NAME:hold and
     NAME:restart. A hold command's default reply is held" - even when the script's `default`
     is something else; the restart gets the script's default."""
     doc = {
@@ -501,7 +501,7 @@ def test_a_hold_command_is_asked_under_its_own_key_and_answers_held_by_default(
 def test_a_release_that_reissues_a_command_id_does_not_ask_the_equipment_again(
     tmp_path: Path,
 ) -> None:
-    """DESIGN.md/issue 6: "The equipment is asked once per command id. A release that
+    """docs/scripts.md: "The equipment is asked once per command id. A release that
     re-issues a command id already sent does not ask again." The second scripted reply must
     therefore go to attempt 2, not to the re-issued send_bye#1."""
     doc = {

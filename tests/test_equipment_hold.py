@@ -1,6 +1,6 @@
 """Equipment hold and restart (ISA-88 hold logic for push commands), issue #5.
 
-Spec: spec/02 "Equipment hold" (the contract table) and spec/04 "Equipment hold (S27)".
+Spec: docs/recipes.md "Equipment hold" (the table) and docs/host.md.
 Each test drives the core through a pause (Hold event) and a resume (Release event) on a
 small recipe whose action `tighten` declares Hold and Restart, and asserts the exact
 commands, dispositions, action records and the continuation.
@@ -13,7 +13,7 @@ follows shows which step was entered.
 Command ids are `job-1:{action}#{n}` with one counter per job: `#1` is the work, `#2:hold`
 the first hold, `#3` the restart, and so on.
 
-Map to the contract table (spec/02) and the rules of issue #5:
+Map to the contract table (docs/recipes.md) and the rules of issue #5:
 - row "pause while the command is out", rule 1 ....... test_row1_*, test_rule1_*
 - row "the equipment answers held", rule 2 ........... test_row2_*, test_rule2_*
 - row "any other answer, an error, no answer", rule 3  test_row3_*
@@ -469,7 +469,7 @@ def test_row4_the_work_answers_before_the_hold_supersedes_it():
 # ============================================================== row 5: release before the answer
 
 
-# spec/04 S27 "Release before the answer": the release moves the work's deadline but does not
+# docs/recipes.md "Equipment hold" "Release before the answer": the release moves the work's deadline but does not
 # issue it again; the answer decides (held restarts at once, anything else issues the work
 # again with its command id).
 

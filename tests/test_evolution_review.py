@@ -1,5 +1,5 @@
-"""A review of evolve against spec/02 (Semantics; Time, attempts and late responses; Hold and
-release), spec/03 and spec/04: edge cases that tests/test_evolve.py,
+"""A review of evolve against docs/recipes.md (Semantics; Time, attempts and late responses;
+Hold and release; Equipment hold): edge cases that tests/test_evolve.py,
 tests/test_equipment_hold.py and the properties do not pin down.
 
 The first group are findings of that review: each failed before evolve was fixed. The
@@ -20,7 +20,7 @@ from tests.corehelpers import Job, divergence, pull, push, recipe, summary, t
 
 
 def test_after_a_failure_only_a_transition_that_names_the_failure_matches():
-    """spec/02 Semantics, Failures: "true does not match when an action failed; only a
+    """docs/recipes.md "Semantics", Failures: "true does not match when an action failed; only a
     transition that names timeout or error does. If nothing matches, the continuation is
     Fault." (issue #4 rule 2 says the same; _select's own docstring: "only a transition that
     names the failure routes it, so a recipe never silently goes on".)
@@ -52,9 +52,9 @@ def test_after_a_failure_only_a_transition_that_names_the_failure_matches():
 
 
 def test_an_outage_tick_while_held_without_hold_commands_is_absorbed():
-    """spec/02 Hold and release: "Deadlines do not expire during a hold. NextDeadline is
+    """docs/recipes.md "Hold and release": "Deadlines do not expire during a hold. NextDeadline is
     empty, so the host has no due-index entry for the job, and a tick or a resume is
-    absorbed." spec/04 S27 narrows it only for hold commands: "a tick while held expires
+    absorbed." docs/recipes.md "Equipment hold" narrows it only for hold commands: "a tick while held expires
     only those. An outage moves hold deadlines in both cases." Here no hold command is open,
     so nothing can move or expire and the tick must be absorbed with the state unchanged.
     """
@@ -69,9 +69,9 @@ def test_an_outage_tick_while_held_without_hold_commands_is_absorbed():
 
 
 def test_a_response_that_names_no_outcome_has_the_outcome_done():
-    """spec/04 (Push commands and responses): "the outcome names are declared on the factory,
+    """docs/recipes.md "Semantics": "the outcome names are declared on the factory,
     and done is the default" (sfc/graph.py DEFAULT_OUTCOME: "The outcome of a push response
-    that names none"); spec/02 State: "replaying the same events on the same state gives
+    that names none"); docs/recipes.md "State": "replaying the same events on the same state gives
     byte-identical results". ActionCompleted types `outcome` as `str | UnsetType`; unset
     encodes as an absent field, which decodes as "done". The in-memory event and its wire
     form must evolve the job the same way.
@@ -107,7 +107,7 @@ def _hash_job() -> Job:
 
 
 def test_a_job_id_with_a_hash_still_accepts_answers_that_carry_their_command_id():
-    """spec/02 Time: "A response from an earlier attempt completes the action while it is
+    """docs/recipes.md "Time, attempts and late responses": "A response from an earlier attempt completes the action while it is
     open"; State: "Command ids are {actionKey}#{sequence}". Nothing restricts the job id
     (schemas/state_v1_3.json: jobId is any string), and the action key is {jobId}:{action}.
     An answer that names the command id the core issued (order#7:a#1) must be matched.
@@ -119,7 +119,7 @@ def test_a_job_id_with_a_hash_still_accepts_answers_that_carry_their_command_id(
 
 
 def test_a_job_id_with_a_hash_still_matches_the_answer_held_to_its_hold_command():
-    """spec/02 Equipment hold: "The equipment answers held: The attempt ends: its command is
+    """docs/recipes.md "Equipment hold": "The equipment answers held: The attempt ends: its command is
     withdrawn (CancelWork reason held) ... On resume the restart command is sent." and
     "Responses are matched by the command id they answer (the causation id)".
     """
@@ -159,7 +159,7 @@ def selection_loop() -> dict[str, object]:
 
 
 def test_a_selection_divergence_entered_again_ignores_the_stale_records_of_the_sequence_not_taken():
-    """spec/02 Semantics: "A step that is entered again starts with fresh action records";
+    """docs/recipes.md "Semantics": "A step that is entered again starts with fresh action records";
     issue #4 rule 3: "When the chosen sequence ends, the exits are cleared with that
     sequence's outcomes." In the second pass the sequence of b1 is chosen; pa still holds
     `bad` from the first pass, which must not send the job to rework again.
@@ -212,7 +212,7 @@ def test_a_selection_divergence_whose_exit_leads_back_into_itself_selects_on_its
 
 
 def test_a_simultaneous_divergence_whose_exit_leads_back_into_itself_starts_afresh():
-    """spec/02 Semantics: "The transition into the divergence activates the first step of
+    """docs/recipes.md "Semantics": "The transition into the divergence activates the first step of
     every sequence" and "A step that is entered again starts with fresh action records". The
     second pass converges on its own outcomes, not on `again` from the first pass."""
     doc = recipe(
@@ -248,7 +248,7 @@ def test_a_simultaneous_divergence_whose_exit_leads_back_into_itself_starts_afre
 
 
 def test_an_event_for_a_wait_whose_step_is_not_active_yet_is_dropped():
-    """spec/04 Pull events: "An event that arrives before the wait exists is dropped, and the
+    """docs/recipes.md "Selectors": "An event that arrives before the wait exists is dropped, and the
     action ends with timeout if nothing else arrives." issue #4 rule 7: "Without a match the
     event is absorbed, not rejected." The early event must not complete the later wait."""
     doc = recipe(
@@ -269,7 +269,7 @@ def test_an_event_for_a_wait_whose_step_is_not_active_yet_is_dropped():
 
 
 def test_an_event_during_a_hold_for_a_wait_begun_before_it_is_recorded_and_routed_on_release():
-    """spec/02 Hold and release: "A response to a command that is out, or an event for a
+    """docs/recipes.md "Hold and release": "A response to a command that is out, or an event for a
     wait that began before the hold, is recorded on its action." and "On release ... Then
     the transitions that became possible fire." Also: the wait's deadline does not expire
     during the hold."""
@@ -293,7 +293,7 @@ def test_an_event_during_a_hold_for_a_wait_begun_before_it_is_recorded_and_route
 
 
 def test_resume_in_a_divergence_with_a_finished_sequence_reissues_only_the_open_work():
-    """spec/02 Time: "SfcResume re-emits open work that SfcSnapshot.LiveWork does not
+    """docs/recipes.md "Time, attempts and late responses": "SfcResume re-emits open work that SfcSnapshot.LiveWork does not
     contain. A re-dispatch uses up an attempt." A sequence waiting at the convergence has no
     open work; its done action must not be sent again."""
     doc = recipe(
@@ -315,7 +315,7 @@ def test_resume_in_a_divergence_with_a_finished_sequence_reissues_only_the_open_
 
 
 def test_a_selection_divergence_without_exit_completes_with_the_chosen_sequence_outcomes():
-    """spec/02 Semantics: "No exit transition completes the job"; issue #4 rule 1: "`complete`
+    """docs/recipes.md "Semantics": "No exit transition completes the job"; issue #4 rule 1: "`complete`
     carries the outcomes of the last step" (for a divergence: of its chosen sequence)."""
     doc = recipe(
         ["s0", "a1", "b1"],
@@ -333,7 +333,7 @@ def test_a_selection_divergence_without_exit_completes_with_the_chosen_sequence_
 
 
 def test_a_failure_in_a_selection_sequence_faults():
-    """spec/02 Semantics: "A failed action inside a divergence is a fault (a sequence has no
+    """docs/recipes.md "Semantics": "A failed action inside a divergence is a fault (a sequence has no
     transitions to route it)" - for a selection divergence too, even when its exits name
     the failure (the exits are cleared only at the convergence)."""
     doc = recipe(
@@ -358,7 +358,7 @@ def test_a_failure_in_a_selection_sequence_faults():
 
 
 def test_a_hold_1_ms_before_the_deadline_leaves_1_ms_of_the_attempt_after_the_release():
-    """spec/02 Hold and release: "On release, every open deadline moves by the length of the
+    """docs/recipes.md "Hold and release": "On release, every open deadline moves by the length of the
     hold (as with an outage), so the hold costs no attempt. Every open push attempt is issued
     again with its command id and attempt number." A hold that lands 1 ms before the deadline
     leaves 1 ms of the attempt after the release."""

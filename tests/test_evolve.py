@@ -1,4 +1,4 @@
-"""evolve, rule by rule (issue #4), and the Python engine behaviours that spec/03 marks "kept"."""
+"""evolve, rule by rule (issue #4), and the Python engine behaviours that the Python engine had and this one keeps."""
 
 from __future__ import annotations
 

@@ -176,7 +176,7 @@ def test_at_most_one_open_attempt_per_action(trace: Trace) -> None:
 
 
 def deadline_that_counts(state: SfcState) -> int | None:
-    """The earliest deadline the host must tick for, from the spec (spec/02, Time; Hold and
+    """The earliest deadline the host must tick for, from the spec (docs/recipes.md, "Time, attempts and late responses"; "Hold and
     release; Equipment hold):
 
     - only a running job has one;

@@ -120,7 +120,7 @@ def test_every_script_has_an_expected_end() -> None:
 def test_the_greetings_demo_is_the_python_projects() -> None:
     shared = ROOT.parent / "shared" / "python-recipes" / "GreetingsDemo.json"
     if not shared.is_file():
-        pytest.skip("shared/python-recipes is not beside the repository")
+        pytest.skip("the Python project's recipes are not beside the repository")
     assert (EXAMPLES / "greetings-demo" / "recipe.json").read_bytes() == shared.read_bytes()
 
 
