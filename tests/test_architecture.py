@@ -193,3 +193,18 @@ def test_the_host_decisions_are_pure(name: str) -> None:
             offences += [f"{_rel(path)}:{node.lineno} imports host.{n}" for n in names
                          if n not in PURE_HOST]  # fmt: skip
     assert not offences, "\n".join(offences)
+
+
+COMMANDS = {"cli.dryrun", "cli.explain", "cli.render", "cli.schema", "cli.validate"}
+
+
+def test_commands_share_helpers_through_one_module_not_through_each_other() -> None:
+    """What every command shares (reading files, loading recipes and states, the console)
+    lives in cli/files.py; no command module imports another (docs/cli.md)."""
+    offences = [
+        f"{module} imports {other}"
+        for module, imported in _module_imports("cli").items()
+        if module != "cli.commands"
+        for other in imported & COMMANDS
+    ]
+    assert not offences, "\n".join(offences)
