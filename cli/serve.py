@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from cli.files import read_bytes
-from cli.hostcommon import DataDirOption, RedisOption, fail, server_errors
+from cli.hostcommon import DataDirOption, RedisOption, check_scope, fail, server_errors
 from cli.main import app
 from host.serve import Serving, connect, resolve_url, scope_values, setup_scope
 from host.server import ServerError
@@ -87,7 +87,7 @@ def setup(
     """Load the function library and create the scopes' settings (an admin step: the host's
     own ACL user then needs no FUNCTION LOAD)."""
     values = _scope_values(capabilities, max_attempts, equipment_hold)
-    scopes = scope or ["default"]
+    scopes = [check_scope(s) for s in scope or ["default"]]
     with server_errors():
         store = connect(resolve_url(redis, data_dir))
         try:
@@ -173,6 +173,8 @@ def serve(
     except SettingsError as e:
         fail(str(e), 2)
     values = _scope_values(capabilities, max_attempts, equipment_hold)
+    for s in scope or []:
+        check_scope(s)
     chosen: Literal["everysec", "always"] = "always" if fsync == "always" else "everysec"
     serving = Serving(
         redis_url=redis or None,

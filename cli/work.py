@@ -49,7 +49,7 @@ def respond(
     job: Annotated[str, typer.Argument(metavar="JOB")],
     action: Annotated[str, typer.Argument(metavar="ACTION", help="The action (or its key).")],
     outcome: Annotated[
-        str | None, typer.Argument(metavar="[OUTCOME]", help="The outcome (default done).")
+        str | None, typer.Argument(metavar="OUTCOME", help="The outcome (default done).")
     ] = None,
     error: Annotated[
         str | None, typer.Option("--error", metavar="TEXT", help="Report a failure instead.")

@@ -1,0 +1,136 @@
+"""Every host entry point of the CLI refuses bad input with a clear message and exit 1 or 2,
+and writes nothing (a real server, real processes)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import redis
+from typer.testing import CliRunner
+
+from cli.main import app
+from host import keys
+from tests.hostkit import Host, linear_recipe
+
+METHODS = ["start", "revoke", "pause", "resume", "stop", "abort", "cancel", "clear"]
+
+
+def sfc(*args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI in this process (the refusals are not about processes): exit code, stdout and
+    stderr as a subprocess would give them."""
+    result = CliRunner().invoke(app, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)
+
+
+def _written(r: redis.Redis, scope: str) -> dict[bytes, object]:
+    """Everything stored under the scope's keys, to compare before and after."""
+    out: dict[bytes, object] = {}
+    for k in r.scan_iter(match=f"*{{{scope}}}*"):
+        t = r.type(k)
+        out[k] = r.xlen(k) if t == b"stream" else r.dump(k)
+    return out
+
+
+@pytest.fixture
+def stored(host: Host) -> tuple[Host, str]:
+    scope = host.scope("clibad")
+    host.submit(scope, linear_recipe(1), job_id="j", start=False)
+    return host, scope
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize(
+    ("job", "status"),
+    [("a{b}", "invalid request (4294967296)"), ("nobody", "unknown job order id (2)")],
+)
+def test_every_method_refuses_a_bad_or_unknown_id_and_writes_nothing(
+    stored: tuple[Host, str], valkey_url: str, method: str, job: str, status: str
+) -> None:
+    host, scope = stored
+    before = _written(host.client(), scope)
+    proc = sfc("job", method, job, "--scope", scope, "--redis", valkey_url)
+    assert proc.returncode == 1, proc.stderr
+    assert f"{job}: {status}" in proc.stdout
+    assert _written(host.client(), scope) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["respond", "j", "a1", "x" * 257], "refused, nothing written"),
+        (["respond", "j", "a1", "ok", "--error", "jammed"], "not both"),
+        (["respond", "j{", "a1", "ok"], "JOB:"),
+        (["respond", "j", "a1", "ok", "--round", "0"], "greater than or equal to 1"),
+        (["event", "t.v1", "--source", "s"], "come together"),
+        (["event", "t.v1", "--subject", "s" * 1025], "refused, nothing written"),
+        (["event", " "], "TYPE is empty"),
+    ],
+)
+def test_respond_and_event_refuse_bad_input_and_write_nothing(
+    stored: tuple[Host, str], valkey_url: str, args: list[str], message: str
+) -> None:
+    host, scope = stored
+    r = host.client()
+    r.zadd(keys.waits(scope, "t.v1"), {'["j",null,null]': 1})  # a wait: a good event queues
+    before = _written(r, scope)
+    proc = sfc(*args, "--scope", scope, "--redis", valkey_url)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr
+    assert _written(r, scope) == before
+
+
+def test_submit_refuses_a_bad_scope_a_bad_recipe_and_a_taken_id(
+    stored: tuple[Host, str], valkey_url: str, tmp_path: Path
+) -> None:
+    host, scope = stored
+    recipe = tmp_path / "r.json"
+    recipe.write_bytes(linear_recipe(1))
+    bad = tmp_path / "bad.json"
+    bad.write_text(
+        '{"Steps": [{"Name": "A", "Initial": true}], "Transitions": [], "Actions": ['
+        '{"Name": "a", "Step": "Nope", "Qualifier": "N", "Interaction": "push_command",'
+        ' "TypeId": "t", "TimeoutSeconds": 1}]}'
+    )
+    before = _written(host.client(), scope)
+    proc = sfc("job", "submit", str(recipe), "--scope", "sc{ope}", "--redis", valkey_url)
+    assert proc.returncode == 2 and "--scope" in proc.stderr
+    proc = sfc("job", "submit", str(bad), "--scope", scope, "--redis", valkey_url)
+    assert proc.returncode == 1
+    assert "unable to accept the job order (16)" in proc.stderr and "SFC003" in proc.stderr
+    proc = sfc(
+        "job", "submit", str(recipe), "--job-id", "j", "--scope", scope, "--redis", valkey_url
+    )
+    assert proc.returncode == 1 and "the job id is taken" in proc.stderr
+    assert _written(host.client(), scope) == before
+
+
+def test_setup_settings_and_urls_are_refused_at_start(
+    host: Host, valkey_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # where serve would put .sfc
+    scope = host.scope("setupbad")
+    caps = tmp_path / "caps.json"
+    caps.write_text('{"types": "not a list"}')
+    cases = [
+        (
+            ["setup", "--scope", scope, "--capabilities", str(caps), "--redis", valkey_url],
+            "capabilities",
+        ),
+        (["setup", "--scope", scope, "--max-attempts", "0", "--redis", valkey_url], "1 to 100"),
+        (["setup", "--scope", "a b", "--redis", valkey_url], "scope"),
+        (["serve", "--redis", valkey_url, "--sweep-interval", "soon"], "SFC_SWEEP_INTERVAL"),
+        (["serve", "--redis", valkey_url, "--outage-threshold", "10ms"], "must be above"),
+        (["serve", "--redis", valkey_url, "--fsync", "never"], "--fsync"),
+        (["job", "list", "--redis", "http://example"], "unusable server URL"),
+        (["job", "list", "--redis", "redis://127.0.0.1:1/0"], "cannot reach"),
+    ]
+    for args, message in cases:
+        proc = sfc(*args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert message in proc.stderr, (args, proc.stderr)
+    assert host.client().exists(keys.settings(scope)) == 0
+    assert not list(tmp_path.rglob("server.json"))
