@@ -10,11 +10,19 @@ each runs by default.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from generated.work_entry_v1_0 import TickData
+from host import keys
+from host.apply import decode_order
+from host.entries import decode_equipment, decode_history, fields
+from host.joborder import ended, path_text
+from host.server import Fsync
+from host.store import Store
 from tests.faultkit import (
     COMPLETED,
     End,
@@ -95,3 +103,181 @@ def test_1_workers_killed_mid_flight(fleet: Fleet) -> None:
 @pytest.mark.faults_long
 def test_1_workers_killed_mid_flight_long(fleet: Fleet) -> None:
     workers_killed(fleet, jobs=300, kills=6)
+
+
+# -- 3. the server dies
+
+
+def acknowledged(store: Store, scope: str, jobs: Iterable[str]) -> dict[str, Any]:
+    """What the server has acknowledged so far: the ended jobs, the equipment entry ids, the
+    history lengths."""
+    r = store.r
+    pipe = r.pipeline(transaction=False)
+    jobs = list(jobs)
+    for j in jobs:
+        pipe.hget(keys.job(scope, j), "order")
+        pipe.xlen(keys.history(scope, j))
+    rows = pipe.execute()
+    ended_jobs = {
+        j: path_text(decode_order(o))
+        for j, o in zip(jobs, rows[0::2], strict=True)
+        if o is not None and ended(decode_order(o))
+    }
+    history = dict(zip(jobs, rows[1::2], strict=True))
+    equipment = [i for i, _ in store.equipment_entries(scope)]
+    return {"ended": ended_jobs, "history": history, "equipment": equipment}
+
+
+def assert_nothing_lost(store: Store, scope: str, before: dict[str, Any], read: list[str]) -> None:
+    after = acknowledged(store, scope, before["history"])
+    lost_ends = {j: p for j, p in before["ended"].items() if after["ended"].get(j) != p}
+    assert not lost_ends, f"ended jobs lost: {lost_ends}"
+    shorter = {j: n for j, n in before["history"].items() if after["history"][j] < n}
+    assert not shorter, f"history entries lost: {shorter}"
+    present = set(after["equipment"])
+    missing = [i for i in [*before["equipment"], *read] if i not in present]
+    assert not missing, f"equipment entries lost: {missing[:5]}"
+
+
+def server_dies(fleet: Fleet, jobs: int, fsync: Fsync, crash: bool, instances: int = 2) -> None:
+    t0 = time.monotonic()
+    server = fleet.server(fsync)
+    scope = fleet.scope(server.url, f"server-{fsync}")
+    store = fleet.store(server.url)
+    equipment = fleet.scripted(server.url, scope, {"default": "ok@50"})
+    serving = [fleet.instance(server.url, scope) for _ in range(instances)]
+    for i in serving:
+        i.wait_serving()
+    recipe = chain_recipe(["a1", "a2", "a3"], timeout_s=30)
+    expected = dict.fromkeys(submit_jobs(store, scope, recipe, "before", jobs), COMPLETED)
+    wait_until(lambda: ended_count(store, scope, expected) >= jobs // 3, timeout=60, what="a third")
+    before = acknowledged(store, scope, expected)
+    if crash:
+        server.kill()
+    else:
+        server.stop()
+    read_before = list(equipment.read_ids)
+    down = time.monotonic()
+    for i in serving:
+        wait_until(
+            lambda i=i: "the server is unreachable" in i.log(), timeout=30, what="unreachable"
+        )
+    server.start()
+    restart = time.monotonic() - down
+    for i in serving:
+        wait_until(lambda i=i: "reconnected after" in i.log(), timeout=30, what="a reconnection")
+    store = fleet.store(server.url)
+    assert_nothing_lost(store, scope, before, read_before)
+    expected |= dict.fromkeys(submit_jobs(store, scope, recipe, "after", jobs // 5), COMPLETED)
+    wait_until(settled(store, scope, expected), timeout=120, what="every job to end")
+    figures = check(store, scope, expected)
+    assert all(i.alive() for i in serving)
+    assert equipment.error is None
+    print_figures(
+        f"3 server {'SIGKILL' if crash else 'SHUTDOWN'} (appendfsync {fsync})",
+        jobs=len(expected),
+        instances=instances,
+        kills=f"server {'SIGKILL' if crash else 'SIGTERM'} x1",
+        ended_before=len(before["ended"]),
+        down_seconds=f"{restart:.1f}",
+        equipment_reconnects=equipment.outages,
+        ended=figures.ended,
+        conflicts="n/a (sfc serve reports none)",
+        dead=figures.dead,
+        seconds=f"{time.monotonic() - t0:.1f}",
+    )
+
+
+def test_3_the_server_is_killed_with_fsync_always_and_nothing_is_lost(fleet: Fleet) -> None:
+    server_dies(fleet, jobs=30, fsync="always", crash=True)
+
+
+def test_3_the_server_shuts_down_with_everysec_and_nothing_is_lost(fleet: Fleet) -> None:
+    server_dies(fleet, jobs=30, fsync="everysec", crash=False)
+
+
+@pytest.mark.faults_long
+def test_3_the_server_dies_long(fleet: Fleet) -> None:
+    server_dies(fleet, jobs=300, fsync="always", crash=True, instances=3)
+
+
+# -- 2. everything down past the deadlines
+
+
+def everything_down(fleet: Fleet, jobs: int, threshold_s: float, instances: int = 2) -> None:
+    t0 = time.monotonic()
+    server = fleet.server()
+    scope = fleet.scope(server.url, "outage")
+    store = fleet.store(server.url)
+    env = {"SFC_OUTAGE_THRESHOLD": f"{int(threshold_s * 1000)}ms"}
+    timeout_s = int(4 * threshold_s)
+    # every answer comes 1.5 s after its command; the outage holds them back past the
+    # deadline, and one attempt only: a job that timed out would be Aborted
+    equipment = fleet.scripted(server.url, scope, {"default": f"ok@{int(timeout_s * 375)}"})
+    serving = [fleet.instance(server.url, scope, env) for _ in range(instances)]
+    for i in serving:
+        i.wait_serving()
+    recipe = chain_recipe(["a1", "a2"], timeout_s=timeout_s, max_attempts=1)
+    expected = dict.fromkeys(submit_jobs(store, scope, recipe, "o", jobs), COMPLETED)
+    wait_until(lambda: equipment.counters.asked >= jobs, timeout=60, what="every a1 asked")
+    equipment.pause()
+    for i in serving:
+        i.kill()
+    # some jobs were popped by a sweep just before the outage: a tick pending, no due entry
+    due = store.due(scope)
+    popped = sorted(due)[: max(1, len(due) // 5)]
+    for j in popped:
+        store.r.zrem(keys.due(scope), j)
+        store.add_work(scope, fields("tick", TickData(job=j)))
+    running = [j for j in expected if store.r.sismember(keys.active(scope), j)]
+    last_beat = int(store.heartbeat(scope)["at"])
+    # the fault: stay down for 3x the threshold, and until every deadline has passed, on
+    # the server's clock
+    until = max(last_beat + 3 * threshold_s * 1000, max(due.values()) + 100)
+    wait_until(
+        lambda: server.time_ms() >= until, timeout=30, what="3x the threshold and the deadlines"
+    )
+    deadlines_passed = sum(1 for j, at in due.items() if at < server.time_ms())
+    for i in serving:
+        i.start()
+    wait_until(
+        lambda: any("outage of" in i.log() for i in serving), timeout=30, what="the outage pass"
+    )
+    equipment.resume()
+    wait_until(settled(store, scope, expected), timeout=120, what="every job to end")
+    figures = check(store, scope, expected)
+    pushes = [decode_equipment(i, f).data for i, f in store.equipment_entries(scope)]
+    assert all(d.attempt == 1 for d in pushes if hasattr(d, "attempt")), "a timeout re-sent"
+    for j in running:
+        details = [decode_history(f).detail for _, f in store.history(scope, j, count=1000)]
+        assert any(str(d).startswith("outage of") for d in details), f"{j}: no outage tick"
+    gap = max(
+        int(str(d).split()[2])
+        for j in running
+        for d in (decode_history(f).detail for _, f in store.history(scope, j, count=1000))
+        if str(d).startswith("outage of")
+    )
+    print_figures(
+        "2 everything down",
+        jobs=jobs,
+        instances=instances,
+        kills=f"{instances} instances SIGKILLed, equipment paused",
+        running_at_outage=len(running),
+        popped_ticks=len(popped),
+        deadlines_passed_while_down=deadlines_passed,
+        outage_ms=gap,
+        threshold_ms=int(threshold_s * 1000),
+        ended=figures.ended,
+        conflicts="n/a (sfc serve reports none)",
+        dead=figures.dead,
+        seconds=f"{time.monotonic() - t0:.1f}",
+    )
+
+
+def test_2_everything_down_past_the_deadlines(fleet: Fleet) -> None:
+    everything_down(fleet, jobs=30, threshold_s=1.0)
+
+
+@pytest.mark.faults_long
+def test_2_everything_down_past_the_deadlines_long(fleet: Fleet) -> None:
+    everything_down(fleet, jobs=300, threshold_s=2.0, instances=3)
