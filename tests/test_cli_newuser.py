@@ -884,3 +884,17 @@ def test_script_items_that_were_not_evaluated_are_reported_as_ignored(tmp_path: 
         (850000, "ignored", 4),
         (900000, "ignored", 4),
     ]
+
+
+def test_a_long_scope_is_cut_when_explained(tmp_path: Path) -> None:
+    """docs/cli.md "Files": a state within the limit may still carry a long scope (a host
+    writes what it was given); explain shows its first 200 characters and says how many more."""
+    state = tmp_path / "state.json"
+    assert sfc("dryrun", TH, "--state-out", state).exit_code == 0
+    doc = json.loads(state.read_bytes())
+    doc["scope"] = "x" * 100_000
+    write(tmp_path, "state.json", doc)
+    done = sfc("explain", TH, "--state", state)
+    assert done.exit_code == 0
+    first = done.stdout.splitlines()[0]
+    assert first == f"Job job-1 (scope {'x' * 200}… (99,800 more characters)), recipe bc0956bf0b13"
