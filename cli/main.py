@@ -7,9 +7,8 @@ Exit codes mean one thing each: 0 ok, 1 the input is invalid or the run failed, 
 from __future__ import annotations
 
 from importlib.metadata import version
-from typing import Annotated
+from typing import Annotated, Any
 
-import click
 import typer
 from typer.core import TyperOption
 
@@ -24,7 +23,7 @@ app = typer.Typer(
 _display_type = TyperOption.display_type_rich
 
 
-def _flag_shows_no_type(self: TyperOption, ctx: click.Context) -> str | None:
+def _flag_shows_no_type(self: TyperOption, ctx: Any) -> str | None:
     """A flag (--json, --help) takes no value, so its help shows none; typer shows <bool>."""
     return None if self.is_flag else _display_type(self, ctx)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 from functools import cache
+from itertools import islice
 from pathlib import Path
 from typing import Any
 from urllib.parse import urldefrag, urljoin
@@ -92,7 +93,7 @@ def _describe(error: ValidationError, what: str) -> list[tuple[str, str]]:
     if error.validator == "type":
         wanted = error.validator_value
         want = (
-            " or ".join(_TYPES.get(w, w) for w in wanted)
+            " or ".join(_TYPES.get(str(w), str(w)) for w in wanted)
             if isinstance(wanted, list)
             else _TYPES.get(wanted, wanted)
         )
@@ -102,14 +103,29 @@ def _describe(error: ValidationError, what: str) -> list[tuple[str, str]]:
     return [(path, error.message)]
 
 
+def _order(part: str | int) -> tuple[int, int, str]:
+    """Indexes in numeric order (`[3]` before `[10]`), fields by name."""
+    return (1, part, "") if isinstance(part, int) else (0, 0, part)
+
+
+MAX_ERRORS = 100
+"""Most schema errors reported for one document; a last line says when there are more."""
+
+
 def validation_errors(document: Any, name: str, what: str) -> list[tuple[str, str]]:
-    """Every error of `document` against schema `name`, as (JSON path, message), in order."""
+    """The errors of `document` against schema `name`, as (JSON path, message), by path.
+
+    At most MAX_ERRORS, then one more saying that the rest are not shown.
+    """
     validator = Draft202012Validator(load(name), registry=registry())
+    errors = list(islice(validator.iter_errors(document), MAX_ERRORS + 1))
     found: list[tuple[str, str]] = []
-    for error in sorted(validator.iter_errors(document), key=lambda e: list(map(str, e.path))):
+    for error in sorted(errors[:MAX_ERRORS], key=lambda e: [_order(p) for p in e.path]):
         for item in _describe(error, what):
             if item not in found:
                 found.append(item)
+    if len(errors) > MAX_ERRORS:
+        found.append(("$", f"more shape errors than these {MAX_ERRORS}; correct them first"))
     return found
 
 

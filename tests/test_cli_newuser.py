@@ -898,3 +898,17 @@ def test_a_long_scope_is_cut_when_explained(tmp_path: Path) -> None:
     assert done.exit_code == 0
     first = done.stdout.splitlines()[0]
     assert first == f"Job job-1 (scope {'x' * 200}… (99,800 more characters)), recipe bc0956bf0b13"
+
+
+def test_a_document_with_very_many_shape_errors_lists_the_first_hundred(tmp_path: Path) -> None:
+    doc = recipe_doc()
+    doc["Steps"] += [{"Name": i} for i in range(300)]
+    done = sfc("validate", write(tmp_path, "r.json", doc))
+    assert done.exit_code == 1
+    lines = done.stdout.splitlines()
+    # the decoder's first error, the schema's first 100 (one of them the same), and a last line
+    assert len(lines) == 101
+    assert lines[:3] == [
+        f"SFC000 $.Steps[{i}].Name: expected a string, got a whole number" for i in (3, 4, 5)
+    ]
+    assert lines[-1] == "SFC000 $: more shape errors than these 100; correct them first"
