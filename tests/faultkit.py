@@ -272,6 +272,10 @@ class Instance:
         except OSError:
             return ""
 
+    def logged(self, text: str) -> Callable[[], bool]:
+        """A condition: `text` is in the instance's stderr (any of its lives)."""
+        return lambda: text in self.log()
+
     def report(self) -> dict[str, int]:
         """A runner's counters: every earlier life's plus the current one's."""
         total: dict[str, int] = {}

@@ -9,22 +9,29 @@ each runs by default.
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from generated.work_entry_v1_0 import TickData
 from host import keys
 from host.apply import decode_order
 from host.entries import decode_equipment, decode_history, fields
+from host.equipment import respond
 from host.joborder import ended, path_text
+from host.jobs import start as start_job
+from host.jobs import submit
 from host.server import Fsync
 from host.store import Store
 from tests.faultkit import (
     COMPLETED,
+    SFC,
     End,
     Fleet,
     chain_recipe,
@@ -36,6 +43,7 @@ from tests.faultkit import (
     submit_jobs,
     wait_until,
 )
+from tests.hostkit import counts
 
 
 @pytest.fixture
@@ -159,13 +167,11 @@ def server_dies(fleet: Fleet, jobs: int, fsync: Fsync, crash: bool, instances: i
     read_before = list(equipment.read_ids)
     down = time.monotonic()
     for i in serving:
-        wait_until(
-            lambda i=i: "the server is unreachable" in i.log(), timeout=30, what="unreachable"
-        )
+        wait_until(i.logged("the server is unreachable"), timeout=30, what="unreachable")
     server.start()
     restart = time.monotonic() - down
     for i in serving:
-        wait_until(lambda i=i: "reconnected after" in i.log(), timeout=30, what="a reconnection")
+        wait_until(i.logged("reconnected after"), timeout=30, what="a reconnection")
     store = fleet.store(server.url)
     assert_nothing_lost(store, scope, before, read_before)
     expected |= dict.fromkeys(submit_jobs(store, scope, recipe, "after", jobs // 5), COMPLETED)
@@ -281,3 +287,133 @@ def test_2_everything_down_past_the_deadlines(fleet: Fleet) -> None:
 @pytest.mark.faults_long
 def test_2_everything_down_past_the_deadlines_long(fleet: Fleet) -> None:
     everything_down(fleet, jobs=300, threshold_s=2.0, instances=3)
+
+
+# -- 4. poison
+
+
+def poison(fleet: Fleet, jobs: int) -> None:
+    t0 = time.monotonic()
+    server = fleet.server()
+    scope = fleet.scope(server.url, "poison")
+    store = fleet.store(server.url)
+    r = store.r
+    max_deliveries = 2
+    env = {"SFC_AUTOCLAIM_IDLE": "300ms", "SFC_MAX_DELIVERIES": str(max_deliveries)}
+    fleet.scripted(server.url, scope, {"replies": {"hang": ["silent"]}, "default": "ok@20"})
+    instance = fleet.instance(server.url, scope, env)
+    instance.wait_serving()
+    # a job whose equipment never answers: its stored state is the fault injected below
+    (hang,) = submit_jobs(store, scope, chain_recipe(["hang"], timeout_s=600), "hang", 1)
+    expected: dict[str, End] = {hang: COMPLETED}
+
+    def hang_command() -> Any:
+        for i, f in store.equipment_entries(scope):
+            e = decode_equipment(i, f)
+            if e.kind == "push" and e.data.job == hang:
+                return e.data
+        return None
+
+    wait_until(lambda: hang_command() is not None, timeout=30, what="the hang job's command")
+    command = hang_command()
+    # malformed entries: missing fields, an unknown kind, invalid JSON, a 5 MB field
+    huge = json.dumps({"job": "p-1", "actionKey": "a1", "outcome": "x" * (5 << 20)})
+    malformed: list[dict[str, str]] = [
+        {"v": "1", "kind": "answer"},
+        {"v": "1", "kind": "bogus", "data": "{}"},
+        {"v": "1", "kind": "answer", "data": "{not json"},
+        {"v": "1", "kind": "answer", "data": huge},
+    ]
+    bad = [store.add_work(scope, {k: v.encode() for k, v in m.items()}) for m in malformed]
+    # an answer for a job that does not exist: dropped and counted, not dead
+    respond(store, scope, "ghost", "a1", outcome="ok", command_id="ghost:a1#1", round=1)
+    # a start whose recipe key was deleted
+    lost = submit(store, scope, chain_recipe(["lost"], timeout_s=7), job_id="lost", start=False)
+    assert lost.ok, lost.words()
+    record = store.job(scope, "lost")
+    assert record is not None
+    r.delete(keys.recipe(decode_order(record.order).recipe_hash))
+    assert start_job(store, scope, "lost").ok
+    expected["lost"] = End("Aborted", fault="recipe")
+    # an entry that raises every time: a tick of a job whose stored state does not decode,
+    # popped by the sweep (no due entry)
+    state = r.hget(keys.job(scope, hang), "state")
+    due = r.zscore(keys.due(scope), hang)
+    assert due is not None and state is not None
+    r.zrem(keys.due(scope), hang)
+    r.hset(keys.job(scope, hang), "state", b'{"broken": ')
+    raising = store.add_work(scope, fields("tick", TickData(job=hang)))
+    # every other job goes on
+    expected |= dict.fromkeys(
+        submit_jobs(store, scope, chain_recipe(["a1", "a2"]), "p", jobs), COMPLETED
+    )
+
+    def dead_of(entry_id: str) -> tuple[str, dict[bytes, bytes]] | None:
+        return next((d for d in store.dead(scope) if d[1][b"entry"] == entry_id.encode()), None)
+
+    wait_until(lambda: dead_of(raising) is not None, timeout=30, what="the raising entry dead")
+    dead_id, dead_fields = dead_of(raising) or ("", {})
+    assert f"SFC_MAX_DELIVERIES is {max_deliveries}".encode() in dead_fields[b"reason"]
+    assert int(dead_fields[b"deliveries"]) == max_deliveries + 1
+    assert r.zscore(keys.due(scope), hang) == due, "the job is not back on the due index"
+    # repair the fault, requeue the entry with the command line, and the job goes on
+    r.hset(keys.job(scope, hang), "state", state)
+    done = subprocess.run(
+        [SFC, "work", "requeue", dead_id, "--scope", scope, "--redis", server.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    requeued = done.stdout.split()[-1]
+    wait_until(
+        lambda: any(
+            decode_history(f).entry == requeued for _, f in store.history(scope, hang, count=50)
+        ),
+        timeout=30,
+        what="the requeued tick applied",
+    )
+    respond(
+        store,
+        scope,
+        hang,
+        command.action_key,
+        outcome="ok",
+        command_id=command.command_id,
+        round=command.round,
+    )
+    wait_until(settled(store, scope, expected), timeout=60, what="every job to end")
+    figures = check(store, scope, expected, dead=bad)
+    reasons = {f[b"entry"].decode(): f[b"reason"].decode() for _, f in store.dead(scope)}
+    assert "no field 'data'" in reasons[bad[0]], reasons[bad[0]]
+    assert "'bogus' is not a work entry kind" in reasons[bad[1]], reasons[bad[1]]
+    assert "not JSON" in reasons[bad[2]], reasons[bad[2]]
+    assert "5242928 bytes; at most" in reasons[bad[3]], reasons[bad[3]][:200]
+    dropped = counts(r, scope)
+    assert dropped.get("answersDropped") == 1, dropped
+    lost_order = decode_order((store.job(scope, "lost") or record).order)
+    assert lost_order.result is not msgspec.UNSET
+    assert "is not stored" in str(lost_order.result.fault_message)
+    print_figures(
+        "4 poison",
+        jobs=len(expected),
+        kills=0,
+        malformed_dead=len(bad),
+        raising_dead_then_requeued=1,
+        answers_dropped=dropped["answersDropped"],
+        recipe_missing_aborted=1,
+        ended=figures.ended,
+        conflicts="n/a (sfc serve reports none)",
+        dead=figures.dead,
+        seconds=f"{time.monotonic() - t0:.1f}",
+    )
+
+
+def test_4_poison(fleet: Fleet) -> None:
+    poison(fleet, jobs=20)
+
+
+@pytest.mark.faults_long
+def test_4_poison_long(fleet: Fleet) -> None:
+    poison(fleet, jobs=300)
