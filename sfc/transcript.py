@@ -3,22 +3,24 @@
 The text form gives one line per evaluation, for a plant engineer to follow the job
 (examples/rear-axle-fitting, qa-reject.script.json):
 
-         0.000s  start                               -> applied: job started in step Init  => push position_axle#1 (attempt 1, deadline 30.000s); await camera_qa#2 (deadline 45.000s)  [now: Positioning, QaCheck]
+         0.000s  start                                  -> applied: job started in step Init  => push position_axle#1 (attempt 1, deadline 30.000s); await camera_qa#2 (deadline 45.000s)  [now: Positioning, QaCheck]
          4.000s  reply position_axle#1 (attempt 1): ok  -> applied: position_axle answered ok  => push tighten#3 (attempt 1, deadline 64.000s)  [now: QaCheck, TightenBolts]
-        15.000s  event for camera_qa#2: qa_nok       -> applied: camera_qa received com.example.station.qa_result.v1: qa_nok  [now: TightenBolts]
-        42.000s  reply tighten#3 (attempt 1): ok     -> applied: tighten answered ok  => push reject#4 (attempt 1, deadline 72.000s)  [now: RejectAxle]
-        42.000s  reply reject#4 (attempt 1): ok      -> applied: reject answered ok  => job completed with outcomes ok
+        15.000s  event for camera_qa#2: qa_nok          -> applied: camera_qa received com.example.station.qa_result.v1: qa_nok  [now: TightenBolts]
+        42.000s  reply tighten#3 (attempt 1): ok        -> applied: tighten answered ok  => push reject#4 (attempt 1, deadline 72.000s)  [now: RejectAxle]
+        42.000s  reply reject#4 (attempt 1): ok         -> applied: reject answered ok  => job completed with outcomes ok
     end: completed at 42.000s after 5 evaluations
 
-Columns: the virtual time in seconds from the start; what happened (the event); what the
-engine made of it (its disposition and reason); `=>` the commands it gave, in order; when
-the job ended, how; and `[now: ...]` where the job is: the active steps after the
-evaluation, in the order they became active, shown on the first line and whenever they
-changed (not when the job ended: the line says how). Command ids are shown without the job
+Columns: the virtual time in seconds from the start; what happened (the event), padded so
+that every `->` stands in one column; what the engine made of it (its disposition and
+reason); `=>` the commands it gave, in order; when the job ended, how; and `[now: ...]` where
+the job is: the active steps after the evaluation, in the order they became active, shown
+on the first line and whenever they changed (not when the job ended: the line says how). Command ids are shown without the job
 id (`tighten#4` stands for `job-1:tighten#4`); the JSON form has them in full, and
 `activeSteps` on every entry. A command whose id was given before in the run (a release
-issues open work again) reads `push send_bye#1 again (attempt 1, deadline moved to 42.000s)`.
-The last line says how the run ended.
+issues open work again) is the same command, re-issued: `push send_bye#1 re-issued (same
+command id, attempt 1, deadline moved from 30.000s to 42.000s)`. A line with `--` instead of
+`->` is a script item that was no evaluation (the dry-run result's notes): where an outage
+begins, or an item ignored and why. The last line says how the run ended (docs/cli.md).
 """
 
 from __future__ import annotations
