@@ -100,10 +100,7 @@ def dryrun(
 ) -> None:
     """Run RECIPE on a virtual clock with scripted equipment and print the transcript.
 
-    Exit 0 when the job completed, 1 when it faulted, was cancelled or hit a limit,
-    2 for an invalid recipe, script, capabilities or job id, or an unreadable file (build
-    errors go to stderr; with --json stdout then stays empty). The simulation is in memory:
-    nothing is stored or sent.
+    Exit 0 when the job completed, 1 when it faulted, was cancelled or hit a limit, 2 for an invalid recipe, script, capabilities or job id, or an unreadable file (build errors go to stderr; with --json stdout then stays empty). The simulation is in memory: nothing is stored or sent.
     """
     one_stdin(recipe, script, capabilities)
     problem = job_id_problem(job_id)

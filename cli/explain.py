@@ -39,9 +39,7 @@ def explain(
 ) -> None:
     """Describe RECIPE: steps, action blocks, transitions, divergences and what ends a job.
 
-    With --state, say where the job is, what it waits for, when the next deadline is due,
-    and whether it is held, ended or faulted. Exit 1 for an invalid recipe or state (the
-    errors go to stderr), 2 for an unreadable file.
+    With --state, say where the job is, what it waits for, when the next deadline is due, and whether it is held, ended or faulted. Exit 1 for an invalid recipe or state (the errors go to stderr), 2 for an unreadable file.
     """
     one_stdin(recipe, state)
     graph = load_graph(recipe, 1)

@@ -30,9 +30,7 @@ def render(
 ) -> None:
     """Print RECIPE's chart in IEC 61131-3 style as Mermaid or DOT source.
 
-    Steps are boxes (the initial one with a double border), transitions carry their
-    conditions, simultaneous divergences are double bars. Exit 1 for an invalid recipe or
-    state (the errors go to stderr, never into the chart), 2 for an unreadable file.
+    Steps are boxes (the initial one with a double border), transitions carry their conditions, simultaneous divergences are double bars. Exit 1 for an invalid recipe or state (the errors go to stderr, never into the chart), 2 for an unreadable file.
     """
     one_stdin(recipe, state)
     graph = load_graph(recipe, 1)

@@ -50,7 +50,7 @@ class _Checked:
 def validate(
     recipes: Annotated[
         list[str],
-        typer.Argument(metavar="RECIPE...", help="Recipe files (wire JSON); - reads stdin."),
+        typer.Argument(metavar="RECIPE", help="Recipe files (wire JSON); - reads stdin."),
     ],
     capabilities: Annotated[
         Path | None,
@@ -70,8 +70,7 @@ def validate(
 ) -> None:
     """Build recipes and print every build error (SFC000 to SFC020).
 
-    Exit 0 when every recipe is valid, 1 when some is invalid or cannot be read, 2 when none
-    could be read or the arguments are unusable.
+    Exit 0 when every recipe is valid, 1 when some is invalid or cannot be read, 2 when none could be read or the arguments are unusable.
     """
     one_stdin(*recipes, capabilities)
     check_dataschema(dataschema)
