@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import itertools
 import json
 import os
 import random
@@ -86,6 +87,33 @@ def chain_recipe(
             action["MaxAttempts"] = max_attempts
         acts.append(action)
     return json.dumps({"Steps": steps, "Transitions": transitions, "Actions": acts}).encode()
+
+
+def wide_recipe(width: int, steps: int, *, timeout_s: int = 30) -> bytes:
+    """`steps` steps in a chain, each with `width` push actions that start together: their
+    answers come back at once, and different instances take them (commit conflicts)."""
+    names = [f"S{i}" for i in range(steps)]
+    return json.dumps(
+        {
+            "Steps": [{"Name": n, "Initial": i == 0} for i, n in enumerate(names)],
+            "Transitions": [
+                {"Source": a, "Target": b, "Condition": "true"}
+                for a, b in itertools.pairwise(names)
+            ],
+            "Actions": [
+                {
+                    "Name": f"{n.lower()}p{k}",
+                    "Step": n,
+                    "Qualifier": "N",
+                    "Interaction": "push_command",
+                    "TypeId": f"com.example.p{k}.v1",
+                    "TimeoutSeconds": timeout_s,
+                }
+                for n in names
+                for k in range(width)
+            ],
+        }
+    ).encode()
 
 
 def wait_until(

@@ -42,6 +42,7 @@ from tests.faultkit import (
     settled,
     submit_jobs,
     wait_until,
+    wide_recipe,
 )
 from tests.hostkit import counts
 
@@ -417,3 +418,117 @@ def test_4_poison(fleet: Fleet) -> None:
 @pytest.mark.faults_long
 def test_4_poison_long(fleet: Fleet) -> None:
     poison(fleet, jobs=300)
+
+
+# -- 5. races
+
+
+def races(fleet: Fleet, jobs: int, instances: int = 4) -> None:
+    t0 = time.monotonic()
+    server = fleet.server()
+    scope = fleet.scope(server.url, "races")
+    store = fleet.store(server.url)
+    fleet.scripted(server.url, scope, {"replies": {"late": ["silent"]}, "default": "ok"})
+    serving = [fleet.instance(server.url, scope, runner=True) for _ in range(instances)]
+    for i in serving:
+        i.wait_serving()
+    n_due = max(4, jobs // 5)
+    # jobs whose every step answers four at once, and jobs that time out once each
+    expected = dict.fromkeys(submit_jobs(store, scope, wide_recipe(4, 2), "w", jobs), COMPLETED)
+    timing_out = submit_jobs(
+        store, scope, chain_recipe(["late", "a2"], timeout_s=1, max_attempts=1), "t", n_due
+    )
+    expected |= dict.fromkeys(timing_out, End("Aborted", fault="timeout"))
+    wait_until(settled(store, scope, expected), timeout=180, what="every job to end")
+    figures = check(store, scope, expected)
+    # four instances sweeping at once: one tick per due job
+    for j in timing_out:
+        ticks = [
+            h
+            for h in map(decode_history, (f for _, f in store.history(scope, j)))
+            if h.event == "tick"
+        ]
+        assert len(ticks) == 1, f"{j}: {len(ticks)} ticks"
+    for i in serving:
+        i.stop()
+    reports = [i.report() for i in serving]
+    conflicts = sum(r.get("conflicts", 0) for r in reports)
+    applied = [r.get("applied", 0) for r in reports]
+    assert all(a > 0 for a in applied), f"an instance applied nothing: {applied}"
+    print_figures(
+        "5 races",
+        jobs=len(expected),
+        instances=instances,
+        kills=0,
+        conflicts=conflicts,
+        applied_per_instance=applied,
+        sweeps_ticks=sum(r.get("ticks", 0) for r in reports),
+        due_jobs=n_due,
+        ended=figures.ended,
+        dead=figures.dead,
+        seconds=f"{time.monotonic() - t0:.1f}",
+    )
+
+
+def test_5_races(fleet: Fleet) -> None:
+    races(fleet, jobs=60)
+
+
+@pytest.mark.faults_long
+def test_5_races_long(fleet: Fleet) -> None:
+    races(fleet, jobs=500)
+
+
+# -- 6. a stalled worker
+
+
+def stalled_worker(fleet: Fleet, jobs: int) -> None:
+    t0 = time.monotonic()
+    server = fleet.server()
+    scope = fleet.scope(server.url, "stalled")
+    store = fleet.store(server.url)
+    fleet.scripted(server.url, scope, {"default": "ok@20"})
+    expected = dict.fromkeys(
+        submit_jobs(store, scope, chain_recipe(["a1", "a2"]), "s", jobs), COMPLETED
+    )
+    held = fleet.tmp / "held"
+    a = fleet.instance(server.url, scope, runner=True, hold_file=held)
+    wait_until(held.exists, timeout=30, what="instance A to hold entries")
+    a.freeze()
+    holding = int(held.read_text())
+    pending = store.pending_summary(scope)["pending"]
+    assert pending >= holding > 0
+    b = fleet.instance(server.url, scope, runner=True)
+    # B claims A's entries once they are idle for SFC_AUTOCLAIM_IDLE, and every job ends
+    wait_until(lambda: ended_count(store, scope, expected) == jobs, timeout=60, what="B to finish")
+    held.unlink()
+    a.thaw()
+    wait_until(lambda: a.report().get("gone", 0) > 0, timeout=30, what="A's stale commits gone")
+    wait_until(settled(store, scope, expected), timeout=60, what="every job to end")
+    figures = check(store, scope, expected)
+    a.stop()
+    b.stop()
+    ra, rb = a.report(), b.report()
+    assert ra.get("applied", 0) == 0, ra
+    print_figures(
+        "6 stalled worker",
+        jobs=jobs,
+        instances=2,
+        kills="A SIGSTOPped holding its first batch, SIGCONT after B took over",
+        held_commits=holding,
+        gone=ra.get("gone", 0),
+        claimed_by_b=rb.get("claimed", 0),
+        conflicts=ra.get("conflicts", 0) + rb.get("conflicts", 0),
+        ended=figures.ended,
+        dead=figures.dead,
+        seconds=f"{time.monotonic() - t0:.1f}",
+    )
+
+
+def test_6_a_stalled_worker(fleet: Fleet) -> None:
+    stalled_worker(fleet, jobs=10)
+
+
+@pytest.mark.faults_long
+def test_6_a_stalled_worker_long(fleet: Fleet) -> None:
+    stalled_worker(fleet, jobs=100)
