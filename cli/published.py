@@ -15,13 +15,12 @@ import json
 from functools import cache
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urldefrag, urljoin
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
-from referencing import Registry, Resource
-from referencing.jsonschema import DRAFT202012
+if TYPE_CHECKING:  # jsonschema is imported when a document is checked, not at every start
+    from jsonschema.exceptions import ValidationError
+    from referencing import Registry
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 
@@ -50,6 +49,9 @@ def load(name: str) -> dict[str, Any]:
 @cache
 def registry() -> Registry[Any]:
     """Every published schema under its `$id`; no retrieve hook."""
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT202012
+
     resources = [
         (load(n)["$id"], Resource.from_contents(load(n), default_specification=DRAFT202012))
         for n in names()
@@ -117,6 +119,8 @@ def validation_errors(document: Any, name: str, what: str) -> list[tuple[str, st
 
     At most MAX_ERRORS, then one more saying that the rest are not shown.
     """
+    from jsonschema import Draft202012Validator
+
     validator = Draft202012Validator(load(name), registry=registry())
     errors = list(islice(validator.iter_errors(document), MAX_ERRORS + 1))
     found: list[tuple[str, str]] = []
