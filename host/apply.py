@@ -517,11 +517,11 @@ class Applier:
             if attempt:
                 self.conflicts += 1
                 self.sleep(min(0.05, 0.001 * 2**attempt))
-            now, records = self.store.load(scope, [job])
+            now, records, values = self.store.load_batch(scope, [job])
             record = records[job]
             if record is None:
                 return joborder.ReturnStatus.UNKNOWN_JOB_ORDER_ID, "no such job order"
-            config = ScopeConfig.of(self.store.scope_settings(scope), self.settings)
+            config = ScopeConfig.of(values, self.settings)
             entry = Entry("", call.method, call)
             try:
                 commit = self.evaluator.evaluate(
@@ -626,14 +626,14 @@ class Applier:
         config: ScopeConfig | None = None
         for job, member in candidates:
             for _ in range(CONFLICT_RETRIES):
-                now, records = self.store.load(scope, [job])
+                now, records, values = self.store.load_batch(scope, [job])
                 tally.loads += 1
                 record = records[job]
                 if record is None:  # cleared: its member is stale
                     self.store.repair(scope, job, "", None, [(data.type_id, "rem", member, 0)])
                     break
                 if config is None:
-                    config = ScopeConfig.of(self.store.scope_settings(scope), self.settings)
+                    config = ScopeConfig.of(values, self.settings)
                 local = Outcome()
                 commit = self.evaluator.evaluate(scope, job, record, [entry], now, config, local)
                 if local.applied != 1:
@@ -681,8 +681,8 @@ class Applier:
     def _round(
         self, scope: str, jobs: dict[str, list[Entry]], tally: Outcome
     ) -> dict[str, list[Entry]]:
-        now, records = self.store.load(scope, list(jobs))
-        config = ScopeConfig.of(self.store.scope_settings(scope), self.settings)
+        now, records, values = self.store.load_batch(scope, list(jobs))
+        config = ScopeConfig.of(values, self.settings)
         commits: list[Commit] = []
         counts: list[Outcome] = []
         missing: list[Entry] = []

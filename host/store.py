@@ -274,13 +274,33 @@ class Store:
 
     def load(self, scope: str, jobs: Sequence[str]) -> tuple[int, dict[str, JobRecord | None]]:
         """The server's TIME and the hashes of `jobs`, in one pipeline."""
+        now, records, _ = self._load(scope, jobs, settings=False)
+        return now, records
+
+    def load_batch(
+        self, scope: str, jobs: Sequence[str]
+    ) -> tuple[int, dict[str, JobRecord | None], dict[str, str]]:
+        """The server's TIME, the hashes of `jobs` and the scope's settings, in one
+        pipeline: what applying a batch reads."""
+        now, records, values = self._load(scope, jobs, settings=True)
+        return now, records, values or {}
+
+    def _load(
+        self, scope: str, jobs: Sequence[str], settings: bool
+    ) -> tuple[int, dict[str, JobRecord | None], dict[str, str] | None]:
         pipe = self.r.pipeline(transaction=False)
         pipe.time()
+        if settings:
+            pipe.hgetall(keys.settings(scope))
         for job in jobs:
             pipe.hgetall(keys.job(scope, job))
         out: Any = pipe.execute()
         seconds, micros = out[0]
         now = int(seconds) * 1000 + int(micros) // 1000
+        values = None
+        if settings:
+            values = {_text(k): _text(v) for k, v in out[1].items()}
+            out = out[1:]
         records: dict[str, JobRecord | None] = {}
         for job, h in zip(jobs, out[1:], strict=True):
             records[job] = (
@@ -290,10 +310,10 @@ class Store:
                     order=bytes(h.get(b"order", b"")),
                     due=_text(h.get(b"due", b"")),
                 )
-                if h
+                if h and b"version" in h
                 else None
             )
-        return now, records
+        return now, records, values
 
     def job(self, scope: str, job: str) -> JobRecord | None:
         return self.load(scope, [job])[1][job]

@@ -315,7 +315,6 @@ def test_a_pause_longer_than_the_open_deadline_costs_no_attempt(host: Host) -> N
     host.run([worker], [], lambda: _path(host, scope, job) == "Running", sweep=False)
     deadline = state_decoder.decode(store.job(scope, job).state).actions["a1"].deadline  # type: ignore[union-attr]
     assert jobs.pause(store, scope, job).ok
-    paused_at = store.time_ms()
     wait_for(
         lambda: store.time_ms() > deadline + 500,  # type: ignore[operator]
         step=lambda: (worker.sweep_once(), worker.read_once(block_ms=20)),
@@ -323,10 +322,11 @@ def test_a_pause_longer_than_the_open_deadline_costs_no_attempt(host: Host) -> N
     )
     assert _path(host, scope, job) == "Interrupted/Suspended"
     assert jobs.resume(store, scope, job).ok
-    resumed_at = store.time_ms()
     moved = state_decoder.decode(store.job(scope, job).state).actions["a1"].deadline  # type: ignore[union-attr]
     held = moved - deadline  # type: ignore[operator]
-    assert resumed_at - paused_at - 50 <= held <= resumed_at - paused_at + 50
+    # the hold lasted from the Pause's server time to the Resume's, as the history says
+    at = {h.event: h.at for _, h in jobs.view(store, scope, job).history}  # type: ignore[union-attr]
+    assert held == at["Resume"] - at["Pause"] > 1000
     host.run([worker], [host.responder(scope)], host.ended(scope, [job]))
     assert _path(host, scope, job) == "Ended/Completed"
     assert [d.attempt for _, k, d in host.equipment(scope) if k == "push"] == [1]
@@ -345,7 +345,7 @@ def test_every_tightening_script_through_the_host_ends_as_its_dry_run(
 ) -> None:
     """The script's controls become method calls at the same (scaled) offsets from the
     start: hold is Pause, release is Resume, cancel is Abort."""
-    k = 0.01
+    k = 0.02  # hold at 200 ms, tighten answers at 800 ms: margin for a loaded machine
     recipe = scaled_recipe(TIGHTENING, k)
     doc = json.loads(scaled_script(script.read_bytes(), k))
     controls = [
