@@ -117,7 +117,7 @@ def push_round(url: str, n: int) -> tuple[float, int, Split]:
     worker.refresh_scopes()
     split = Split()
     split.wrap(worker.store, "read", "read")
-    split.wrap(worker.store, "load", "load")
+    split.wrap(worker.store, "load_batch", "load")
     split.wrap(worker.applier.evaluator, "evaluate", "evaluate")
     split.wrap(worker.store, "commits", "commit")
     responder = responder_process(url, scope)
