@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
+from generated.command_v1_0 import Command
 from generated.event_v1_0 import (
     ActionCompleted,
     ActionFailed,
@@ -321,19 +322,32 @@ class Evaluator:
             reason += f"; the recipe: {result.reason}"
             note = self._note(at, m, "applied", reason, new, decisions)
             return state, new, note, "applied"
+        sent = self._append(result.commands, state, job, at, graph, equipment)
+        reason += f"; the recipe: {result.reason}"
+        note = self._note(at, m, "applied", reason, new, decisions, sent)
+        return result.state, new, note, "applied"
+
+    def _append(
+        self,
+        commands: Sequence[Command],
+        loaded: SfcState,
+        job: str,
+        at: int,
+        graph: Graph,
+        equipment: list[tuple[str, bytes]],
+    ) -> list[str]:
+        """Append to `equipment` what the commit sends of `commands` (host/outbox.py); the
+        history's `sent` lines."""
         items = outgoing(
-            result.commands,
-            loaded_sequence=state.sequence,
+            commands,
+            loaded_sequence=loaded.sequence,
             job=job,
             at=at,
             grace=self.settings.expiry_grace,
             graph=graph,
         )
         equipment.extend((kind, encode(d)) for kind, d in items)
-        sent = [f"{kind} {d.command_id}" for kind, d in items]
-        reason += f"; the recipe: {result.reason}"
-        note = self._note(at, m, "applied", reason, new, decisions, sent)
-        return result.state, new, note, "applied"
+        return [f"{kind} {d.command_id}" for kind, d in items]
 
     @staticmethod
     def _note(
@@ -451,16 +465,7 @@ class Evaluator:
                 note(result.disposition, result.reason, decisions),
                 result.disposition,
             )
-        items = outgoing(
-            result.commands,
-            loaded_sequence=state.sequence,
-            job=job,
-            at=at,
-            grace=self.settings.expiry_grace,
-            graph=graph,
-        )
-        equipment.extend((kind, encode(d)) for kind, d in items)
-        sent = [f"{kind} {d.command_id}" for kind, d in items]
+        sent = self._append(result.commands, state, job, at, graph, equipment)
         if not isinstance(result.continuation, Defer) and not joborder.ended(order):
             order = joborder.finish(order, result.continuation, at)
         return result.state, order, note("applied", result.reason, decisions, sent), "applied"
