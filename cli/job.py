@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import msgspec
 import typer
 
-from cli.files import read_bytes
+from cli.files import console, read_bytes, terminal
 from cli.hostcommon import (
     DataDirOption,
     JsonOption,
@@ -331,6 +331,21 @@ def list_(
     if not orders:
         typer.echo(f"no job orders in scope {scope}" + (f" in {', '.join(state)}" if state else ""))
         return
+    if terminal():
+        from rich.table import Table
+
+        table = Table("job", "state", "stored", "started", "ended", box=None)
+        for o in orders:
+            row = _order_row(o)
+            table.add_row(
+                o.job_order_id,
+                row["state"],
+                when(o.stored_at),
+                "" if o.started_at is None else when(o.started_at),
+                "" if o.ended_at is None else when(o.ended_at),
+            )
+        console().print(table)
+        return
     width = max(len(o.job_order_id) for o in orders)
     for o in orders:
         row = _order_row(o)
@@ -387,7 +402,26 @@ def show(
             }
         )
         return
-    typer.echo(_show_text(v, now))
+    _print_styled(_show_text(v, now))
+
+
+def _print_styled(text: str) -> None:
+    """Plain text when piped; on a terminal, headings bold and alerts in colour."""
+    if not terminal():
+        typer.echo(text)
+        return
+    from rich.text import Text
+
+    out = console()
+    for line in text.splitlines():
+        style = ""
+        if line.lstrip().startswith(("The job FAULTED", "WARNING")) or "Aborted" in line[:60]:
+            style = "bold red"
+        elif line.startswith("The job is HELD") or "Interrupted" in line[:60]:
+            style = "bold yellow"
+        elif line and not line.startswith(" "):
+            style = "bold"
+        out.print(Text(line, style=style))
 
 
 def _history_row(h: Any) -> dict[str, Any]:
@@ -526,8 +560,6 @@ def wait(
 
 
 def _wait(store: Store, scope: str, job_ids: list[str], deadline: float) -> dict[str, str]:
-    from cli.files import terminal
-
     ends: dict[str, str] = {}
     progress = None
     if terminal():
