@@ -532,3 +532,164 @@ def test_6_a_stalled_worker(fleet: Fleet) -> None:
 @pytest.mark.faults_long
 def test_6_a_stalled_worker_long(fleet: Fleet) -> None:
     stalled_worker(fleet, jobs=100)
+
+
+# -- 7. slow and lost equipment
+
+
+def loop_recipe() -> bytes:
+    """S0 (action `man3`) is entered again on the outcome `again`: its command of the second
+    round carries round 2."""
+    action = {"Qualifier": "N", "Interaction": "push_command", "TimeoutSeconds": 30}
+    return json.dumps(
+        {
+            "Steps": [{"Name": "S0", "Initial": True}, {"Name": "S1"}],
+            "Transitions": [
+                {"Source": "S0", "Target": "S0", "Condition": "again", "Priority": 0},
+                {"Source": "S0", "Target": "S1", "Condition": "true", "Priority": 1},
+            ],
+            "Actions": [
+                {**action, "Name": "man3", "Step": "S0", "TypeId": "com.example.man3.v1"},
+                {**action, "Name": "a2", "Step": "S1", "TypeId": "com.example.a2.v1"},
+            ],
+        }
+    ).encode()
+
+
+def answers_of(store: Store, scope: str, job: str) -> list[tuple[str, str]]:
+    """(detail, disposition) of every answer the job's history holds, in order."""
+    out = []
+    for _, f in store.history(scope, job, count=1000):
+        h = decode_history(f)
+        if h.event == "answer":
+            out.append((str(h.detail), h.disposition))
+    return out
+
+
+def slow_and_lost(fleet: Fleet, each: int) -> None:
+    t0 = time.monotonic()
+    server = fleet.server()
+    scope = fleet.scope(server.url, "slowlost")
+    store = fleet.store(server.url)
+    script = {
+        "replies": {
+            "slow": ["ok@2500", "ok@100"],
+            "slower": ["ok@2500", "ok@2500"],
+            "a2": ["ok"],
+        },
+        "default": "silent",  # the test answers `man`, `man2` and `man3` itself
+    }
+    fleet.scripted(server.url, scope, script)
+    instance = fleet.instance(server.url, scope)
+    instance.wait_serving()
+    late = submit_jobs(
+        store, scope, chain_recipe(["slow", "a2"], timeout_s=1, max_attempts=2), "late", each
+    )
+    lost = submit_jobs(
+        store, scope, chain_recipe(["slower", "a2"], timeout_s=1, max_attempts=2), "lost", each
+    )
+    dup = submit_jobs(store, scope, chain_recipe(["man", "a2"]), "dup", each)
+    early = submit_jobs(
+        store, scope, chain_recipe(["man2", "a2"], timeout_s=1, max_attempts=3), "early", each
+    )
+    rounds = submit_jobs(store, scope, loop_recipe(), "round", each)
+    expected = dict.fromkeys([*late, *dup, *early, *rounds], COMPLETED)
+    expected |= dict.fromkeys(lost, End("Aborted", fault="timeout"))
+    first: dict[str, Any] = {}
+    last = "0-0"
+
+    def answer(data: Any, outcome: str = "ok", *, twice: bool = False) -> None:
+        for _ in range(2 if twice else 1):
+            respond(
+                store,
+                scope,
+                data.job,
+                data.action_key,
+                outcome=outcome,
+                command_id=data.command_id,
+                round=data.round,
+            )
+
+    def pump() -> bool:
+        nonlocal last
+        rows: Any = store.r.xrange(keys.equipment(scope), f"({last}", "+")
+        for entry_id, raw in rows:
+            last = entry_id.decode()
+            e = decode_equipment(last, raw)
+            if e.kind != "push":
+                continue
+            d = e.data
+            action = d.action_key.split(":")[-1]
+            if action == "man":  # duplicated
+                answer(d, twice=True)
+            elif action == "man2" and d.attempt == 1:
+                first[d.job] = d  # lost: it times out
+            elif action == "man2":  # the new attempt's answer, then the old one's (reordered)
+                answer(d)
+                answer(first[d.job])
+            elif action == "man3" and d.round == 1:
+                answer(d, "again")
+                first[d.job] = d
+            elif action == "man3":  # an answer of the earlier round, then this round's
+                answer(first[d.job], "ok")
+                answer(d)
+        return settled(store, scope, expected)() and all(
+            len(answers_of(store, scope, j)) >= n
+            for jobs, n in ((late, 3), (lost, 2))
+            for j in jobs
+        )
+
+    try:
+        wait_until(pump, timeout=60, what="every job to end and every late answer")
+    except AssertionError:
+        for j in expected:
+            record = store.job(scope, j)
+            path = "?" if record is None else path_text(decode_order(record.order))
+            print(j, path, answers_of(store, scope, j))
+        raise
+    figures = check(store, scope, expected)
+    stale = 0
+    for j in late:  # attempt 2 answered in time, attempt 1 late: absorbed
+        got = answers_of(store, scope, j)
+        assert [d for _, d in got] == ["applied", "applied", "absorbed"], got
+        assert "slow#" in got[0][0]
+        stale += 1
+    for j in lost:  # both answers after their deadlines: the job timed out
+        got = answers_of(store, scope, j)
+        assert [d for _, d in got] == ["absorbed", "absorbed"], got
+        stale += 2
+    for j in dup:
+        got = answers_of(store, scope, j)
+        assert [d for _, d in got] == ["applied", "absorbed", "applied"], got
+        assert got[0][0] == got[1][0]
+        stale += 1
+    for j in early:  # attempt 2 answered, then attempt 1 (timed out): absorbed
+        got = answers_of(store, scope, j)
+        assert [x for x in got if x[1] == "absorbed"] == [("man2#1 'ok'", "absorbed")], got
+        assert got[0] == ("man2#2 'ok'", "applied") and len(got) == 3, got
+        stale += 1
+    for j in rounds:  # round 2's command out, then an answer of round 1: absorbed
+        got = answers_of(store, scope, j)
+        assert [x for x in got if x[1] == "absorbed"] == [("man3#1 'ok'", "absorbed")], got
+        assert got[0] == ("man3#1 'again'", "applied") and len(got) == 4, got
+        stale += 1
+    print_figures(
+        "7 slow and lost equipment",
+        jobs=len(expected),
+        kills=0,
+        cases="late, all late, duplicated, earlier attempt after the new one, earlier round",
+        stale_answers_absorbed=stale,
+        ended=figures.ended,
+        conflicts="n/a (sfc serve reports none)",
+        dead=figures.dead,
+        seconds=f"{time.monotonic() - t0:.1f}",
+    )
+
+
+def test_7_slow_and_lost_equipment(fleet: Fleet) -> None:
+    slow_and_lost(fleet, each=3)
+
+
+@pytest.mark.faults_long
+def test_7_slow_and_lost_equipment_long(fleet: Fleet) -> None:
+    slow_and_lost(fleet, each=30)
