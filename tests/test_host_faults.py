@@ -558,7 +558,7 @@ def loop_recipe() -> bytes:
 
 def answers_of(store: Store, scope: str, job: str) -> list[tuple[str, str]]:
     """(detail, disposition) of every answer the job's history holds, in order."""
-    out = []
+    out: list[tuple[str, str]] = []
     for _, f in store.history(scope, job, count=1000):
         h = decode_history(f)
         if h.event == "answer":
