@@ -720,12 +720,18 @@ class _Checker:
                             )
                     elif step in self.position:
                         usable = False
-                        other = self.divergences[self.position[step][0]].name
+                        k0, s0, p0 = self.position[step]
+                        where = (
+                            f"already in its sequence {s0 + 1}"
+                            if k0 == k
+                            else "already in a sequence of divergence "
+                            f"{_q(self.divergences[k0].name)}"
+                        )
                         self.error(
                             "SFC005",
                             path,
-                            f"step {_q(step)} is in a sequence of divergence {name} and already "
-                            f"in a sequence of divergence {_q(other)}; a step belongs to one "
+                            f"step {_q(step)} is in a sequence of divergence {name} and {where} "
+                            f"($.Branches[{k0}].Branches[{s0}][{p0}]); a step belongs to one "
                             "sequence only",
                         )
                     else:
