@@ -19,6 +19,8 @@ import pytest
 import redis
 import trustme
 
+from host.equipment import Answer, publish_event
+from host.jobs import pause, resume
 from host.serve import connect
 from host.store import Store, StoreError
 from tests.hostkit import Host, linear_recipe
@@ -29,6 +31,9 @@ ACL_RULES = (
 )
 """The host's ACL user, as the README documents it: `ACL SETUSER sfc on >PASSWORD ` + this."""
 SFC = Path(sys.executable).parent / "sfc"
+ROOT = Path(__file__).resolve().parent.parent
+TIGHTENING = (ROOT / "examples/tightening-hold/recipe.json").read_bytes()
+AXLE = (ROOT / "examples/rear-axle-fitting/recipe.json").read_bytes()
 
 
 @pytest.fixture
@@ -52,6 +57,51 @@ def test_an_acl_user_limited_to_the_host_keys_runs_jobs_end_to_end(acl_url: str)
         worker = host.worker([scope])
         host.run([worker], [host.responder(scope)], host.ended(scope, jobs))
         assert all(host.order_path(scope, j) == "Ended/Completed" for j in jobs)
+        # pause and resume with equipment hold, and a pull event, as the same user
+        tight = host.submit(scope, TIGHTENING, job_id="t").job
+        responder = host.responder(
+            scope,
+            lambda kind, data: (
+                Answer(outcome="held")
+                if kind == "hold"
+                else None
+                if kind == "push" and data.action_key == "t:tighten"
+                else Answer(outcome="ok")
+            ),
+        )
+        host.run(
+            [worker],
+            [responder],
+            lambda: (
+                host.order_path(scope, tight) == "Running"
+                and any(
+                    k == "push" and d.action_key == "t:tighten" for _, k, d in host.equipment(scope)
+                )
+            ),
+        )
+        store = host.store()
+        assert pause(store, scope, tight).ok
+        host.run(
+            [worker],
+            [responder],
+            lambda: any(k == "withdraw" for _, k, d in host.equipment(scope) if d.job == "t"),
+        )
+        assert resume(store, scope, tight).ok
+        host.run([worker], [responder], host.ended(scope, [tight]))
+        assert host.order_path(scope, tight) == "Ended/Completed"
+        axle = host.submit(scope, AXLE, job_id="axle").job
+        responder.on_await = lambda d: publish_event(
+            store,
+            scope,
+            d.type_id,
+            subject=None if d.selector is None else d.selector.subject,
+            correlation_id=None if d.selector is None else d.selector.correlation_id,
+            outcome="qa_ok" if "qa" in d.type_id else "torque_ok",
+            source="s",
+            id=d.command_id,
+        )
+        host.run([worker], [responder], host.ended(scope, [axle]))
+        assert host.order_path(scope, axle) == "Ended/Completed"
         host.check_exactly_once()
         r = host.client()
         with pytest.raises(redis.exceptions.NoPermissionError):
