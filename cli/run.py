@@ -168,7 +168,7 @@ def _wait(
 
 
 def _events(store: Store, scope: str, ids: list[str]) -> int:
-    pipe = store.r.pipeline(transaction=False)
+    pipe = store.client(scope).pipeline(transaction=False)
     for j in ids:
         pipe.xlen(keys.history(scope, j))
     return sum(int(n) for n in pipe.execute())

@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 import redis
+import redis.cluster
 
 from host import keys
 
@@ -98,22 +99,38 @@ class Store:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Any,
         *,
         consumer: str = "",
         history_limit: int = 1000,
         dedupe_ttl_ms: int = 86_400_000,
+        cluster: Any = None,
     ) -> None:
-        self.r = client
+        self.r: Any = client
+        """The client: a redis.Redis, or on a cluster the RedisCluster (for the keys that
+        live in slots of their own, sfc:scopes and sfc:recipe:*)."""
+        self.cluster = cluster
         self.consumer = consumer
         self.history_limit = history_limit
         self.dedupe_ttl_ms = dedupe_ttl_ms
 
     url: str = ""
 
+    def client(self, scope: str) -> redis.Redis:
+        """The client for the keys of `scope`: on a cluster, a connection to the node that
+        owns the slot of `{scope}`, so every call and pipeline goes there directly."""
+        return self._for_key(keys.work(scope))
+
+    def _for_key(self, key: str) -> redis.Redis:
+        if self.cluster is None:
+            return self.r  # type: ignore[no-any-return]
+        node = self.cluster.get_node_from_key(key)
+        return self.cluster.get_redis_connection(node)  # type: ignore[no-any-return]
+
     @classmethod
-    def from_url(cls, url: str, **kwargs: Any) -> Store:
-        """A store on `url` (redis://, rediss://, unix://, with user and password)."""
+    def from_url(cls, url: str, *, cluster: bool | None = None, **kwargs: Any) -> Store:
+        """A store on `url` (redis://, rediss://, unix://, with user and password). A Valkey
+        Cluster is detected from the server (`cluster_enabled`), or set with `cluster`."""
         tls: dict[str, Any] = {}
         ca = os.environ.get("SFC_TLS_CA")
         if url.startswith("rediss://") and ca and "ssl_ca_certs=" not in url:
@@ -128,7 +145,22 @@ class Store:
             )
         except ValueError as e:
             raise StoreError(f"unusable server URL {redacted(url)}: {e}") from None
-        store = cls(client, **kwargs)
+        if cluster is None:
+            try:
+                cluster = bool(client.info("cluster").get("cluster_enabled"))
+            except (redis.RedisError, OSError):
+                cluster = False  # unreachable now: ping() says so; a cluster needs --cluster
+        if not cluster:
+            store = cls(client, **kwargs)
+        else:
+            client.close()
+            try:
+                rc = redis.cluster.RedisCluster.from_url(
+                    url, decode_responses=False, socket_connect_timeout=5, **tls
+                )
+            except (redis.RedisError, OSError) as e:
+                raise StoreError(f"cannot reach the cluster at {redacted(url)}: {e}") from None
+            store = cls(rc, cluster=rc, **kwargs)
         store.url = url
         return store
 
@@ -155,7 +187,13 @@ class Store:
     def load_library(self) -> None:
         """FUNCTION LOAD REPLACE of `sfc_1`; a StoreError when this user may not load it."""
         try:
-            self.r.function_load(library_source(), replace=True)
+            if self.cluster is None:
+                self.r.function_load(library_source(), replace=True)
+            else:  # every primary holds slots of some scopes
+                for node in self.cluster.get_primaries():
+                    self.cluster.get_redis_connection(node).function_load(
+                        library_source(), replace=True
+                    )
         except redis.ResponseError as e:
             if isinstance(e, redis.exceptions.NoPermissionError) or "NOPERM" in str(e):
                 raise StoreError(
@@ -174,20 +212,23 @@ class Store:
         return True
 
     def _fcall(self, name: str, keys_: Sequence[str], args: Sequence[Any]) -> Any:
+        """FCALL, sent to the node of its keys (all in the slot of one `{scope}`)."""
+        r = self._for_key(keys_[0])
         try:
-            return self.r.fcall(name, len(keys_), *keys_, *args)
+            return r.fcall(name, len(keys_), *keys_, *args)
         except redis.ResponseError as e:
             if not _missing_function(e):
                 raise
         self.load_library()
-        return self.r.fcall(name, len(keys_), *keys_, *args)
+        return r.fcall(name, len(keys_), *keys_, *args)
 
     def _fcalls(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any]]]) -> list[Any]:
         """Function calls in one pipeline; the results in order (errors raise)."""
         if not calls:
             return []
+        r = self._for_key(calls[0][1][0])  # one scope's calls: one node
         for attempt in (1, 2):
-            pipe = self.r.pipeline(transaction=False)
+            pipe = r.pipeline(transaction=False)
             for name, keys_, args in calls:
                 pipe.fcall(name, len(keys_), *keys_, *args)
             results = pipe.execute(raise_on_error=False)
@@ -217,23 +258,25 @@ class Store:
 
     def create_group(self, scope: str) -> None:
         try:
-            self.r.xgroup_create(keys.work(scope), keys.GROUP, id="0", mkstream=True)
+            self.client(scope).xgroup_create(keys.work(scope), keys.GROUP, id="0", mkstream=True)
         except redis.ResponseError as e:
             if "BUSYGROUP" not in str(e):
                 raise
 
     def scope_settings(self, scope: str) -> dict[str, str]:
-        return {_text(k): _text(v) for k, v in self.r.hgetall(keys.settings(scope)).items()}
+        return {
+            _text(k): _text(v) for k, v in self.client(scope).hgetall(keys.settings(scope)).items()
+        }
 
     def put_scope_settings(self, scope: str, values: Mapping[str, str]) -> None:
         if values:
             mapping: Any = dict(values)
-            self.r.hset(keys.settings(scope), mapping=mapping)
+            self.client(scope).hset(keys.settings(scope), mapping=mapping)
 
     def delete_scope_settings(self, scope: str, names: Iterable[str]) -> None:
         names = list(names)
         if names:
-            self.r.hdel(keys.settings(scope), *names)
+            self.client(scope).hdel(keys.settings(scope), *names)
 
     # -- recipes
 
@@ -269,7 +312,7 @@ class Store:
         return _text(self._fcall("sfc1_clear", ks, args))
 
     def retired_sequence(self, scope: str, job: str) -> str:
-        value = self.r.hget(keys.retired(scope), job)
+        value = self.client(scope).hget(keys.retired(scope), job)
         return "" if value is None else _text(value)
 
     def load(self, scope: str, jobs: Sequence[str]) -> tuple[int, dict[str, JobRecord | None]]:
@@ -288,7 +331,7 @@ class Store:
     def _load(
         self, scope: str, jobs: Sequence[str], settings: bool
     ) -> tuple[int, dict[str, JobRecord | None], dict[str, str] | None]:
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.client(scope).pipeline(transaction=False)
         pipe.time()
         if settings:
             pipe.hgetall(keys.settings(scope))
@@ -429,7 +472,7 @@ class Store:
     ) -> tuple[list[tuple[bytes, int]], bool]:
         """The members of the type's waits that began by `until`, oldest first, and whether
         `seen_field` (an event's source/id) was taken already; one round trip."""
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.client(scope).pipeline(transaction=False)
         pipe.zrange(keys.waits(scope, type_id), "-inf", until, byscore=True, withscores=True)
         if seen_field is not None:
             pipe.hexists(keys.seen(scope), seen_field)
@@ -450,7 +493,7 @@ class Store:
 
     def job_indexes(self, scope: str, job: str) -> tuple[int | None, bool]:
         """The job's due index entry (None when it has none) and whether it is active."""
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.client(scope).pipeline(transaction=False)
         pipe.zscore(keys.due(scope), job)
         pipe.sismember(keys.active(scope), job)
         due, active = pipe.execute()
@@ -458,22 +501,22 @@ class Store:
 
     def order_ids(self, scope: str) -> list[str]:
         """Every stored job id of the scope, oldest order first."""
-        return [_text(j) for j in self.r.zrange(keys.orders(scope), 0, -1)]
+        return [_text(j) for j in self.client(scope).zrange(keys.orders(scope), 0, -1)]
 
     def active_jobs(self, scope: str) -> list[str]:
-        return sorted(_text(j) for j in self.r.smembers(keys.active(scope)))
+        return sorted(_text(j) for j in self.client(scope).smembers(keys.active(scope)))
 
     def history(
         self, scope: str, job: str, count: int = 20
     ) -> list[tuple[str, dict[bytes, bytes]]]:
         """The last `count` history entries, oldest first."""
-        rows: Any = self.r.xrevrange(keys.history(scope, job), count=count)
+        rows: Any = self.client(scope).xrevrange(keys.history(scope, job), count=count)
         return [(_text(i), f) for i, f in reversed(rows)]
 
     # -- the work stream
 
     def add_work(self, scope: str, fields: Mapping[str, bytes]) -> str:
-        return _text(self.r.xadd(keys.work(scope), dict(fields)))  # type: ignore[arg-type]
+        return _text(self.client(scope).xadd(keys.work(scope), dict(fields)))  # type: ignore[arg-type]
 
     def read(
         self, scopes: Sequence[str], count: int, block_ms: int | None, consumer: str | None = None
@@ -482,9 +525,24 @@ class Store:
         if not scopes:
             return []
         who = self.consumer if consumer is None else consumer
+        if self.cluster is not None and len(scopes) > 1:
+            # each scope's stream is in a slot of its own (a multi-stream read would be
+            # CROSSSLOT): read each without blocking, then block on the first if none had any
+            each: list[tuple[str, str, dict[bytes, bytes]]] = []
+            for s in scopes:
+                each += self.read([s], count, None, consumer)
+            if not each and block_ms:
+                each = self.read(scopes[:1], count, block_ms, consumer)
+            return each
         streams = {keys.work(s): ">" for s in scopes}
         by_key = {keys.work(s): s for s in scopes}
-        reply: Any = self.r.xreadgroup(keys.GROUP, who, streams, count=count, block=block_ms)  # type: ignore[arg-type]
+        reply: Any = self.client(scopes[0]).xreadgroup(
+            keys.GROUP,
+            who,
+            streams,  # type: ignore[arg-type]
+            count=count,
+            block=block_ms,
+        )
         out: list[tuple[str, str, dict[bytes, bytes]]] = []
         for stream, entries in reply or []:
             scope = by_key[_text(stream)]
@@ -497,7 +555,7 @@ class Store:
     ) -> tuple[str, list[tuple[str, dict[bytes, bytes]]], list[str]]:
         """XAUTOCLAIM: (next start, claimed entries, ids that were deleted meanwhile)."""
         who = self.consumer if consumer is None else consumer
-        reply: Any = self.r.xautoclaim(
+        reply: Any = self.client(scope).xautoclaim(
             keys.work(scope), keys.GROUP, who, min_idle_time=idle_ms, start_id=start, count=count
         )
         next_start, claimed = _text(reply[0]), reply[1]
@@ -507,11 +565,13 @@ class Store:
 
     def deliveries(self, scope: str, entry_id: str) -> int:
         """How often the entry was delivered; 0 when it is not pending."""
-        rows = self.r.xpending_range(keys.work(scope), keys.GROUP, entry_id, entry_id, 1)
+        rows = self.client(scope).xpending_range(
+            keys.work(scope), keys.GROUP, entry_id, entry_id, 1
+        )
         return int(rows[0]["times_delivered"]) if rows else 0
 
     def pending_summary(self, scope: str) -> dict[str, Any]:
-        return dict(self.r.xpending(keys.work(scope), keys.GROUP))
+        return dict(self.client(scope).xpending(keys.work(scope), keys.GROUP))
 
     def bury(
         self,
@@ -539,10 +599,10 @@ class Store:
 
     def pending_entries(self, scope: str, count: int = 100) -> list[dict[str, Any]]:
         """The oldest pending work entries: id, consumer, idle ms, deliveries, fields."""
-        rows: Any = self.r.xpending_range(keys.work(scope), keys.GROUP, "-", "+", count)
+        rows: Any = self.client(scope).xpending_range(keys.work(scope), keys.GROUP, "-", "+", count)
         if not rows:
             return []
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.client(scope).pipeline(transaction=False)
         for row in rows:
             entry_id = _text(row["message_id"])
             pipe.xrange(keys.work(scope), entry_id, entry_id)
@@ -563,7 +623,7 @@ class Store:
     def requeue(self, scope: str, entry_id: str) -> str | None:
         """Move a dead entry back to the work stream, with its original fields; the new
         entry id, or None when there is no such dead entry."""
-        rows: Any = self.r.xrange(keys.dead(scope), entry_id, entry_id)
+        rows: Any = self.client(scope).xrange(keys.dead(scope), entry_id, entry_id)
         if not rows:
             return None
         fields = {
@@ -572,14 +632,14 @@ class Store:
         for k in list(fields):
             if k.startswith(b"original-"):
                 fields[k.removeprefix(b"original-")] = fields.pop(k)
-        pipe = self.r.pipeline(transaction=True)  # both keys carry {scope}: one slot
+        pipe = self.client(scope).pipeline(transaction=True)  # both keys carry {scope}: one slot
         pipe.xadd(keys.work(scope), fields)
         pipe.xdel(keys.dead(scope), entry_id)
         out: Any = pipe.execute()
         return _text(out[0])
 
     def dead(self, scope: str, count: int = 100) -> list[tuple[str, dict[bytes, bytes]]]:
-        rows: Any = self.r.xrange(keys.dead(scope), count=count)
+        rows: Any = self.client(scope).xrange(keys.dead(scope), count=count)
         return [(_text(i), f) for i, f in rows]
 
     # -- the sweep
@@ -609,17 +669,19 @@ class Store:
         return _text(kind), int(n)
 
     def heartbeat(self, scope: str) -> dict[str, str]:
-        return {_text(k): _text(v) for k, v in self.r.hgetall(keys.heartbeat(scope)).items()}
+        return {
+            _text(k): _text(v) for k, v in self.client(scope).hgetall(keys.heartbeat(scope)).items()
+        }
 
     def due(self, scope: str) -> dict[str, int]:
-        rows: Any = self.r.zrange(keys.due(scope), 0, -1, withscores=True)
+        rows: Any = self.client(scope).zrange(keys.due(scope), 0, -1, withscores=True)
         return {_text(j): int(s) for j, s in rows}
 
     # -- the equipment stream
 
     def equipment_group(self, scope: str, group: str) -> None:
         try:
-            self.r.xgroup_create(keys.equipment(scope), group, id="0", mkstream=True)
+            self.client(scope).xgroup_create(keys.equipment(scope), group, id="0", mkstream=True)
         except redis.ResponseError as e:
             if "BUSYGROUP" not in str(e):
                 raise
@@ -627,21 +689,21 @@ class Store:
     def read_equipment(
         self, scope: str, group: str, consumer: str, count: int, block_ms: int | None
     ) -> list[tuple[str, dict[bytes, bytes]]]:
-        reply: Any = self.r.xreadgroup(
+        reply: Any = self.client(scope).xreadgroup(
             group, consumer, {keys.equipment(scope): ">"}, count=count, block=block_ms
         )
         return [(_text(i), f or {}) for _, entries in reply or [] for i, f in entries]
 
     def ack_equipment(self, scope: str, group: str, ids: Sequence[str]) -> None:
         if ids:
-            self.r.xack(keys.equipment(scope), group, *ids)
+            self.client(scope).xack(keys.equipment(scope), group, *ids)
 
     def equipment_entries(self, scope: str) -> list[tuple[str, dict[bytes, bytes]]]:
-        rows: Any = self.r.xrange(keys.equipment(scope))
+        rows: Any = self.client(scope).xrange(keys.equipment(scope))
         return [(_text(i), f) for i, f in rows]
 
     def add_work_many(self, scope: str, entries: Sequence[Mapping[str, bytes]]) -> list[str]:
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.client(scope).pipeline(transaction=False)
         for fields in entries:
             pipe.xadd(keys.work(scope), dict(fields))  # type: ignore[arg-type]
         return [_text(i) for i in pipe.execute()]
@@ -653,17 +715,17 @@ class Store:
         key = keys.equipment(scope)
         now = self.time_ms() if now is None else now
         bound: tuple[int, int] | None = None  # the first entry some group still needs
-        groups: Any = self.r.xinfo_groups(key) if self.r.exists(key) else []
+        groups: Any = self.client(scope).xinfo_groups(key) if self.client(scope).exists(key) else []
         for g in groups:
             name = g["name"]
-            first = _first_unacked(self.r, key, name, _text(g["last-delivered-id"]))
+            first = _first_unacked(self.client(scope), key, name, _text(g["last-delivered-id"]))
             if first is not None and (bound is None or first < bound):
                 bound = first
         removed = 0
         cut: str | None = None
         start = "-"
         while True:
-            rows: Any = self.r.xrange(key, min=start, count=100)
+            rows: Any = self.client(scope).xrange(key, min=start, count=100)
             if not rows:
                 break
             stop = False
@@ -684,7 +746,7 @@ class Store:
         if cut is None:
             return 0
         last = _id_tuple(cut)
-        self.r.xtrim(key, minid=f"{last[0]}-{last[1] + 1}", approximate=False)
+        self.client(scope).xtrim(key, minid=f"{last[0]}-{last[1] + 1}", approximate=False)
         return removed
 
     # -- the scripted equipment (host/scripted.py)
@@ -699,7 +761,7 @@ class Store:
         """Answers (work entries) and events (`(typeId, data)`, published as `publish` does)
         in one pipeline; the answers' entry ids, and each event's entry id or None (dropped:
         no job waits for its type)."""
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.client(scope).pipeline(transaction=False)
         for fields in answers:
             pipe.xadd(keys.work(scope), dict(fields))  # type: ignore[arg-type]
         calls = [

@@ -1,0 +1,219 @@
+"""The host on a local 3-node Valkey Cluster: the end-to-end set, with the assertions it has on
+one server, over scopes spread so that every node holds some.
+
+Every function call stays in one slot through `{scope}` and goes straight to the node of that
+slot; `sfc:scopes` and `sfc:recipe:*` live in slots of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.cluster import RedisCluster
+
+from host import jobs, keys
+from host.equipment import Answer, publish_event
+from host.store import Store
+from host.worker import Worker
+from tests.clusterkit import LocalCluster
+from tests.hostkit import FAST, Host, linear_recipe, new_scope, wait_for
+
+pytestmark = pytest.mark.cluster
+ROOT = Path(__file__).resolve().parent.parent
+TIGHTENING = (ROOT / "examples/tightening-hold/recipe.json").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    c = LocalCluster(tmp_path_factory.mktemp("cluster")).start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def chost(cluster: LocalCluster) -> Iterator[Host]:
+    h = Host(cluster.url)
+    try:
+        yield h
+        h.check_exactly_once()
+    finally:
+        h.close()
+
+
+def spread_scopes(url: str, hint: str) -> list[str]:
+    """One scope on each node of the cluster."""
+    rc = RedisCluster.from_url(url)
+    try:
+        by_node: dict[str, str] = {}
+        while len(by_node) < 3:
+            scope = new_scope(hint)
+            node = rc.get_node_from_key(keys.work(scope)).name
+            by_node.setdefault(node, scope)
+        return list(by_node.values())
+    finally:
+        rc.close()
+
+
+def test_a_cluster_is_detected_and_the_library_is_on_every_primary(cluster: LocalCluster) -> None:
+    store = Store.from_url(cluster.url)
+    try:
+        assert store.cluster is not None
+        store.load_library()
+        for url in cluster.urls:
+            node = Store.from_url(url, cluster=False)
+            names = [
+                lib[b"library_name"] if isinstance(lib, dict) else lib[1]
+                for lib in node.r.function_list()
+            ]
+            assert b"sfc_1" in names
+            node.close()
+    finally:
+        store.close()
+
+
+def test_jobs_in_scopes_on_every_node_complete_through_two_workers(
+    cluster: LocalCluster, chost: Host
+) -> None:
+    scopes = spread_scopes(cluster.url, "spread")
+    chost.scopes += scopes
+    submitted = {
+        s: [chost.submit(s, linear_recipe(3), job_id=f"j{i}").job for i in range(4)] for s in scopes
+    }
+    a, b = chost.worker(scopes), chost.worker(scopes)
+    responders = [chost.responder(s) for s in scopes]
+    done = lambda: all(chost.ended(s, js)() for s, js in submitted.items())  # noqa: E731
+    chost.run([a, b], responders, done)
+    for s, js in submitted.items():
+        assert all(chost.order_path(s, j) == "Ended/Completed" for j in js)
+    assert a.counters.outcome.applied > 0 and b.counters.outcome.applied > 0
+
+
+def test_a_worker_of_every_registered_scope_reads_each_scope_on_its_own(
+    cluster: LocalCluster, chost: Host
+) -> None:
+    scopes = spread_scopes(cluster.url, "registry")
+    chost.scopes += scopes
+    for s in scopes:
+        chost.submit(s, linear_recipe(1), job_id="j")
+    worker = Worker(chost.store(), FAST, None)
+    worker.refresh_scopes()
+    assert set(scopes) <= set(worker.scopes)
+    chost.run(
+        [worker],
+        [chost.responder(s) for s in scopes],
+        lambda: all(chost.ended(s, ["j"])() for s in scopes),
+    )
+
+
+def test_timeouts_and_redispatch_on_the_cluster(cluster: LocalCluster, chost: Host) -> None:
+    scope = spread_scopes(cluster.url, "deadline")[2]
+    chost.scopes.append(scope)
+    job = chost.submit(scope, linear_recipe(1, timeout_s=1, max_attempts=2), job_id="j").job
+    worker = chost.worker([scope])
+    chost.run(
+        [worker], [chost.responder(scope, lambda k, d: None)], chost.ended(scope, [job]), timeout=15
+    )
+    assert chost.order(scope, job).result.fault_code == "timeout"
+    assert [d.attempt for _, k, d in chost.equipment(scope) if k == "push"] == [1, 2]
+
+
+def test_pull_events_with_duplicates_on_the_cluster(cluster: LocalCluster, chost: Host) -> None:
+    from tests.test_host_events import QA, wait_recipe
+
+    scope = spread_scopes(cluster.url, "events")[1]
+    chost.scopes.append(scope)
+    store = chost.store()
+    for j in ("j1", "j2"):
+        chost.submit(scope, wait_recipe({"Subject": "{jobId}"}), job_id=j)
+    worker = chost.worker([scope])
+    chost.run(
+        [worker],
+        [chost.responder(scope)],
+        lambda: store.client(scope).zcard(keys.waits(scope, QA)) == 2,
+    )
+    for _ in range(2):  # the same event twice
+        assert publish_event(store, scope, QA, subject="j2", outcome="ok", source="s", id="1")
+    chost.run([worker], [], chost.ended(scope, ["j2"]))
+    wait_for(
+        lambda: store.client(scope).xlen(keys.work(scope)) == 0,
+        step=lambda: worker.read_once(block_ms=5),
+    )
+    assert chost.order_path(scope, "j1") == "Running"
+    assert worker.counters.outcome.duplicates == 1
+
+
+def test_pause_and_resume_with_equipment_hold_on_the_cluster(
+    cluster: LocalCluster, chost: Host
+) -> None:
+    scope = spread_scopes(cluster.url, "hold")[0]
+    chost.scopes.append(scope)
+    store = chost.store()
+    job = chost.submit(scope, TIGHTENING, job_id="t").job
+    worker = chost.worker([scope])
+
+    def reply(kind: str, data: Any) -> Answer | None:
+        if kind == "hold":
+            return Answer(outcome="held")
+        return None if data.command_id == "t:tighten#2" else Answer(outcome="ok")
+
+    responder = chost.responder(scope, reply)
+    sent = lambda: [(k, d.command_id) for _, k, d in chost.equipment(scope)]  # noqa: E731
+    chost.run([worker], [responder], lambda: ("push", "t:tighten#2") in sent())
+    assert jobs.pause(store, scope, job).ok
+    chost.run([worker], [responder], lambda: ("withdraw", "t:tighten#2") in sent())
+    assert jobs.resume(store, scope, job).ok
+    chost.run([worker], [responder], chost.ended(scope, [job]))
+    assert [c for k, c in sent() if k in ("push", "hold", "restart")] == [
+        "t:clamp#1",
+        "t:tighten#2",
+        "t:tighten#3:hold",
+        "t:tighten#4",
+        "t:unclamp#5",
+    ]
+
+
+def test_a_killed_instance_is_taken_over_on_the_cluster(
+    cluster: LocalCluster, chost: Host, tmp_path: Path
+) -> None:
+    scope = spread_scopes(cluster.url, "killed")[1]
+    chost.scopes.append(scope)
+    jobs_ = [chost.submit(scope, linear_recipe(2), job_id=f"j{i}").job for i in range(4)]
+    marker = tmp_path / "stalled"
+    env = {**os.environ, "SFC_AUTOCLAIM_IDLE": "300ms", "SFC_SWEEP_INTERVAL": "50ms"}
+    a = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.host_runner",
+            cluster.url,
+            scope,
+            "--stall-file",
+            str(marker),
+        ],
+        cwd=ROOT,
+        env=env,
+    )
+    try:
+        wait_for(marker.exists, timeout=20, what="instance A to hold entries")
+        a.send_signal(signal.SIGKILL)
+        a.wait(10)
+    finally:
+        if a.poll() is None:
+            a.kill()
+            a.wait()
+    b = chost.worker([scope])
+    chost.run([b], [chost.responder(scope)], chost.ended(scope, jobs_), timeout=20)
+    assert b.counters.claimed == 4
+    store = chost.store()
+    assert store.client(scope).xpending(keys.work(scope), keys.GROUP)["pending"] == 0
+    assert json.dumps(sorted(chost.order_path(scope, j) for j in jobs_)).count("Completed") == 4
