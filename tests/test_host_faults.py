@@ -78,13 +78,15 @@ def workers_killed(fleet: Fleet, jobs: int, kills: int, instances: int = 3) -> N
     expected |= dict.fromkeys(
         submit_jobs(store, scope, bad, "jam", n_bad), End("Aborted", fault="error")
     )
-    moments = sorted(rnd.sample(range(1, int(jobs * 0.8)), kills))
+    # the kills land at random moments of the run: after a random number of commands
+    commands = 3 * (jobs - n_bad) + 2 * n_bad
+    moments = sorted(rnd.sample(range(1, int(commands * 0.8)), kills))
     for at in moments:
 
         def enough(at: int = at) -> bool:
-            return ended_count(store, scope, expected) >= at
+            return int(equipment.counters.asked) >= at
 
-        wait_until(enough, timeout=120, what=f"{at} jobs to end")
+        wait_until(enough, timeout=120, what=f"{at} commands asked")
         victim = rnd.choice(fleet_of)
         victim.kill()
         victim.start()
@@ -96,7 +98,7 @@ def workers_killed(fleet: Fleet, jobs: int, kills: int, instances: int = 3) -> N
         jobs=jobs,
         instances=instances,
         kills=kills,
-        kill_moments=f"after {moments} jobs ended",
+        kill_moments=f"after {moments} of {commands} commands",
         ended=figures.ended,
         commands=figures.commands,
         conflicts="n/a (sfc serve reports none)",
@@ -158,8 +160,16 @@ def server_dies(fleet: Fleet, jobs: int, fsync: Fsync, crash: bool, instances: i
     for i in serving:
         i.wait_serving()
     recipe = chain_recipe(["a1", "a2", "a3"], timeout_s=30)
-    expected = dict.fromkeys(submit_jobs(store, scope, recipe, "before", jobs), COMPLETED)
-    wait_until(lambda: ended_count(store, scope, expected) >= jobs // 3, timeout=60, what="a third")
+    # half the jobs end before the fault; the other half are a third through
+    done = submit_jobs(store, scope, recipe, "done", jobs // 2)
+    wait_until(lambda: ended_count(store, scope, done) == len(done), timeout=60, what="half")
+    running = submit_jobs(store, scope, recipe, "running", jobs - len(done))
+    expected = dict.fromkeys([*done, *running], COMPLETED)
+    wait_until(
+        lambda: equipment.counters.asked >= 3 * len(done) + len(running),
+        timeout=60,
+        what="a third of the running jobs' commands",
+    )
     before = acknowledged(store, scope, expected)
     if crash:
         server.kill()
@@ -169,10 +179,17 @@ def server_dies(fleet: Fleet, jobs: int, fsync: Fsync, crash: bool, instances: i
     down = time.monotonic()
     for i in serving:
         wait_until(i.logged("the server is unreachable"), timeout=30, what="unreachable")
+    time.sleep(1.0)  # the fault itself: the server stays down a second longer
     server.start()
     restart = time.monotonic() - down
     for i in serving:
         wait_until(i.logged("reconnected after"), timeout=30, what="a reconnection")
+    reconnected = [
+        float(line.split("reconnected after ")[1].split()[0])
+        for i in serving
+        for line in i.log().splitlines()
+        if "reconnected after " in line
+    ]
     store = fleet.store(server.url)
     assert_nothing_lost(store, scope, before, read_before)
     expected |= dict.fromkeys(submit_jobs(store, scope, recipe, "after", jobs // 5), COMPLETED)
@@ -187,6 +204,7 @@ def server_dies(fleet: Fleet, jobs: int, fsync: Fsync, crash: bool, instances: i
         kills=f"server {'SIGKILL' if crash else 'SIGTERM'} x1",
         ended_before=len(before["ended"]),
         down_seconds=f"{restart:.1f}",
+        reconnected_after_s=reconnected,
         equipment_reconnects=equipment.outages,
         ended=figures.ended,
         conflicts="n/a (sfc serve reports none)",
