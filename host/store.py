@@ -22,6 +22,8 @@ import redis.cluster
 from host import keys
 
 _LIBRARY_SOURCE: str | None = None
+CLUSTER_BLOCK_MS = 10
+"""On a cluster, how long a read of several scopes blocks on one of them."""
 RETIRED_TTL_MS = 30 * 86_400_000
 """How long `sfc:retired` remembers the last sequence of a cleared job id (30 days)."""
 
@@ -110,6 +112,7 @@ class Store:
         """The client: a redis.Redis, or on a cluster the RedisCluster (for the keys that
         live in slots of their own, sfc:scopes and sfc:recipe:*)."""
         self.cluster = cluster
+        self._turn = 0
         self.consumer = consumer
         self.history_limit = history_limit
         self.dedupe_ttl_ms = dedupe_ttl_ms
@@ -527,12 +530,15 @@ class Store:
         who = self.consumer if consumer is None else consumer
         if self.cluster is not None and len(scopes) > 1:
             # each scope's stream is in a slot of its own (a multi-stream read would be
-            # CROSSSLOT): read each without blocking, then block on the first if none had any
+            # CROSSSLOT): read each without blocking; when none had any, block briefly on
+            # one of them in turn, so that no scope waits long for another
             each: list[tuple[str, str, dict[bytes, bytes]]] = []
             for s in scopes:
                 each += self.read([s], count, None, consumer)
             if not each and block_ms:
-                each = self.read(scopes[:1], count, block_ms, consumer)
+                self._turn = (self._turn + 1) % len(scopes)
+                wait = min(block_ms, CLUSTER_BLOCK_MS)
+                each = self.read([scopes[self._turn]], count, wait, consumer)
             return each
         streams = {keys.work(s): ">" for s in scopes}
         by_key = {keys.work(s): s for s in scopes}
@@ -572,6 +578,36 @@ class Store:
 
     def pending_summary(self, scope: str) -> dict[str, Any]:
         return dict(self.client(scope).xpending(keys.work(scope), keys.GROUP))
+
+    def scope_gauges(self, scope: str) -> dict[str, int]:
+        """What a metrics scrape reads of a scope, in one pipeline of cheap calls: the
+        lengths of the work, dead and equipment streams, the work entries pending (XPENDING
+        summary), the active, due and stored jobs, and the counters of `sfc:scope:{S}`."""
+        pipe = self.client(scope).pipeline(transaction=False)
+        pipe.xlen(keys.work(scope))
+        pipe.xlen(keys.dead(scope))
+        pipe.xlen(keys.equipment(scope))
+        pipe.scard(keys.active(scope))
+        pipe.zcard(keys.due(scope))
+        pipe.zcard(keys.orders(scope))
+        pipe.hgetall(keys.settings(scope))
+        pipe.xpending(keys.work(scope), keys.GROUP)
+        reply: Any = pipe.execute(raise_on_error=False)
+        work, dead, equipment, active, due, orders, settings, pending = reply
+        out = {
+            "work": int(work),
+            "dead": int(dead),
+            "equipment": int(equipment),
+            "active": int(active),
+            "due": int(due),
+            "orders": int(orders),
+            # no group yet (NOGROUP): nothing pending
+            "pending": 0 if isinstance(pending, Exception) else int(pending["pending"]),
+        }
+        for k, v in settings.items():
+            with contextlib.suppress(ValueError):
+                out[_text(k)] = int(v)
+        return out
 
     def bury(
         self,
