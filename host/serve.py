@@ -18,6 +18,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import socket
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -44,6 +45,8 @@ from sfc.codec import capabilities_decoder
 
 log = logging.getLogger("sfc.host.serve")
 DEFAULT_DATA_DIR = ".sfc"
+PORT_FILE = "server.port"
+"""The embedded server's port, kept across runs so that a restart can take it again."""
 
 
 class NoServer(RuntimeError):
@@ -166,7 +169,11 @@ class Serving:
                 )
             self.url, self.attached = url, True
             return url
-        self.server = EmbeddedServer(directory, fsync=self.fsync).start()
+        # the port of the last run, when it is free: instances that stayed attached, and
+        # clients that read server.json before, find the server again after a restart
+        port = _free_port_of(directory / PORT_FILE)
+        self.server = EmbeddedServer(directory, port=port, fsync=self.fsync).start()
+        (directory / PORT_FILE).write_text(f"{self.server.port}\n", encoding="utf-8")
         self.url = self.server.url
         write_connection_file(directory, self.url, os.getpid())
         return self.url
@@ -220,6 +227,20 @@ class Serving:
         if self._lock is not None:
             self._lock.close()
             self._lock = None
+
+
+def _free_port_of(path: Path) -> int | None:
+    """The port written in `path` by a previous run, if it is free now."""
+    try:
+        port = int(path.read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return None
+    return port
 
 
 def setting_names() -> list[str]:
