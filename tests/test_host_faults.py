@@ -139,18 +139,23 @@ def acknowledged(store: Store, scope: str, jobs: Iterable[str]) -> dict[str, Any
     return {"ended": ended_jobs, "history": history, "equipment": equipment}
 
 
-def assert_nothing_lost(store: Store, scope: str, before: dict[str, Any], read: list[str]) -> None:
+def lost(store: Store, scope: str, before: dict[str, Any], read: list[str]) -> dict[str, Any]:
+    """What the server acknowledged before the fault and no longer has."""
     after = acknowledged(store, scope, before["history"])
-    lost_ends = {j: p for j, p in before["ended"].items() if after["ended"].get(j) != p}
-    assert not lost_ends, f"ended jobs lost: {lost_ends}"
-    shorter = {j: n for j, n in before["history"].items() if after["history"][j] < n}
-    assert not shorter, f"history entries lost: {shorter}"
     present = set(after["equipment"])
-    missing = [i for i in [*before["equipment"], *read] if i not in present]
-    assert not missing, f"equipment entries lost: {missing[:5]}"
+    return {
+        "ended jobs": {j: p for j, p in before["ended"].items() if after["ended"].get(j) != p},
+        "history": {j: n for j, n in before["history"].items() if after["history"][j] < n},
+        "equipment entries": [i for i in [*before["equipment"], *read] if i not in present],
+    }
 
 
-def server_dies(fleet: Fleet, jobs: int, fsync: Fsync, crash: bool, instances: int = 2) -> None:
+def server_dies(
+    fleet: Fleet, jobs: int, fsync: Fsync, crash: bool, instances: int = 2, lossless: bool = True
+) -> None:
+    """The server dies mid-run and comes back on the same data directory and port. With
+    `lossless`, nothing it acknowledged may be lost; without (appendfsync everysec and a
+    SIGKILL), what was lost is counted, and every job still completes (retries allowed)."""
     t0 = time.monotonic()
     server = fleet.server(fsync)
     scope = fleet.scope(server.url, f"server-{fsync}")
@@ -159,7 +164,11 @@ def server_dies(fleet: Fleet, jobs: int, fsync: Fsync, crash: bool, instances: i
     serving = [fleet.instance(server.url, scope) for _ in range(instances)]
     for i in serving:
         i.wait_serving()
-    recipe = chain_recipe(["a1", "a2", "a3"], timeout_s=30)
+    recipe = (
+        chain_recipe(["a1", "a2", "a3"], timeout_s=30)
+        if lossless
+        else chain_recipe(["a1", "a2", "a3"], timeout_s=3, max_attempts=5)
+    )
     # half the jobs end before the fault; the other half are a third through
     done = submit_jobs(store, scope, recipe, "done", jobs // 2)
     wait_until(lambda: ended_count(store, scope, done) == len(done), timeout=60, what="half")
@@ -191,7 +200,9 @@ def server_dies(fleet: Fleet, jobs: int, fsync: Fsync, crash: bool, instances: i
         if "reconnected after " in line
     ]
     store = fleet.store(server.url)
-    assert_nothing_lost(store, scope, before, read_before)
+    missing = lost(store, scope, before, read_before)
+    if lossless:
+        assert not any(missing.values()), f"acknowledged and lost: {missing}"
     expected |= dict.fromkeys(submit_jobs(store, scope, recipe, "after", jobs // 5), COMPLETED)
     wait_until(settled(store, scope, expected), timeout=120, what="every job to end")
     figures = check(store, scope, expected)
@@ -205,6 +216,7 @@ def server_dies(fleet: Fleet, jobs: int, fsync: Fsync, crash: bool, instances: i
         ended_before=len(before["ended"]),
         down_seconds=f"{restart:.1f}",
         reconnected_after_s=reconnected,
+        lost={k: len(v) for k, v in missing.items()},
         equipment_reconnects=equipment.outages,
         ended=figures.ended,
         conflicts="n/a (sfc serve reports none)",
@@ -219,6 +231,12 @@ def test_3_the_server_is_killed_with_fsync_always_and_nothing_is_lost(fleet: Fle
 
 def test_3_the_server_shuts_down_with_everysec_and_nothing_is_lost(fleet: Fleet) -> None:
     server_dies(fleet, jobs=30, fsync="everysec", crash=False)
+
+
+def test_3_the_server_is_killed_with_everysec_and_every_job_completes(fleet: Fleet) -> None:
+    # a SIGKILL of the server alone: each write reached the kernel before it was
+    # acknowledged, so normally nothing is lost (a machine crash can lose up to a second)
+    server_dies(fleet, jobs=30, fsync="everysec", crash=True, lossless=False)
 
 
 @pytest.mark.faults_long
