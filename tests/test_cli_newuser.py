@@ -1,7 +1,8 @@
 """What a new user hit on a fresh clone: one test (or a few) per finding, through the CLI.
 
-Each test names the finding it pins and the page of docs/ that states the behaviour. Every
-one of them failed before the fix.
+Sections follow the findings of the issue (numbered as there). Each finding has tests that
+failed before its fix; a few more pin what was right already and must stay so (a space in a
+name, a deeply nested recipe). docs/ states every behaviour tested here.
 """
 
 from __future__ import annotations
