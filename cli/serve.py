@@ -14,6 +14,7 @@ import typer
 from cli.files import read_bytes
 from cli.hostcommon import DataDirOption, RedisOption, check_scope, fail, server_errors
 from cli.main import app
+from host import logs
 from host.serve import Serving, connect, resolve_url, scope_values, setup_scope
 from host.server import ServerError
 from host.settings import SettingsError, from_environment
@@ -99,6 +100,15 @@ def setup(
             store.close()
 
 
+def _say(text: str, log_format: str) -> None:
+    """What serve says on stderr whatever the log level: a line, or with --log-format json
+    a log record of its own (so that every line of stderr is one JSON object)."""
+    if log_format != "json":
+        typer.echo(text, err=True)
+        return
+    log.handle(log.makeRecord(log.name, logging.INFO, __file__, 0, text, (), None))
+
+
 @app.command()
 def serve(
     redis: RedisOption = None,
@@ -141,6 +151,30 @@ def serve(
     log_level: Annotated[
         str, typer.Option("--log-level", metavar="LEVEL", help="debug, info, warning, error.")
     ] = "info",
+    log_format: Annotated[
+        str,
+        typer.Option(
+            "--log-format",
+            metavar="text|json",
+            help="json: one JSON object a line, with scope, job, entry, kind, disposition and "
+            "reason as fields where known.",
+        ),
+    ] = "text",
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            metavar="P",
+            min=0,
+            max=65535,
+            help="Serve Prometheus metrics at http://ADDR:P/metrics, summed over every worker "
+            "(docs/metrics.md); 0 takes a free port and says which.",
+            show_default=False,
+        ),
+    ] = None,
+    metrics_addr: Annotated[
+        str, typer.Option("--metrics-addr", metavar="ADDR", help="The address of /metrics.")
+    ] = "127.0.0.1",
 ) -> None:
     """Run the host until SIGINT or SIGTERM: the embedded Valkey (unless --redis) and the
     worker processes. A second `sfc serve` on the same --data-dir attaches to the running
@@ -150,7 +184,10 @@ def serve(
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):
         fail(f"--log-level {log_level!r}: use debug, info, warning or error", 2)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if log_format not in ("text", "json"):
+        fail(f"--log-format {log_format!r}: use text or json", 2)
+    chosen_format: Literal["text", "json"] = "json" if log_format == "json" else "text"
+    logs.configure(level, chosen_format)
     overrides = {
         k.upper(): v
         for k, v in {
@@ -183,6 +220,7 @@ def serve(
         workers=workers,
         scopes=scope or None,
         settings=settings.texts(),
+        log_format=chosen_format,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -204,6 +242,13 @@ def serve(
                     fail("--capabilities, --max-attempts and --equipment-hold need --scope", 2)
             finally:
                 store.close()
+        if metrics_port is not None:
+            try:
+                port = serving.start_metrics(metrics_addr, metrics_port)
+            except OSError as e:
+                fail(f"--metrics-port {metrics_port}: cannot serve on {metrics_addr}: {e}", 2)
+            where = f"[{metrics_addr}]" if ":" in metrics_addr else metrics_addr
+            _say(f"sfc serve: metrics at http://{where}:{port}/metrics", chosen_format)
         names = serving.start_workers()
         how = (
             f"attached to the server of {serving.data_dir or '.sfc'}"
@@ -212,11 +257,11 @@ def serve(
             if serving.server
             else "server"
         )
-        typer.echo(
+        _say(
             f"sfc serve: {how} at {redacted(url)}; {len(names)} worker(s); scopes: "
             f"{', '.join(scope) if scope else 'every registered scope'}; "
             "stop with Ctrl-C or SIGTERM",
-            err=True,
+            chosen_format,
         )
         while not stop.wait(0.5):
             dead = [p.name for p in serving.processes if not p.is_alive()]
@@ -226,4 +271,4 @@ def serve(
     finally:
         started = time.monotonic()
         serving.stop()
-        typer.echo(f"sfc serve: stopped in {time.monotonic() - started:.1f} s", err=True)
+        _say(f"sfc serve: stopped in {time.monotonic() - started:.1f} s", chosen_format)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,6 +156,17 @@ class Outcome:
     """Job hashes loaded to offer events (the waits index keeps this at the matching jobs)."""
     failed: list[tuple[str, str]] = field(default_factory=list)
     """(entry id, error) of entries whose processing raised; they stay pending."""
+    # -- for the metrics and the logs (host/metrics.py): counted when the commit lands
+    kinds: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """(entry kind, disposition) -> entries: applied, absorbed, rejected, dropped,
+    duplicate, unmatched."""
+    sent: Counter[str] = field(default_factory=Counter)
+    """Equipment entries appended, by kind (push, hold, restart, await, withdraw)."""
+    answer_waits: list[int] = field(default_factory=list)
+    """For each answer whose commit appended commands: ms from the answer's entry id to the
+    batch's load (both the server's clock)."""
+    ends: list[JobEnd] = field(default_factory=list)
+    """Jobs whose order ended in this batch (the recipe completed or faulted)."""
 
     def add(self, other: Outcome) -> None:
         self.applied += other.applied
@@ -167,6 +179,24 @@ class Outcome:
         self.unmatched += other.unmatched
         self.loads += other.loads
         self.failed += other.failed
+        self.kinds.update(other.kinds)
+        self.sent.update(other.sent)
+        self.answer_waits += other.answer_waits
+        self.ends += other.ends
+
+
+@dataclass(frozen=True, slots=True)
+class JobEnd:
+    """A job whose order ended in an evaluation of a work entry."""
+
+    job: str
+    entry: str
+    kind: str
+    disposition: str
+    ended_by: str
+    """The job response's endedBy: completed, faulted, stopped, aborted..."""
+    reason: str
+    """The fault, or the evaluation's reason."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +272,7 @@ class Evaluator:
         for entry in entries:
             at = entry.ms if entry.kind == "tick" else now
             before = joborder.path_text(order)
+            sent = len(equipment)
             if isinstance(entry.data, MethodCall):
                 state, order, item, disposition = self._method(
                     job, state, order, graph, entry.data, at, config, equipment, work
@@ -251,9 +282,11 @@ class Evaluator:
                     scope, job, state, order, graph, entry, at, config, equipment
                 )
             setattr(tally, disposition, getattr(tally, disposition) + 1)
+            _observe(tally, job, entry, disposition, before, order, item, len(equipment) - sent)
             if joborder.path_text(order) != before:
                 item = msgspec.structs.replace(item, order=joborder.path_text(order))
             history.append(("evaluation", encode(item)))
+        tally.sent.update(kind for kind, _ in equipment)
         due = next_deadline(state)
         running = state.status == "running" and not joborder.ended(order)
         wait_ops = [] if isinstance(graph, str) else waits.changes(loaded, state, graph, at)
@@ -471,6 +504,32 @@ class Evaluator:
         return result.state, order, note("applied", result.reason, decisions, sent), "applied"
 
 
+def _observe(
+    tally: Outcome,
+    job: str,
+    entry: Entry,
+    disposition: str,
+    before: str,
+    order: JobOrder,
+    item: HistoryEntry,
+    sent: int,
+) -> None:
+    """What the metrics and the logs need of one evaluated work entry (not of a method)."""
+    if isinstance(entry.data, MethodCall):
+        return
+    tally.kinds[(entry.kind, disposition)] += 1
+    if entry.kind == "answer" and sent and entry.ms:
+        tally.answer_waits.append(max(0, item.at - entry.ms))
+    if before.split("/")[0] not in ("Ended", "Aborted") and joborder.ended(order):
+        r = order.result
+        ended_by, reason = "unknown", item.reason
+        if r is not UNSET:
+            ended_by = r.ended_by
+            if r.fault_code or r.fault_message:
+                reason = f"{r.fault_code or 'fault'}: {r.fault_message or ''}"
+        tally.ends.append(JobEnd(job, entry.id, entry.kind, disposition, ended_by, reason))
+
+
 def _detail(entry: Entry) -> str:
     d = entry.data
     if isinstance(d, AnswerData):
@@ -667,8 +726,10 @@ class Applier:
             return "gone"
         if counter == EVENTS_DUPLICATE:
             tally.duplicates += 1
+            tally.kinds["event", "duplicate"] += 1
             return "duplicate"
         tally.unmatched += 1
+        tally.kinds["event", "unmatched"] += 1
         return "unmatched"
 
     def _drop_stale(
@@ -710,6 +771,7 @@ class Applier:
                 if ids and self.store.ack(scope, ids, counter) == "gone":
                     tally.gone += len(ids)
             tally.dropped += len(missing)
+            tally.kinds.update((e.kind, "dropped") for e in missing)
         if self.before_commit is not None:
             self.before_commit(commits)
         results = self.store.commits(commits)

@@ -17,18 +17,20 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
 import msgspec
 
-from host import keys
+from host import keys, logs
 from host.server import (
     CONNECTION_FILE,
     EmbeddedServer,
@@ -43,8 +45,12 @@ from host.store import Store, StoreError
 from host.worker import Worker, consumer_name
 from sfc.codec import capabilities_decoder
 
+if TYPE_CHECKING:
+    from host.metrics import MetricsServer
+
 log = logging.getLogger("sfc.host.serve")
 DEFAULT_DATA_DIR = ".sfc"
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 PORT_FILE = "server.port"
 """The embedded server's port, kept across runs so that a restart can take it again."""
 
@@ -117,16 +123,29 @@ def setup_scope(store: Store, scope: str, values: Mapping[str, str]) -> None:
 
 
 def _worker_main(
-    url: str, scopes: list[str] | None, values: dict[str, str], consumer: str, level: int
+    url: str,
+    scopes: list[str] | None,
+    values: dict[str, str],
+    consumer: str,
+    level: int,
+    log_format: logs.LogFormat = "text",
+    metrics_dir: str | None = None,
 ) -> None:
-    """A worker process: serve until SIGTERM or SIGINT."""
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    """A worker process: serve until SIGTERM or SIGINT. With `metrics_dir`, it counts in
+    the multiprocess files there (host/metrics.py)."""
+    logs.configure(level, log_format)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     settings = Settings().with_values(values)
     store = Store.from_url(url)
-    worker = Worker(store, settings, scopes, consumer=consumer)
+    metrics: Any = None
+    if metrics_dir is not None:
+        os.environ[MULTIPROC_ENV] = metrics_dir  # inherited already; set before the import
+        from host.metrics import WorkerMetrics
+
+        metrics = WorkerMetrics()
+    worker = Worker(store, settings, scopes, consumer=consumer, metrics=metrics)
     log.info("worker %s started", consumer)
     try:
         worker.run(stop)
@@ -151,7 +170,40 @@ class Serving:
     attached: bool = False
     """True when another `sfc serve` runs the embedded server of this data directory."""
     processes: list[BaseProcess] = field(default_factory=list)
+    log_format: logs.LogFormat = "text"
+    metrics: MetricsServer | None = None
+    """The `/metrics` endpoint (`start_metrics`), when serve runs one."""
+    metrics_dir: str | None = None
     _lock: IO[str] | None = None
+
+    def start_metrics(self, addr: str, port: int) -> int:
+        """Serve `/metrics` on addr:port (0: any free port; returns the port). Made before
+        the workers start: a temporary directory for the multiprocess files, set as
+        PROMETHEUS_MULTIPROC_DIR so that every worker counts there."""
+        self.metrics_dir = tempfile.mkdtemp(prefix="sfc-metrics-")
+        os.environ[MULTIPROC_ENV] = self.metrics_dir
+        from host.metrics import MetricsServer
+
+        try:
+            self.metrics = MetricsServer(
+                addr,
+                port,
+                self.metrics_dir,
+                Store.from_url(self.url),
+                self.scopes,
+                workers=lambda: sum(self.alive()),
+            )
+        except BaseException:
+            self._drop_metrics_dir()
+            raise
+        return self.metrics.port
+
+    def _drop_metrics_dir(self) -> None:
+        if self.metrics_dir is not None:
+            shutil.rmtree(self.metrics_dir, ignore_errors=True)
+            if os.environ.get(MULTIPROC_ENV) == self.metrics_dir:
+                del os.environ[MULTIPROC_ENV]
+            self.metrics_dir = None
 
     def start_server(self) -> str:
         """Connect to `redis_url`, or start (or attach to) the embedded server."""
@@ -193,6 +245,8 @@ class Serving:
                     dict(self.settings),
                     name,
                     level,
+                    self.log_format,
+                    self.metrics_dir,
                 ),
                 name=f"sfc-worker-{name}",
                 daemon=False,
@@ -217,7 +271,13 @@ class Serving:
                 log.error("worker %s did not stop in %s s; killing it", p.name, timeout)
                 p.kill()
                 p.join()
+            if self.metrics is not None and p.pid is not None:
+                self.metrics.mark_dead(p.pid)
         self.processes.clear()
+        if self.metrics is not None:
+            self.metrics.close()
+            self.metrics = None
+        self._drop_metrics_dir()
         if self.server is not None:
             directory = self.server.data_dir
             self.server.stop()

