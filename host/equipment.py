@@ -100,7 +100,7 @@ def publish_event(
 
     It is queued only when some job of the scope waits for the type. Otherwise it is dropped
     and counted in `sfc:scope:{S}` (`eventsUnmatched`), and None is returned: an event that
-    comes before its wait is lost, and the wait times out (spec/04 H-28). `source` and `id`
+    comes before its wait is lost, and the wait times out (docs/host.md, "Pull events"). `source` and `id`
     (CloudEvents) identify the event: a second copy completes nothing.
     """
     keys.check_scope(scope)

@@ -57,7 +57,7 @@ def matches(
     wanted: tuple[str, str | None, str | None], subject: str | None, correlation_id: str | None
 ) -> bool:
     """Whether an event with `subject` and `correlation_id` matches a member's selector:
-    each field the selector sets must be equal (spec/02, "Selector")."""
+    each field the selector sets must be equal (docs/recipes.md)."""
     _, sub, corr = wanted
     return (sub is None or sub == subject) and (corr is None or corr == correlation_id)
 

@@ -1,4 +1,4 @@
-"""Stream entries of host/entries.py, encoded and decoded (pure; HOST.md "Entries").
+"""Stream entries of host/entries.py, encoded and decoded (pure; docs/host.md "Entries").
 
 The fixtures are the schema corpus (tests/data/work_entry_v1_0 and equipment_entry_v1_0):
 each document is split into the stream fields v, kind and data as a producer writes them.

@@ -1,6 +1,6 @@
-"""The job-order state machine of host/joborder.py (pure; HOST.md "Job orders").
+"""The job-order state machine of host/joborder.py (pure; docs/host.md "Job orders").
 
-The tables here are written from HOST.md and OPC 10031-4 (ISA95JobOrderStateMachineType),
+The tables here are written from docs/host.md and OPC 10031-4 (ISA95JobOrderStateMachineType),
 not read from the module, so a change of the module's tables shows up as a failure.
 """
 
@@ -40,7 +40,7 @@ EVERY_PATH = [(s, None) for s in STATES] + [
     (s, sub) for s, subs in SUB_NUMBERS.items() for sub in subs
 ]
 
-# HOST.md "Job orders": the states each method is allowed in (start and finish are internal).
+# docs/host.md "Job orders": the states each method is allowed in (start and finish are internal).
 ALLOWED = {
     "Update": {NAS, ATS},
     "Start": {NAS},
@@ -444,7 +444,7 @@ def expected_refusal(method: str, order: JobOrder | None) -> ReturnStatus:
 
 
 def apply(method: str, order: JobOrder | None, cont: Continuation, at: int) -> JobOrder | None:
-    """What a host does with an allowed method (HOST.md "Job orders")."""
+    """What a host does with an allowed method (docs/host.md "Job orders")."""
     if method in STORES:
         return stored(start=method == "StoreAndStart")
     assert order is not None

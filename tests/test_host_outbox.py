@@ -1,6 +1,6 @@
 """Which commands a commit appends to the equipment stream: host/outbox.py (pure).
 
-HOST.md "Applying an event", "Which commands are appended": a startWork of work push, hold or
+docs/host.md "Applying an event", "Which commands are appended": a startWork of work push, hold or
 restart is appended exactly when its command id's number is above the loaded state's
 sequence; an await is appended as a notice with its selector; every cancelWork becomes a
 withdraw notice. The commands come from real evaluations of the core: the example recipe

@@ -1,4 +1,4 @@
-"""The host's settings (host/settings.py) and key names (host/keys.py); HOST.md "Settings"
+"""The host's settings (host/settings.py) and key names (host/keys.py); docs/host.md "Settings"
 and "Keys".
 
 Every refusal of a setting names it as its environment variable (`SFC_...`), so a bad value
