@@ -11,6 +11,8 @@
 - **Pull events.** JOBS jobs each wait for one type with a `{jobId}` selector; one event per
   job is published (newest wait first) and the worker offers them: events applied per
   second, and jobs loaded per event (1.00 when the waits index does its work).
+- **Unbatched** (`SFC_READ_COUNT=1`) against batched, **two worker processes** against one,
+  and the **latency** from an answer's XADD to the commit that appended the next command.
 - **The floor.** The round trips one event needs, and nothing else: load (TIME and one
   HGETALL in a pipeline) and one commit-shaped `sfc1_commit` (the job's real state and
   order, one equipment and one history entry, one entry acked), timed alone and pipelined
@@ -28,7 +30,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -106,14 +108,28 @@ def responder_process(url: str, scope: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", code], cwd=root)
 
 
-def push_round(url: str, n: int) -> tuple[float, int, Split]:
-    """One round: applied entries per second, and the worker's time split."""
-    scope = f"bench-push-{n}-{time.time_ns()}"
+def latencies(store: Store, scope: str) -> list[int]:
+    """Milliseconds from each answer's XADD to the commit that appended the next command
+    (the history entry's id is the commit's time)."""
+    from host.entries import decode_history, entry_ms
+
+    out = []
+    for i in range(JOBS):
+        for hid, raw in store.history(scope, f"j{i}", STEPS + 2):
+            h = decode_history(raw)
+            if h.event == "answer" and h.sent and isinstance(h.entry, str):
+                out.append(entry_ms(hid) - entry_ms(h.entry))
+    return out
+
+
+def push_round(url: str, n: int, read_count: int = 100) -> tuple[float, int, Split, list[int]]:
+    """One round: applied entries per second, the worker's time split, the latencies."""
+    scope = f"bench-push-{n}-{read_count}-{time.time_ns()}"
     store = Store.from_url(url)
     recipe = linear(STEPS)
     for i in range(JOBS):
         assert submit(store, scope, recipe, job_id=f"j{i}").ok
-    worker = Worker(Store.from_url(url), SETTINGS, [scope])
+    worker = Worker(Store.from_url(url), replace(SETTINGS, read_count=read_count), [scope])
     worker.refresh_scopes()
     split = Split()
     split.wrap(worker.store, "read", "read")
@@ -136,7 +152,33 @@ def push_round(url: str, n: int) -> tuple[float, int, Split]:
         responder.wait()
     applied = worker.counters.outcome.applied
     assert applied == JOBS * (STEPS + 1), applied
-    return applied / elapsed, applied, split
+    return applied / elapsed, applied, split, latencies(store, scope)
+
+
+def processes_round(url: str, n: int, workers: int) -> float:
+    """Applied entries per second of `workers` worker processes (`sfc serve --workers`)."""
+    from host.serve import Serving
+
+    scope = f"bench-procs-{n}-{workers}-{time.time_ns()}"
+    store = Store.from_url(url)
+    recipe = linear(STEPS)
+    for i in range(JOBS):
+        assert submit(store, scope, recipe, job_id=f"j{i}").ok
+    serving = Serving(redis_url=url, workers=workers, scopes=[scope], settings=SETTINGS.texts())
+    serving.start_server()
+    responder = responder_process(url, scope)
+    r = store.r
+    t0 = time.perf_counter()
+    serving.start_workers()
+    try:
+        while not (r.scard(keys.active(scope)) == 0 and r.xlen(keys.work(scope)) == 0):
+            time.sleep(0.01)
+        elapsed = time.perf_counter() - t0
+    finally:
+        serving.stop()
+        responder.terminate()
+        responder.wait()
+    return JOBS * (STEPS + 1) / elapsed
 
 
 def wait_recipe() -> bytes:
@@ -299,35 +341,63 @@ def main() -> None:
         url = server.url
         Store.from_url(url).load_library()
         rates: list[float] = []
+        unbatched: list[float] = []
+        two: list[float] = []
+        one: list[float] = []
         alone: list[float] = []
         piped: list[float] = []
         splits: list[Split] = []
         event_rates: list[float] = []
         loads: list[float] = []
+        lat: list[int] = []
         for n in range(ROUNDS):
             event_rate, per_event = events_round(url, n)
             event_rates.append(event_rate)
             loads.append(per_event)
             alone.append(floor_round(url, 1))
             piped.append(floor_round(url, 100))
-            rate, _, split = push_round(url, n)
+            rate, _, split, lats = push_round(url, n)
             rates.append(rate)
             splits.append(split)
+            lat += lats
+            unbatched.append(push_round(url, n, read_count=1)[0])
+            one.append(processes_round(url, n, 1))
+            two.append(processes_round(url, n, 2))
         floor_alone = 1e6 / statistics.median(alone)
         floor_piped = 1e6 / statistics.median(piped)
         rate = statistics.median(rates)
-        print(f"push jobs: {JOBS} jobs of linear-{STEPS}, one worker, responder answering at once")
-        print(f"  applied events/s      {_spread(rates)}   (target 2,000)")
+        print(f"push jobs: {JOBS} jobs of linear-{STEPS}, responder answering at once")
         print(
-            f"  floor, alone          {statistics.median(alone):,.1f} us/event "
+            f"  (a) floor, alone          {statistics.median(alone):,.1f} us/event "
             f"= {floor_alone:,.0f} events/s"
         )
         print(
-            f"  floor, pipelined 100  {statistics.median(piped):,.1f} us/event "
+            f"  (a) floor, pipelined 100  {statistics.median(piped):,.1f} us/event "
             f"= {floor_piped:,.0f} events/s"
         )
-        print(f"  applied / floor(100)  {rate / floor_piped:.2f}")
-        print(f"  applied / floor(1)    {rate / floor_alone:.2f}")
+        print(
+            f"  (b) one worker, batched (100)  {_spread(rates)} events/s   (issue #9 target "
+            f"2,000; #15 targets 10,000 and 50% of the floor)"
+        )
+        print(f"      / floor pipelined 100      {rate / floor_piped:.2f}")
+        ub = statistics.median(unbatched)
+        print(
+            f"  (b) one worker, unbatched (1)  {_spread(unbatched)} events/s   (#15 target: "
+            f"80% of the floor alone)"
+        )
+        print(f"      / floor alone              {ub / floor_alone:.2f}")
+        print(
+            f"  (c) worker processes: 1 -> {_spread(one)}, 2 -> {_spread(two)} events/s; "
+            f"x{statistics.median(two) / statistics.median(one):.2f}"
+        )
+        lat.sort()
+        if lat:
+            p50 = lat[len(lat) // 2]
+            p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+            print(
+                f"  (d) answer XADD -> next command appended: p50 {p50} ms, p99 {p99} ms "
+                "(at full load, batched; the goal is p99 5 ms at half load)"
+            )
         print(f"pull events: {JOBS} jobs each waiting on one type with a {{jobId}} selector")
         print(f"  applied events/s      {_spread(event_rates)}")
         print(f"  jobs loaded per event {statistics.median(loads):.2f}")
@@ -336,6 +406,9 @@ def main() -> None:
             for k in ("read", "load", "evaluate", "commit")
         }
         events = JOBS * (STEPS + 1)
+        print("  one worker's time per applied event, batched (median of rounds):")
+        for name, seconds in total.items():
+            print(f"    {name:<10} {seconds / events * 1e6:8.1f} us")
         cluster_rate, cluster_jobs = cluster_round()
         print(
             f"cluster: 3 nodes, 3 worker processes, {cluster_jobs} jobs of linear-{STEPS} "
@@ -345,9 +418,6 @@ def main() -> None:
             f"  applied events/s      {cluster_rate:,.0f} (one round; the 2 cores run 3 servers, "
             "3 workers and 3 responders)"
         )
-        print("  worker time per applied event (median of rounds):")
-        for name, seconds in total.items():
-            print(f"    {name:<10} {seconds / events * 1e6:8.1f} us")
 
 
 if __name__ == "__main__":
