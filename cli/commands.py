@@ -4,6 +4,7 @@ from cli import dryrun as dryrun
 from cli import equipment as equipment
 from cli import explain as explain
 from cli import job as job
+from cli import mcp as mcp
 from cli import render as render
 from cli import run as run
 from cli import schema as schema

@@ -1,0 +1,73 @@
+"""`sfc mcp`: a stdio MCP server for the core and the host (docs/cli.md, "sfc mcp").
+
+The tools are in cli/mcptools.py, imported when the command runs, so that no other command
+pays for the SDK.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Annotated
+
+import typer
+
+from cli.hostcommon import DataDirOption, RedisOption, fail
+from cli.main import app
+from host.serve import NoServer, resolve_url
+from host.store import redacted
+
+
+@app.command()
+def mcp(
+    redis: RedisOption = None,
+    data_dir: DataDirOption = None,
+    allow_control: Annotated[
+        bool,
+        typer.Option(
+            "--allow-control",
+            help="Also offer the tools that write: sfc_pause, sfc_resume, sfc_abort, sfc_tick "
+            "and sfc_redispatch. Without it nothing is written.",
+        ),
+    ] = False,
+    offline: Annotated[
+        bool,
+        typer.Option("--offline", help="Offer only the tools that need no server."),
+    ] = False,
+) -> None:
+    """Serve MCP tools over stdio: sfc_validate, sfc_explain and sfc_dryrun; with a server
+    (--redis, SFC_REDIS_URL or the server.json of --data-dir) also sfc_job, sfc_jobs and
+    sfc_work_pending; with --allow-control the job-control tools too. Logs go to stderr."""
+    logging.basicConfig(
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    url: str | None = None
+    if not offline:
+        try:
+            url = resolve_url(redis, data_dir)
+        except NoServer as e:
+            if allow_control:
+                fail(f"--allow-control needs a server: {e}", 2)
+            typer.echo(
+                "sfc mcp: no server found (no --redis, SFC_REDIS_URL or server.json): only "
+                "sfc_validate, sfc_explain and sfc_dryrun are offered",
+                err=True,
+            )
+    if allow_control and url is None:
+        fail("--allow-control needs a server: drop --offline", 2)
+    from cli.mcptools import build_server
+
+    server, conn = build_server(url, allow_control)
+    if url is not None:
+        typer.echo(
+            f"sfc mcp: server {redacted(url)}"
+            + ("; control tools on" if allow_control else "; read only"),
+            err=True,
+        )
+    try:
+        server.run("stdio")
+    finally:
+        if conn is not None:
+            conn.close()
