@@ -224,21 +224,18 @@ class Processes:
         self.started.append(bg)
         return bg
 
-    def serve(self, data_dir: Path, *args: str, cwd: Path, workers: int = 1) -> Background:
-        """`sfc serve --data-dir DIR`, once its workers serve (each logs that it started)."""
+    def serve(
+        self, data_dir: Path, *args: str, cwd: Path, workers: int = 1, ready: bool = True
+    ) -> Background:
+        """`sfc serve --data-dir DIR`: once it has set up its scopes and started its workers
+        (it says `sfc serve: ...`), and with `ready`, once every worker serves."""
         bg = self.start(
-            "serve",
-            "serve",
-            "--data-dir",
-            data_dir,
-            "--workers",
-            str(workers),
-            *args,
-            cwd=cwd,
-            data_dir=data_dir,
-        )
+            "serve", "serve", "--data-dir", data_dir, "--workers", str(workers), *args,
+            cwd=cwd, data_dir=data_dir,
+        )  # fmt: skip
         bg.wait_for_stderr("sfc serve: ")
-        bg.wait_for_stderr("sfc.host.serve: worker", count=workers)
+        if ready:
+            bg.wait_for_stderr("sfc.host.serve: worker", count=workers)
         return bg
 
     def equipment(
