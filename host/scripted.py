@@ -48,7 +48,14 @@ from host.apply import EVENTS_UNMATCHED
 from host.entries import Entry, EntryError, decode_equipment, encode, fields
 from host.equipment import answer_data, event_data
 from host.store import Store
-from sfc.simulation import ScriptError, choose_reply, load_script, parse_reply, reply_key
+from sfc.simulation import (
+    Reply,
+    ScriptError,
+    choose_reply,
+    load_script,
+    parse_reply,
+    reply_key,
+)
 
 log = logging.getLogger("sfc.host.scripted")
 
@@ -117,6 +124,49 @@ class Counters:
 
 
 @dataclass
+class ScriptAnswers:
+    """What the script's equipment remembers and how it chooses: the one place both the
+    scripted equipment on the stream and the MQTT device (host/mqtt.py) ask the script.
+
+    `ask` deduplicates by command id, drops what is read past its `expiresAt` (unasked),
+    counts per job and script key, and returns the parsed reply (`sfc.simulation`'s
+    `choose_reply` and `parse_reply`), or None: a duplicate, expired or silent.
+    """
+
+    script: SimulationScript
+    counters: Counters = field(default_factory=Counters)
+    _seen: set[str] = field(default_factory=set, repr=False)
+    _asked: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
+
+    def known(self, command_id: str) -> bool:
+        """Whether `command_id` was asked about (or seen) before."""
+        return command_id in self._seen
+
+    def ask(self, kind: str, data: CommandData | AwaitData, now_ms: float) -> Reply | None:
+        if data.command_id in self._seen:
+            self.counters.duplicates += 1
+            return None
+        self._seen.add(data.command_id)
+        if now_ms > data.expires_at:
+            self.counters.dropped_expired += 1
+            return None
+        key = reply_key(data.action_key, kind)
+        n = self._asked.get((data.job, key), 0)
+        self._asked[(data.job, key)] = n + 1
+        self.counters.asked += 1
+        text = choose_reply(self.script, key, n)
+        try:
+            reply = parse_reply(text)
+        except ValueError as e:  # pragma: no cover - load_script checked every reply
+            log.warning("%s: %s", data.command_id, e)
+            return None
+        if reply.kind == "silent":
+            self.counters.silent += 1
+            return None
+        return reply
+
+
+@dataclass
 class ScriptedEquipment:
     """The script's equipment for every job of `scope`, on wall-clock time.
 
@@ -134,8 +184,7 @@ class ScriptedEquipment:
     time_scale: float = 1.0
     clock: Callable[[], float] = time.time
     counters: Counters = field(default_factory=Counters)
-    _seen: set[str] = field(default_factory=set, repr=False)
-    _asked: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
+    _answers: ScriptAnswers = field(init=False, repr=False)
     _due: list[tuple[float, int, _Due]] = field(default_factory=list, repr=False)
     _order: int = field(default=0, repr=False)
 
@@ -146,6 +195,7 @@ class ScriptedEquipment:
             raise problem
         if not self.time_scale >= 0:
             raise ValueError(f"time_scale must be 0 or more, not {self.time_scale}")
+        self._answers = ScriptAnswers(self.script, self.counters)
         self.store.equipment_group(self.scope, self.group)
 
     # -- the loop
@@ -201,25 +251,8 @@ class ScriptedEquipment:
             return
         if not isinstance(data, CommandData | AwaitData):
             return  # pragma: no cover - every other kind is one of the two
-        if data.command_id in self._seen:
-            self.counters.duplicates += 1
-            return
-        self._seen.add(data.command_id)
-        if self.now_ms() > data.expires_at:
-            self.counters.dropped_expired += 1
-            return
-        key = reply_key(data.action_key, entry.kind)
-        n = self._asked.get((data.job, key), 0)
-        self._asked[(data.job, key)] = n + 1
-        self.counters.asked += 1
-        text = choose_reply(self.script, key, n)
-        try:
-            reply = parse_reply(text)
-        except ValueError as e:  # pragma: no cover - load_script checked every reply
-            log.warning("%s: %s", data.command_id, e)
-            return
-        if reply.kind == "silent":
-            self.counters.silent += 1
+        reply = self._answers.ask(entry.kind, data, self.now_ms())
+        if reply is None:
             return
         if isinstance(data, AwaitData):
             selector = data.selector
