@@ -406,15 +406,18 @@ def test_job_orders_without_a_worker(valkey_url: str, tmp_path: Path) -> None:
     finally:
         client.close()
     ((_, [(entry_id, _)]),) = read
-    pending, shown, listed = sfc_all(
+    pending, shown, listed, waited = sfc_all(
         [
             ["work", "pending", "--json", *at],
             ["job", "show", "g1", "--json", *at],
             ["job", "list", "--json", "--scope", scope],  # by SFC_REDIS_URL
+            ["job", "wait", "g1", "nope", "--timeout", "0.5", *at],
         ],
         cwd=tmp_path,
-        envs=[None, None, {**cli_env(), "SFC_REDIS_URL": valkey_url}],
+        envs=[None, None, {**cli_env(), "SFC_REDIS_URL": valkey_url}, None],
     )
+    assert waited.code == 1, waited  # nothing runs the job: the timeout
+    assert waited.lines() == ["g1: not ended (timeout)", "nope: unknown job order"]
     assert pending.code == 0, pending
     (row,) = check(pending.json(), PENDING)["pending"]
     assert row["id"] == entry_id.decode()
