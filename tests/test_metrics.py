@@ -1,0 +1,246 @@
+"""Metrics and logs of `sfc serve` (docs/metrics.md), against the real session server.
+
+One `sfc serve --workers 2 --metrics-port P --log-format json` runs jobs answered by an
+in-process responder, with a malformed entry, an answer for no job, an unmatched event and a
+job whose equipment fails. The tests scrape `/metrics` over HTTP and find the counters equal
+to what happened, the gauges equal to what the server holds, and parse every line that serve
+and its workers wrote to stderr as one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from host import joborder, keys
+from host.apply import decode_order
+from host.equipment import Answer, Responder, publish_event, respond
+from host.jobs import submit
+from host.store import Store
+from tests.clikit import Background, cli_env, processes
+from tests.hostkit import linear_recipe, new_scope, wait_for
+
+JOBS = 6
+STEPS = 3
+FAULTY = "faulty"
+"""The job whose equipment answers its first command with an error (the job faults)."""
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def scrape(port: int) -> Samples:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        assert r.status == 200
+        assert r.headers["Content-Type"].startswith("text/plain")
+        text = r.read().decode()
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[s.name, frozenset(s.labels.items())] = s.value
+    return out
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+@dataclass
+class Run:
+    scope: str
+    port: int
+    serve: Background
+    tmp: Path
+    samples: Samples
+    during: list[str]
+    """The multiprocess files while serve ran."""
+    stderr: str
+
+
+def _reply(kind: str, data: Any) -> Answer:
+    if data.job == FAULTY:
+        return Answer(error="the press is jammed")
+    return Answer(outcome="held" if kind == "hold" else "ok")
+
+
+@pytest.fixture(scope="module")
+def run(valkey_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    tmp = tmp_path_factory.mktemp("metrics")
+    (tmp / "tmp").mkdir()
+    scope = new_scope("metrics")
+    port = free_port()
+    store = Store.from_url(valkey_url)
+    try:
+        with processes(tmp / "logs") as procs:
+            serve = procs.start(
+                "serve", "serve", "--redis", valkey_url, "--scope", scope, "--workers", "2",
+                "--metrics-port", str(port), "--log-format", "json", "--log-level", "info",
+                "--sweep-interval", "100ms", cwd=tmp, env=cli_env(TMPDIR=str(tmp / "tmp")),
+            )  # fmt: skip
+            serve.wait_for_stderr('"message": "worker ', count=2)
+            responder = Responder(store, scope, _reply)
+            recipe = linear_recipe(STEPS)
+            jobs = [submit(store, scope, recipe, job_id=f"j{i}").job for i in range(JOBS)]
+            jobs.append(submit(store, scope, recipe, job_id=FAULTY).job)
+            store.add_work(scope, {"v": b"1", "kind": b"bogus", "data": b"{}"})
+            respond(store, scope, "ghost", "a1")
+            assert publish_event(store, scope, "com.example.nobody.v1") is None
+
+            def ended() -> bool:
+                responder.pump()
+                _, records = store.load(scope, jobs)
+                return all(
+                    r is not None and joborder.ended(decode_order(r.order))
+                    for r in records.values()
+                )
+
+            wait_for(ended, timeout=40, what="every job to end")
+            expected = _expected()
+
+            def counted() -> bool:
+                got = scrape(port)
+                return all(value(got, n, scope=scope, **dict(lb)) == v for (n, lb), v in expected)
+
+            wait_for(counted, timeout=20, what="the counters to reach what happened")
+            samples = scrape(port)
+            during = sorted(p.name for p in (tmp / "tmp").rglob("*.db"))
+            serve.stop()
+            yield Run(scope, port, serve, tmp, samples, during, serve.stderr())
+    finally:
+        store.close()
+
+
+def _expected() -> list[tuple[tuple[str, frozenset[tuple[str, str]]], float]]:
+    """What happened, as counters: every job started; each good job answered STEPS times,
+    the faulty one once; the answer for no job dropped; STEPS pushes for each good job and
+    one for the faulty one; one malformed entry dead."""
+
+    def e(
+        name: str, v: float, **labels: str
+    ) -> tuple[tuple[str, frozenset[tuple[str, str]]], float]:
+        return (name, frozenset(labels.items())), v
+
+    return [
+        e("sfc_events_total", JOBS + 1, kind="start", disposition="applied"),
+        e("sfc_events_total", JOBS * STEPS + 1, kind="answer", disposition="applied"),
+        e("sfc_events_total", 1, kind="answer", disposition="dropped"),
+        e("sfc_commands_total", JOBS * STEPS + 1, kind="push"),
+        e("sfc_jobs_ended_total", JOBS, ended_by="completed"),
+        e("sfc_jobs_ended_total", 1, ended_by="faulted"),
+        e("sfc_dead_entries_total", 1, reason="malformed"),
+    ]
+
+
+def test_the_counters_equal_what_happened(run: Run) -> None:
+    got, scope = run.samples, run.scope
+    for (name, labels), v in _expected():
+        assert value(got, name, scope=scope, **dict(labels)) == v, (name, labels)
+    # nothing else was counted
+    events = {
+        (dict(lb)["kind"], dict(lb)["disposition"]): v
+        for (n, lb), v in got.items()
+        if n == "sfc_events_total" and dict(lb).get("scope") == scope
+    }
+    assert events == {
+        ("start", "applied"): JOBS + 1,
+        ("answer", "applied"): JOBS * STEPS + 1,
+        ("answer", "dropped"): 1,
+    }
+    commands = {
+        dict(lb)["kind"]: v
+        for (n, lb), v in got.items()
+        if n == "sfc_commands_total" and dict(lb).get("scope") == scope
+    }
+    assert commands == {"push": JOBS * STEPS + 1}
+    assert value(got, "sfc_dead_entries_total", scope=scope, reason="deliveries") == 0
+    assert value(got, "sfc_outages_total", scope=scope) == 0
+    assert value(got, "sfc_commit_gone_total", scope=scope) == 0
+    # the histograms: one apply time for every entry applied or dropped (the dead one was
+    # never applied), and one answer-to-command latency per answer that sent the next push
+    applied = (JOBS + 1) + (JOBS * STEPS + 1) + 1
+    assert value(got, "sfc_apply_entry_seconds_count") == applied
+    assert value(got, "sfc_answer_to_command_seconds_count") == JOBS * (STEPS - 1)
+    assert 0 < value(got, "sfc_apply_batch_seconds_count") <= applied
+    assert value(got, "sfc_apply_batch_seconds_sum") > 0
+    # read from the server at scrape time, whoever counted
+    assert value(got, "sfc_scope_events_unmatched_total", scope=scope) == 1
+    assert value(got, "sfc_scope_answers_dropped_total", scope=scope) == 1
+    assert value(got, "sfc_dead_stream_entries", scope=scope) == 1
+    assert value(got, "sfc_job_orders", scope=scope) == JOBS + 1
+    assert value(got, "sfc_active_jobs", scope=scope) == 0
+    assert value(got, "sfc_due_jobs", scope=scope) == 0
+    assert value(got, "sfc_work_pending", scope=scope) == 0
+    assert value(got, "sfc_equipment_entries", scope=scope) == JOBS * STEPS + 1
+    assert value(got, "sfc_server_up") == 1
+    assert value(got, "sfc_workers_alive") == 2
+
+
+def test_one_endpoint_sums_both_workers_and_serve_cleans_up(run: Run) -> None:
+    # two worker processes counted in files of their own, in the directory serve made
+    pids = {name.rsplit("_", 1)[1] for name in run.during if name.startswith("counter_")}
+    assert len(pids) == 2, run.during
+    assert run.serve.code == 0, run.stderr
+    assert not list((run.tmp / "tmp").iterdir()), "serve left its metrics directory"
+    with pytest.raises(OSError):
+        scrape(run.port)
+
+
+def test_json_logs_one_object_a_line(run: Run) -> None:
+    lines = run.stderr.splitlines()
+    assert lines
+    docs = []
+    for line in lines:
+        doc = json.loads(line)
+        assert isinstance(doc, dict), line
+        assert {"time", "level", "logger", "message", "pid"} <= doc.keys(), line
+        docs.append(doc)
+    said = [d["message"] for d in docs]
+    assert any(m.startswith("sfc serve: metrics at http://127.0.0.1:") for m in said), said
+    assert any(m.startswith("sfc serve: stopped in") for m in said), said
+    assert sum(m.startswith("worker ") and m.endswith(" started") for m in said) == 2
+    dead = [d for d in docs if d.get("disposition") == "dead"]
+    assert len(dead) == 1, dead
+    (d,) = dead
+    assert d["level"] == "warning"
+    assert d["scope"] == run.scope and d["kind"] == "bogus" and d["entry"]
+    assert d["reason"].startswith("malformed")
+    faults = [d for d in docs if d.get("ended_by") == "faulted"]
+    assert len(faults) == 1, faults
+    (f,) = faults
+    assert f["level"] == "warning"
+    assert f["job"] == FAULTY and f["scope"] == run.scope and f["kind"] == "answer"
+    assert f["disposition"] == "applied" and "error" in f["reason"]
+    assert keys.check_scope(f["scope"])
+    assert all(d["level"] != "error" for d in docs), [d for d in docs if d["level"] == "error"]
+
+
+def test_metrics_port_in_use_is_refused(valkey_url: str, tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with processes(tmp_path / "logs") as procs:
+            bg = procs.start(
+                "serve", "serve", "--redis", valkey_url, "--scope", new_scope("busy"),
+                "--metrics-port", str(port), cwd=tmp_path,
+            )  # fmt: skip
+            deadline = time.monotonic() + 30
+            while bg.running() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert bg.stop() == 2
+            assert f"--metrics-port {port}: cannot serve" in bg.stderr()
