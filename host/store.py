@@ -824,6 +824,24 @@ class Store:
             published.append(None if text == "dropped" else text)
         return [_text(i) for i in results[: len(answers)]], published
 
+    # -- adapters of the equipment stream (host/mqtt.py)
+
+    def autoclaim_equipment(
+        self, scope: str, group: str, consumer: str, idle_ms: int, count: int, start: str = "0-0"
+    ) -> tuple[str, list[tuple[str, dict[bytes, bytes]]]]:
+        """XAUTOCLAIM on the equipment stream for an adapter's group: (next start, the
+        entries pending longer than `idle_ms` with another consumer, now this one's)."""
+        reply: Any = self.client(scope).xautoclaim(
+            keys.equipment(scope),
+            group,
+            consumer,
+            min_idle_time=idle_ms,
+            start_id=start,
+            count=count,
+        )
+        entries = [(_text(i), f or {}) for i, f in reply[1] if i is not None]
+        return _text(reply[0]), entries
+
 
 def _id_tuple(entry_id: str) -> tuple[int, int]:
     ms, _, seq = entry_id.partition("-")
