@@ -1,4 +1,5 @@
-"""`sfc mcp`: a stdio MCP server for the core and the host (docs/cli.md, "sfc mcp").
+"""`sfc mcp`: a stdio MCP server for the core and the host (docs/metrics.md, "The MCP
+server").
 
 The tools are in cli/mcptools.py, imported when the command runs, so that no other command
 pays for the SDK.

@@ -1,4 +1,5 @@
-"""The tools of `sfc mcp`, a stdio MCP server on the `mcp` SDK (docs/cli.md, "sfc mcp").
+"""The tools of `sfc mcp`, a stdio MCP server on the `mcp` SDK (docs/metrics.md, "The MCP
+server").
 
 Imported only by `sfc mcp` (and tests), so that no other command pays for the SDK.
 

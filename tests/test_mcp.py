@@ -1,5 +1,5 @@
-"""`sfc mcp` (docs/cli.md, "sfc mcp"): the MCP tools driven by the SDK's own client,
-in-process and once as a subprocess over stdio, against the real session server.
+"""`sfc mcp` (docs/metrics.md, "The MCP server"): the MCP tools driven by the SDK's own
+client, in-process and once as a subprocess over stdio, against the real session server.
 
 Every tool is called with good input and with bad input; bad input is a tool error
 (`isError` with the reason), never a crash. The dry run equals `sfc dryrun --json`, the
@@ -154,6 +154,13 @@ def test_the_tools_without_a_server_in_process(tmp_path: Path) -> None:
         assert "Unknown tool" in _error(await c.call_tool("sfc_tick", {"job": "j"}))
 
     _run(server, body)
+
+
+def test_every_tool_is_documented() -> None:
+    text = (EXAMPLES.parent / "docs" / "metrics.md").read_text()
+    for tool in OFFLINE_TOOLS + SERVER_TOOLS + CONTROL_TOOLS:
+        assert f"`{tool}" in text, tool
+        assert f"`{tool}`" in (EXAMPLES.parent / "README.md").read_text(), tool
 
 
 def _running_job(host: Host, scope: str) -> tuple[str, Worker]:

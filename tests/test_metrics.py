@@ -10,6 +10,7 @@ and its workers wrote to stderr as one JSON object.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 import urllib.request
@@ -188,6 +189,23 @@ def test_the_counters_equal_what_happened(run: Run) -> None:
     assert value(got, "sfc_equipment_entries", scope=scope) == JOBS * STEPS + 1
     assert value(got, "sfc_server_up") == 1
     assert value(got, "sfc_workers_alive") == 2
+
+
+def test_every_metric_is_documented(run: Run) -> None:
+    """docs/metrics.md names every metric the endpoint serves, with its type."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "metrics.md").read_text()
+    documented = dict(
+        re.findall(r"^\| `(sfc_[a-z_]+)` \| (counter|gauge|histogram) \|", text, re.M)
+    )
+    assert len(documented) >= 25
+    served = {name for name, _ in run.samples}
+    assert served, "nothing scraped"
+    for name in served:
+        family = re.sub(r"_(bucket|count|sum)$", "", name)
+        assert name in documented or documented.get(family) == "histogram", name
+    # and the types: what the scrape calls a counter ends in _total
+    for name, kind in documented.items():
+        assert name.endswith("_total") == (kind == "counter"), name
 
 
 def test_one_endpoint_sums_both_workers_and_serve_cleans_up(run: Run) -> None:
