@@ -10,8 +10,10 @@ and its workers wrote to stderr as one JSON object.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import socket
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -26,6 +28,7 @@ from host import joborder, keys
 from host.apply import decode_order
 from host.equipment import Answer, Responder, publish_event, respond
 from host.jobs import submit
+from host.logs import JsonFormatter
 from host.store import Store
 from tests.clikit import Background, cli_env, processes
 from tests.hostkit import linear_recipe, new_scope, wait_for
@@ -262,3 +265,67 @@ def test_metrics_port_in_use_is_refused(valkey_url: str, tmp_path: Path) -> None
                 time.sleep(0.05)
             assert bg.stop() == 2
             assert f"--metrics-port {port}: cannot serve" in bg.stderr()
+
+
+def test_an_outage_and_a_reconnect_are_logged_at_warning_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """In-process, on a server of its own that the test stops and starts again on its port:
+    the worker logs the outage, the unreachable server and the reconnect at warning with the
+    reason (as `extra` fields, which the JSON format shows), and counts them."""
+    from prometheus_client import REGISTRY
+
+    from host.metrics import WorkerMetrics
+    from host.serve import setup_scope
+    from host.server import EmbeddedServer
+    from host.settings import Settings
+    from host.worker import Worker
+
+    caplog.set_level(logging.INFO)
+    server = EmbeddedServer(tmp_path / "valkey").start()
+    store = Store.from_url(server.url)
+    stop = threading.Event()
+    thread: threading.Thread | None = None
+    try:
+        scope = new_scope("outage")
+        setup_scope(store, scope, {})
+        settings = Settings(sweep_interval=50, outage_threshold=1000, scope_refresh_interval=200)
+        worker = Worker(store, settings, [scope], metrics=WorkerMetrics())
+
+        def counted(name: str, **labels: str) -> float:
+            return REGISTRY.get_sample_value(name, labels) or 0.0
+
+        outages = counted("sfc_outages_total", scope=scope)
+        reconnects = counted("sfc_worker_reconnects_total")
+        worker.refresh_scopes()
+        worker.sweep_once()  # the heartbeat
+        store.client(scope).hset(keys.heartbeat(scope), "at", str(store.time_ms() - 600_000))
+        worker.sweep_once()
+        (outage,) = [r for r in caplog.records if "outage of" in r.getMessage()]
+        assert outage.levelno == logging.WARNING
+        assert outage.__dict__["scope"] == scope
+        assert outage.__dict__["reason"].startswith("outage of ")
+        assert counted("sfc_outages_total", scope=scope) == outages + 1
+
+        def said(text: str) -> list[logging.LogRecord]:
+            return [r for r in caplog.records if text in r.getMessage()]
+
+        thread = threading.Thread(target=worker.run, args=(stop,))
+        thread.start()
+        port = server.port
+        server.stop()
+        wait_for(lambda: bool(said("unreachable")), timeout=20, what="the unreachable warning")
+        server = EmbeddedServer(tmp_path / "valkey", port=port).start()
+        wait_for(lambda: bool(said("reconnected after")), timeout=20, what="the reconnect")
+        for record in said("unreachable") + said("reconnected after"):
+            assert record.levelno == logging.WARNING
+            assert record.__dict__["reason"]
+        assert counted("sfc_worker_reconnects_total") == reconnects + 1
+        line = json.loads(JsonFormatter().format(said("reconnected after")[0]))
+        assert line["level"] == "warning" and line["reason"].startswith("the server was")
+    finally:
+        stop.set()
+        if thread is not None:
+            thread.join(10)
+        store.close()
+        server.stop()
