@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import msgspec
+import redis
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
@@ -305,7 +306,7 @@ def _server(conn: Connection) -> Iterator[Store]:
         if unreachable(e) or isinstance(e, StoreError):
             conn.store = None
             raise ToolError(f"the server went away: {e}") from None
-        if type(e).__name__ == "ResponseError":
+        if isinstance(e, redis.ResponseError):
             raise ToolError(f"the server refused a command: {e}") from None
         raise
 
