@@ -22,6 +22,7 @@ import signal
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from multiprocessing.process import BaseProcess
@@ -53,6 +54,9 @@ DEFAULT_DATA_DIR = ".sfc"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 PORT_FILE = "server.port"
 """The embedded server's port, kept across runs so that a restart can take it again."""
+SERVER_PID_FILE = "server.pid"
+"""The pid of the embedded valkey-server, so that the next serve can stop one that a killed
+serve left running."""
 
 
 class NoServer(RuntimeError):
@@ -137,6 +141,8 @@ def _worker_main(
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    parent = os.getppid()
+    threading.Thread(target=_stop_with_parent, args=(parent, stop), daemon=True).start()
     settings = Settings().with_values(values)
     store = Store.from_url(url)
     metrics: Any = None
@@ -152,6 +158,55 @@ def _worker_main(
     finally:
         store.close()
         log.info("worker %s stopped", consumer)
+
+
+def _stop_with_parent(parent: int, stop: threading.Event) -> None:
+    """A worker whose `sfc serve` was killed (SIGKILL, the OOM killer) stops, rather than
+    serve on unmanaged: its parent is then another process."""
+    while not stop.wait(1.0):
+        if os.getppid() != parent:
+            log.error("the sfc serve of this worker (pid %d) is gone; stopping", parent)
+            stop.set()
+
+
+def _stop_left_server(directory: Path, timeout: float = 10.0) -> None:
+    """Stop the valkey-server that a killed `sfc serve` left running on `directory`.
+
+    The embedded server runs in a session of its own, so it outlives a serve killed with
+    SIGKILL; a new server on the same files would be a second writer of the same AOF. It
+    is known by its pid in SERVER_PID_FILE, and is ours when that process is a valkey-server
+    whose working directory is `directory` (Linux; elsewhere nothing is checked or stopped).
+    SIGTERM flushes its AOF, as a clean stop does."""
+    try:
+        pid = int((directory / SERVER_PID_FILE).read_text(encoding="utf-8"))
+        comm = Path(f"/proc/{pid}/comm").read_text(encoding="utf-8").strip()
+        cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+    except (OSError, ValueError):
+        return
+    if "valkey" not in comm or cwd != directory.resolve():
+        return
+    log.warning(
+        "the server of %s (pid %d) was left running by an sfc serve that was killed; "
+        "stopping it before a new one starts",
+        directory,
+        pid,
+    )
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie has ended: it only waits to be reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
 @dataclass
@@ -221,10 +276,14 @@ class Serving:
                 )
             self.url, self.attached = url, True
             return url
+        _stop_left_server(directory)
         # the port of the last run, when it is free: instances that stayed attached, and
         # clients that read server.json before, find the server again after a restart
         port = _free_port_of(directory / PORT_FILE)
         self.server = EmbeddedServer(directory, port=port, fsync=self.fsync).start()
+        if self.server.process is not None:
+            pid_file = directory / SERVER_PID_FILE
+            pid_file.write_text(f"{self.server.process.pid}\n", encoding="utf-8")
         (directory / PORT_FILE).write_text(f"{self.server.port}\n", encoding="utf-8")
         self.url = self.server.url
         write_connection_file(directory, self.url, os.getpid())
@@ -284,6 +343,8 @@ class Serving:
             self.server = None
             with contextlib.suppress(OSError):
                 (directory / CONNECTION_FILE).unlink()
+            with contextlib.suppress(OSError):
+                (directory / SERVER_PID_FILE).unlink()
         if self._lock is not None:
             self._lock.close()
             self._lock = None

@@ -22,7 +22,9 @@ A CLI call costs about a second of imports, so independent calls run at once (`s
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -891,6 +893,76 @@ def test_a_second_serve_attaches_and_a_clean_stop_loses_nothing(tmp_path: Path) 
             assert client.xpending(keys.work(scope), keys.GROUP)["pending"] == 0
         finally:
             client.close()
+
+
+def children(pid: int) -> dict[int, str]:
+    """The processes whose parent is `pid`: pid and command name (Linux /proc)."""
+    out = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name, _, rest = text.rpartition(")")
+        if int(rest.split()[1]) == pid:
+            out[int(stat.parent.name)] = name.partition("(")[2]
+    return out
+
+
+def running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def servers_on(data: Path) -> list[int]:
+    """The valkey-servers whose files are in `data` (their working directory)."""
+    out = []
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if "valkey" in comm.read_text() and Path(os.readlink(comm.parent / "cwd")) == data:
+                out.append(int(comm.parent.name))
+        except OSError:
+            continue
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_killed_serve_leaves_no_second_server_and_no_worker(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    left: dict[int, str] = {}
+    try:
+        with processes(tmp_path / "logs") as procs:
+            killed = procs.serve(data, cwd=tmp_path)
+            r = sfc("job", "submit", GREETINGS, "--store-only", "--job-id", "kept",
+                    "--data-dir", data, cwd=tmp_path)  # fmt: skip
+            assert r.code == 0, r
+            left = children(killed.pid)
+            (server,) = [p for p, name in left.items() if "valkey" in name]
+            (worker,) = [
+                p for p in left if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()
+            ]
+            os.kill(killed.pid, signal.SIGKILL)  # the OOM killer, or kill -9
+            killed.popen.wait()
+            # its worker stops on its own; its server (a session of its own) runs on
+            wait_for(lambda: not running(worker), what="the orphaned worker to stop")
+            assert running(server)
+
+            again = procs.serve(data, cwd=tmp_path)
+            said = again.stderr()
+            assert f"(pid {server}) was left running by an sfc serve that was killed" in said
+            assert not running(server)
+            new = [p for p, name in children(again.pid).items() if "valkey" in name]
+            assert servers_on(data.resolve()) == new, "not one server on the data directory"
+            r = sfc("job", "list", "--json", "--data-dir", data, cwd=tmp_path)
+            assert r.code == 0, r
+            assert [row["job"] for row in check(r.json(), LIST)["jobs"]] == ["kept"]
+    finally:
+        for pid in left:  # a check above failed: what the killed serve left is ours to end
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 # -- sfc run, as the README shows it
