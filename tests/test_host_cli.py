@@ -8,12 +8,15 @@ validates every `--json` document against a small, closed JSON Schema written he
 
 - `plant`: one `sfc serve --workers 2` for the module; each test works in scopes of its own.
 - Every example recipe runs end to end through the CLI alone (`sfc job submit`, `sfc
-  equipment --script`, `sfc job wait`, `sfc job show --json`) and ends as its dry run with
-  the same script ends. Recipe deadlines are not scaled by `--time-scale`, so each script
-  is replies alone, answered long before any deadline: no silent replies, events or
-  controls, and the dry run must need no deadline either (no tick in its transcript).
+  equipment --script`, `sfc job wait`, `sfc job response`, `sfc job show --json`) and ends
+  as its dry run with the same script ends. Two scripted stations (one `sfc equipment`
+  and scope each) answer them. Recipe deadlines are not scaled by `--time-scale`, so the
+  scripts are replies alone, answered long before any deadline: no silent replies, events
+  or controls, and no dry run needs a deadline either (no tick in its transcript).
 - A second `sfc serve` on a data directory in use attaches; a SIGTERM stops serve cleanly
-  with jobs in flight, and the next `sfc serve` on the same directory finishes every job.
+  with jobs in flight, and the next `sfc serve` on the same directory finishes every job,
+  each command sent once. A serve killed with SIGKILL leaves no worker and, after the next
+  serve, no second server on its files.
 - The README's `sfc run` example prints a summary that agrees with its `--json`.
 
 A CLI call costs about a second of imports, so independent calls run at once (`sfc_all`).
