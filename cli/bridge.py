@@ -1,0 +1,186 @@
+"""`sfc bridge mqtt` and `sfc device mqtt`: equipment over MQTT 5 and CloudEvents
+(docs/mqtt.md).
+
+`sfc bridge mqtt` is an adapter of the equipment stream: it publishes each push, hold and
+restart as a CloudEvent and maps responses and events back to `respond` and
+`publish_event`. `sfc device mqtt` is equipment on MQTT that answers from a dry-run script.
+Both run until SIGINT or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cli.equipment import read_host_script
+from cli.hostcommon import DataDirOption, RedisOption, ScopeOption, check_scope, fail, open_store
+from cli.hostcommon import server_errors as server_errors
+from cli.main import app
+from host.mqtt import (
+    DEFAULT_COMMAND_TOPIC,
+    DEFAULT_GROUP,
+    DEFAULT_PREFIX,
+    BrokerURL,
+    MqttBridge,
+    MqttDevice,
+    Topics,
+    parse_broker_url,
+)
+from host.settings import SettingsError, duration_ms
+from host.worker import consumer_name
+
+bridge_app = typer.Typer(
+    name="bridge",
+    help="Adapters of the equipment stream: `sfc bridge mqtt`.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(bridge_app, name="bridge")
+device_app = typer.Typer(
+    name="device",
+    help="Simulated equipment: `sfc device mqtt`.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(device_app, name="device")
+
+BrokerOption = Annotated[
+    str,
+    typer.Option(
+        "--broker",
+        metavar="URL",
+        help="The MQTT 5 broker: mqtt://HOST:PORT or mqtts:// (TLS), with user:password@.",
+        show_default=False,
+    ),
+]
+PrefixOption = Annotated[
+    str, typer.Option("--topic-prefix", metavar="P", help="The first topic level.")
+]
+CommandTopicOption = Annotated[
+    str,
+    typer.Option(
+        "--command-topic",
+        metavar="TEMPLATE",
+        help="Where commands go: {prefix}, {scope}, {typeId}, {kind} and {job} are replaced.",
+    ),
+]
+
+
+def _broker(url: str) -> BrokerURL:
+    try:
+        return parse_broker_url(url)
+    except ValueError as e:
+        fail(f"--broker: {e}", 2)
+
+
+def _topics(scope: str, prefix: str, command: str) -> Topics:
+    try:
+        return Topics(scope, prefix, command)
+    except ValueError as e:
+        fail(str(e), 2)
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    return stop
+
+
+@bridge_app.command("mqtt")
+def bridge_mqtt(
+    broker: BrokerOption,
+    topic_prefix: PrefixOption = DEFAULT_PREFIX,
+    command_topic: CommandTopicOption = DEFAULT_COMMAND_TOPIC,
+    group: Annotated[
+        str,
+        typer.Option(
+            "--group",
+            metavar="NAME",
+            help="The consumer group on the stream and the shared subscription's group.",
+        ),
+    ] = DEFAULT_GROUP,
+    claim_idle: Annotated[
+        str,
+        typer.Option(
+            "--claim-idle",
+            metavar="DURATION",
+            help="Claim entries another bridge of the group left pending this long.",
+        ),
+    ] = "30s",
+    scope: ScopeOption = "default",
+    redis: RedisOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Bridge the equipment stream to an MQTT 5 broker (CloudEvents), until stopped."""
+    check_scope(scope)
+    url = _broker(broker)
+    topics = _topics(scope, topic_prefix, command_topic)
+    try:
+        idle = duration_ms("--claim-idle", claim_idle)
+    except SettingsError as e:
+        fail(str(e), 2)
+    store = open_store(redis, data_dir)
+    stop = _stop_on_signals()
+    with server_errors():
+        try:
+            bridge = MqttBridge(
+                store, url, topics, group=group, consumer=consumer_name(), claim_idle_ms=idle
+            )
+        except ValueError as e:
+            fail(str(e), 2)
+        typer.echo(
+            f"sfc bridge mqtt: scope {scope} <-> {url.redacted()} as group {group}; "
+            f"commands on {command_topic.replace('{prefix}', topic_prefix)}, "
+            f"responses on {topics.responses}, events on {topics.events}",
+            err=True,
+        )
+        bridge.start()
+        bridge.run(stop)
+    c = bridge.counters
+    typer.echo(
+        f"sfc bridge mqtt: stopped; {c.published} published, {c.expired} expired, "
+        f"{c.claimed} claimed, {c.responses} response(s), {c.events} event(s)",
+        err=True,
+    )
+    store.close()
+
+
+@device_app.command("mqtt")
+def device_mqtt(
+    broker: BrokerOption,
+    script: Annotated[
+        Path | None,
+        typer.Option(
+            "--script",
+            metavar="SCRIPT",
+            help="The replies (dry-run script format, replies and default only); every "
+            "command answers ok without one.",
+            show_default=False,
+        ),
+    ] = None,
+    topic_prefix: PrefixOption = DEFAULT_PREFIX,
+    time_scale: Annotated[
+        float,
+        typer.Option(
+            "--time-scale", metavar="F", min=0.0, help="Multiply every scripted delay by F."
+        ),
+    ] = 1.0,
+    scope: ScopeOption = "default",
+) -> None:
+    """Equipment on MQTT that answers commands and waits from a script, until stopped."""
+    check_scope(scope)
+    url = _broker(broker)
+    topics = _topics(scope, topic_prefix, DEFAULT_COMMAND_TOPIC)
+    parsed = read_host_script(script)
+    stop = _stop_on_signals()
+    device = MqttDevice(url, topics, parsed, time_scale=time_scale, client_id=consumer_name())
+    typer.echo(f"sfc device mqtt: answering {topics.commands_filter} on {url.redacted()}", err=True)
+    device.start()
+    device.run(stop)
+    c = device.counters
+    typer.echo(f"sfc device mqtt: stopped; {c.received} received, {c.answered} answered", err=True)

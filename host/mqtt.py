@@ -1,0 +1,1157 @@
+"""Equipment over MQTT 5 and CloudEvents: the bridge and the device simulator (docs/mqtt.md).
+
+The bridge is an adapter of the equipment stream (docs/host.md, "The equipment stream: the
+contract for adapters"); the host stays the same.
+
+- **Outgoing.** `MqttBridge` reads `sfc:equipment:{scope}` with its consumer group and
+  publishes each push, hold and restart as a CloudEvent in MQTT 5 binary mode (QoS 1) on
+  the command topic, and the notices await and withdraw on the notice topic. A command
+  read past its `expiresAt` is not sent. An entry is acknowledged only after the broker
+  acknowledged its publish; entries another bridge of the group left pending are claimed
+  after `claim_idle_ms` (XAUTOCLAIM), so a killed bridge loses nothing.
+- **Incoming.** It subscribes to the response topic and the event topic with shared
+  subscriptions (`$share/{group}/...`): a response becomes `respond`, an event
+  `publish_event`. The MQTT message is acknowledged after the work entry was written.
+- **The device.** `MqttDevice` answers commands and waits from a dry-run script as
+  equipment would, asking the script as the scripted equipment does
+  (`host.scripted.ScriptAnswers`).
+
+The mapping functions (`command_message`, `read_cloudevent`, `response_answer`,
+`event_of`, ...) are pure; only the two classes do I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import heapq
+import logging
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import msgspec
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
+
+from generated.equipment_entry_v1_0 import AwaitData, AwaitSelector, CommandData, WithdrawData
+from generated.simulation_script_v1_0 import SimulationScript
+from generated.work_entry_v1_0 import AnswerData, EventData
+from host import keys
+from host.apply import EVENTS_UNMATCHED
+from host.entries import Entry, EntryError, decode_equipment, encode, fields
+from host.equipment import answer_data, event_data
+from host.scripted import Counters as ScriptCounters
+from host.scripted import ScriptAnswers, host_script_problem
+from host.store import Store
+from sfc.simulation import Reply
+
+log = logging.getLogger("sfc.host.mqtt")
+
+SPECVERSION = "1.0"
+JSON = "application/json"
+CLOUDEVENTS = "application/cloudevents"
+"""The Content Type prefix of structured mode (`application/cloudevents+json`)."""
+DEFAULT_PREFIX = "sfc"
+DEFAULT_GROUP = "sfc-mqtt"
+DEFAULT_COMMAND_TOPIC = "{prefix}/{scope}/commands/{typeId}"
+DEFAULT_CLAIM_IDLE_MS = 30_000
+DEVICE_SOURCE = "sfc-device"
+"""The CloudEvents source of the device simulator's responses and events."""
+COMMAND_KINDS = ("push", "hold", "restart")
+NOTICE_KINDS = ("await", "withdraw")
+_WILDCARDS = frozenset("+#\x00")
+
+
+class MessageError(ValueError):
+    """An MQTT message that is not a usable CloudEvent; the message says why."""
+
+
+# --------------------------------------------------------------------------- the broker URL
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerURL:
+    """`mqtt://[user[:password]@]host[:port]` or `mqtts://` (TLS; port 8883 by default)."""
+
+    host: str
+    port: int
+    tls: bool = False
+    username: str | None = None
+    password: str | None = None
+
+    def redacted(self) -> str:
+        scheme = "mqtts" if self.tls else "mqtt"
+        user = "" if self.username is None else f"{self.username}:***@"
+        return f"{scheme}://{user}{self.host}:{self.port}"
+
+
+def parse_broker_url(url: str) -> BrokerURL:
+    """The broker of `url`, or ValueError saying what is wrong with it."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("mqtt", "mqtts"):
+        raise ValueError(f"a broker URL starts with mqtt:// or mqtts://, not {url.split(':')[0]!r}")
+    if not parts.hostname:
+        raise ValueError("the broker URL has no host")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ValueError("a broker URL has no path, query or fragment")
+    tls = parts.scheme == "mqtts"
+    try:
+        port = parts.port or (8883 if tls else 1883)
+    except ValueError:
+        raise ValueError("the broker URL's port is not a number from 1 to 65535") from None
+    return BrokerURL(
+        host=parts.hostname,
+        port=port,
+        tls=tls,
+        username=None if parts.username is None else unquote(parts.username),
+        password=None if parts.password is None else unquote(parts.password),
+    )
+
+
+# --------------------------------------------------------------------------- topics
+
+
+@dataclass(frozen=True, slots=True)
+class Topics:
+    """The topic layout of one scope (docs/mqtt.md, "Topics").
+
+    `command` is a template with `{prefix}`, `{scope}`, `{typeId}`, `{kind}` and `{job}`.
+    """
+
+    scope: str
+    prefix: str = DEFAULT_PREFIX
+    command: str = DEFAULT_COMMAND_TOPIC
+
+    def __post_init__(self) -> None:
+        keys.check_scope(self.scope)
+        if not self.prefix or _WILDCARDS & set(self.prefix) or self.prefix.startswith("$"):
+            raise ValueError(
+                f"the topic prefix {self.prefix!r} may not be empty, hold + or #, or start with $"
+            )
+        try:
+            self.command.format(prefix="p", scope="s", typeId="t", kind="k", job="j")
+        except (KeyError, IndexError, ValueError) as e:
+            raise ValueError(
+                f"the command topic {self.command!r} is not a template of "
+                "{prefix}, {scope}, {typeId}, {kind} and {job}: " + str(e)
+            ) from None
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}/{self.scope}"
+
+    @property
+    def responses(self) -> str:
+        """Where equipment answers (the Response Topic of every command)."""
+        return f"{self.base}/responses"
+
+    @property
+    def events(self) -> str:
+        """The filter of the event topics; an event is published on `events/{typeId}`."""
+        return f"{self.base}/events/#"
+
+    def event(self, type_id: str) -> str:
+        return f"{self.base}/events/{type_id}"
+
+    def notice(self, type_id: str) -> str:
+        return f"{self.base}/notices/{type_id}"
+
+    @property
+    def commands_filter(self) -> str:
+        """What a device subscribes to for the default layout."""
+        return f"{self.base}/commands/#"
+
+    @property
+    def notices_filter(self) -> str:
+        return f"{self.base}/notices/#"
+
+    def for_command(self, kind: str, data: CommandData) -> str:
+        return self.command.format(
+            prefix=self.prefix, scope=self.scope, typeId=data.type_id, kind=kind, job=data.job
+        )
+
+
+def shared(group: str, topic_filter: str) -> str:
+    """The shared subscription of `group` to `topic_filter`."""
+    if not group or _WILDCARDS & set(group) or "/" in group:
+        raise ValueError(f"a group name has no /, + or #: {group!r}")
+    return f"$share/{group}/{topic_filter}"
+
+
+def topic_problem(topic: str) -> str | None:
+    """Why `topic` cannot be published to, or None."""
+    if not topic:
+        return "the topic is empty"
+    if _WILDCARDS & set(topic):
+        return f"the topic {topic!r} holds a wildcard (+ or #)"
+    if len(topic.encode()) > 65535:
+        return "the topic is longer than 65535 bytes"
+    return None
+
+
+# --------------------------------------------------------------------------- CloudEvents
+
+
+@dataclass(frozen=True, slots=True)
+class CloudEvent:
+    """A CloudEvent as MQTT carries it: the attributes but `datacontenttype` (strings), the
+    content type and the data (bytes)."""
+
+    attributes: Mapping[str, str]
+    data: bytes = b""
+    content_type: str | None = None
+
+    def get(self, name: str) -> str | None:
+        return self.attributes.get(name)
+
+    @property
+    def id(self) -> str:
+        return self.attributes["id"]
+
+    @property
+    def type(self) -> str:
+        return self.attributes["type"]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """An MQTT 5 PUBLISH to send (QoS 1): topic, payload and properties."""
+
+    topic: str
+    payload: bytes
+    content_type: str | None = None
+    user_properties: tuple[tuple[str, str], ...] = ()
+    response_topic: str | None = None
+    correlation_data: bytes | None = None
+    expiry_s: int | None = None
+
+
+def rfc3339(ms: int) -> str:
+    """Epoch milliseconds as an RFC 3339 time in UTC, to the millisecond."""
+    moment = datetime.fromtimestamp(ms / 1000, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def source_of(scope: str) -> str:
+    """The CloudEvents source of the commands of `scope` (a URI reference)."""
+    return f"/sfc/{scope}"
+
+
+def binary_message(
+    topic: str,
+    event: CloudEvent,
+    *,
+    response_topic: str | None = None,
+    correlation_data: bytes | None = None,
+    expiry_s: int | None = None,
+) -> Message:
+    """`event` in binary mode: the data is the payload, `datacontenttype` the Content Type,
+    every other attribute a User Property of its own name."""
+    return Message(
+        topic=topic,
+        payload=event.data,
+        content_type=event.content_type,
+        user_properties=tuple((k, v) for k, v in event.attributes.items()),
+        response_topic=response_topic,
+        correlation_data=correlation_data,
+        expiry_s=expiry_s,
+    )
+
+
+def expiry_seconds(expires_at: int, now_ms: int) -> int | None:
+    """The Message Expiry Interval of a command that must not be delivered after
+    `expires_at`: whole seconds, rounded up; None when it is already past."""
+    left = expires_at - now_ms
+    if left <= 0:
+        return None
+    return max(1, math.ceil(left / 1000))
+
+
+def command_event(scope: str, kind: str, data: CommandData, entry_ms: int) -> CloudEvent:
+    """The CloudEvent of a push, hold or restart (docs/mqtt.md, "Commands")."""
+    attributes = {
+        "specversion": SPECVERSION,
+        "id": data.command_id,
+        "source": source_of(scope),
+        "type": data.type_id,
+        "subject": data.action_key,
+        "time": rfc3339(entry_ms),
+        "sfckind": kind,
+        "sfcjob": data.job,
+        "sfcattempt": str(data.attempt),
+        "sfcround": str(data.round),
+        "sfcdeadline": str(data.deadline),
+        "sfcexpiresat": str(data.expires_at),
+    }
+    return CloudEvent(attributes, encode(data.parameters), JSON)
+
+
+def command_message(
+    topics: Topics, kind: str, data: CommandData, entry_ms: int, now_ms: int
+) -> Message | None:
+    """The MQTT message of a command; None when it is past its `expiresAt` (not sent)."""
+    expiry = expiry_seconds(data.expires_at, now_ms)
+    if expiry is None:
+        return None
+    return binary_message(
+        topics.for_command(kind, data),
+        command_event(topics.scope, kind, data, entry_ms),
+        response_topic=topics.responses,
+        correlation_data=data.command_id.encode(),
+        expiry_s=expiry,
+    )
+
+
+def notice_message(
+    topics: Topics, kind: str, data: AwaitData | WithdrawData, entry_ms: int, now_ms: int
+) -> Message | None:
+    """The MQTT message of an await or withdraw notice; None for an await past its
+    `expiresAt`. The data is the parameters (await; the selector's subject and correlation
+    id are `sfcwaitsubject` and `sfcwaitcorrelation`) or the reason (withdraw)."""
+    attributes = {
+        "specversion": SPECVERSION,
+        "id": f"{data.command_id}:{kind}",
+        "source": source_of(topics.scope),
+        "type": data.type_id,
+        "subject": data.action_key,
+        "time": rfc3339(entry_ms),
+        "sfckind": kind,
+        "sfcjob": data.job,
+        "sfccommandid": data.command_id,
+    }
+    expiry: int | None = None
+    if isinstance(data, AwaitData):
+        expiry = expiry_seconds(data.expires_at, now_ms)
+        if expiry is None:
+            return None
+        attributes |= {
+            "sfcattempt": str(data.attempt),
+            "sfcround": str(data.round),
+            "sfcdeadline": str(data.deadline),
+            "sfcexpiresat": str(data.expires_at),
+        }
+        selector = data.selector
+        if selector is not None and selector.subject is not None:
+            attributes["sfcwaitsubject"] = selector.subject
+        if selector is not None and selector.correlation_id is not None:
+            attributes["sfcwaitcorrelation"] = selector.correlation_id
+        payload = encode(data.parameters)
+    else:
+        payload = encode({"reason": data.reason})
+    return binary_message(
+        topics.notice(data.type_id),
+        CloudEvent(attributes, payload, JSON),
+        correlation_data=data.command_id.encode(),
+        expiry_s=expiry,
+    )
+
+
+_REQUIRED = ("specversion", "id", "source", "type")
+
+
+def read_cloudevent(
+    payload: bytes,
+    content_type: str | None,
+    user_properties: Sequence[tuple[str, str]] = (),
+) -> CloudEvent:
+    """The CloudEvent of an MQTT message: structured mode when the Content Type starts with
+    `application/cloudevents` (the JSON event is the payload), binary mode otherwise (the
+    attributes are User Properties). MessageError when it is not one."""
+    if content_type is not None and content_type.lower().startswith(CLOUDEVENTS):
+        try:
+            doc = msgspec.json.decode(payload)
+        except (msgspec.DecodeError, RecursionError):
+            raise MessageError("a structured CloudEvent that is not JSON") from None
+        if not isinstance(doc, dict):
+            raise MessageError("a structured CloudEvent is a JSON object")
+        attributes: dict[str, str] = {}
+        data = b""
+        data_type: str | None = None
+        for name, value in doc.items():
+            if name == "data":
+                data = value.encode() if isinstance(value, str) else encode(value)
+            elif name == "data_base64":
+                try:
+                    data = base64.b64decode(value, validate=True)
+                except (ValueError, TypeError):
+                    raise MessageError("data_base64 is not base64") from None
+            elif name == "datacontenttype":
+                data_type = str(value)
+            elif isinstance(value, str):
+                attributes[name] = value
+            elif isinstance(value, bool):
+                attributes[name] = "true" if value else "false"
+            elif isinstance(value, int | float):
+                attributes[name] = str(value)
+            else:
+                raise MessageError(f"the attribute {name!r} is not a string, number or boolean")
+        if "data" in doc and data_type is None:
+            data_type = JSON
+        event = CloudEvent(attributes, data, data_type)
+    else:
+        attributes = {}
+        for name, value in user_properties:
+            attributes.setdefault(name, value)
+        event = CloudEvent(attributes, payload, content_type)
+    missing = [n for n in _REQUIRED if not event.attributes.get(n)]
+    if missing:
+        raise MessageError(f"not a CloudEvent: no {', '.join(missing)}")
+    if event.attributes["specversion"] != SPECVERSION:
+        raise MessageError(f"CloudEvents {event.attributes['specversion']!r}; this reads 1.0")
+    return event
+
+
+def structured(event: CloudEvent) -> bytes:
+    """`event` in structured mode (the payload of `application/cloudevents+json`)."""
+    doc: dict[str, Any] = dict(event.attributes)
+    if event.content_type is not None:
+        doc["datacontenttype"] = event.content_type
+    if event.data:
+        if event.content_type is None or "json" in event.content_type.lower():
+            try:
+                doc["data"] = msgspec.json.decode(event.data)
+            except msgspec.DecodeError:
+                doc["data_base64"] = base64.b64encode(event.data).decode()
+        else:
+            doc["data_base64"] = base64.b64encode(event.data).decode()
+    return encode(doc)
+
+
+def _data_value(event: CloudEvent) -> Any:
+    """The event's data: JSON decoded when its content type is JSON (or absent and it
+    parses), text otherwise; None when it has none."""
+    if not event.data:
+        return None
+    kind = (event.content_type or "").lower()
+    if not kind or "json" in kind:
+        try:
+            return msgspec.json.decode(event.data)
+        except (msgspec.DecodeError, RecursionError):
+            if kind:
+                raise MessageError("the data is not JSON, as its content type says") from None
+    try:
+        return event.data.decode()
+    except UnicodeDecodeError:
+        raise MessageError("the data is neither JSON nor UTF-8 text") from None
+
+
+def outcome_of(event: CloudEvent) -> tuple[str | None, str | None]:
+    """(outcome, error) of a response or an event: an error when its type ends in `.error`
+    or its data is an object with `error` (the text: `error` or `message`); otherwise the
+    outcome is the data's `outcome`, a JSON string or a text, or None (no outcome)."""
+    value = _data_value(event)
+    if event.type.endswith(".error") or (isinstance(value, dict) and "error" in value):
+        text: Any = None
+        if isinstance(value, dict):
+            text = value.get("error") if isinstance(value.get("error"), str) else None
+            text = text if text is not None else value.get("message")
+        elif isinstance(value, str):
+            text = value
+        return None, text if isinstance(text, str) else ""
+    if isinstance(value, dict):
+        outcome = value.get("outcome")
+        if outcome is not None and not isinstance(outcome, str):
+            raise MessageError("the data's outcome is not a string")
+        return outcome, None
+    if isinstance(value, str):
+        return value or None, None
+    if value is None:
+        return None, None
+    raise MessageError("the data is not an object, a string or empty")
+
+
+def command_parts(command_id: str) -> tuple[str, str]:
+    """(job, action key) of a command id `{job}:{action}#{n}[:hold]`; MessageError
+    otherwise. An action's name has no `:`, so the job is what comes before the last one."""
+    head, sep, number = command_id.removesuffix(":hold").rpartition("#")
+    job, colon, action = head.rpartition(":")
+    if not sep or not number.isdigit() or not colon or not job or not action:
+        raise MessageError(f"{command_id[:200]!r} is not a command id of the form job:action#n")
+    return job, head
+
+
+def response_answer(event: CloudEvent, correlation_data: bytes | None) -> AnswerData:
+    """The `answer` work entry of a response (docs/mqtt.md, "Responses"): the command id
+    from the Correlation Data (else the attribute `sfccommandid`), the job and action key
+    from the command id, the round from `sfcround`, the outcome or error from the data."""
+    if correlation_data:
+        try:
+            command_id = correlation_data.decode()
+        except UnicodeDecodeError:
+            raise MessageError("the Correlation Data is not UTF-8") from None
+    else:
+        command_id = event.get("sfccommandid") or ""
+    if not command_id:
+        raise MessageError("a response carries the command id as its Correlation Data")
+    job, action_key = command_parts(command_id)
+    round_text = event.get("sfcround")
+    round_: int | None = None
+    if round_text is not None:
+        if not round_text.isdigit() or int(round_text) < 1:
+            raise MessageError(f"sfcround {round_text[:40]!r} is not a round number")
+        round_ = int(round_text)
+    outcome, error = outcome_of(event)
+    try:
+        return answer_data(
+            job, action_key, outcome=outcome, error=error, command_id=command_id, round=round_
+        )
+    except (ValueError, keys.KeyError_) as e:
+        raise MessageError(str(e)) from None
+
+
+def event_of(event: CloudEvent, correlation_data: bytes | None = None) -> EventData:
+    """The `event` work entry of an event (docs/mqtt.md, "Events"): type, subject, source
+    and id; the correlation id from the attribute `correlationid` (else the Correlation
+    Data); the outcome from the data."""
+    outcome, error = outcome_of(event)
+    if error is not None:
+        outcome = "error"
+    correlation = event.get("correlationid")
+    if correlation is None and correlation_data:
+        try:
+            correlation = correlation_data.decode()
+        except UnicodeDecodeError:
+            raise MessageError("the Correlation Data is not UTF-8") from None
+    try:
+        return event_data(
+            event.type,
+            subject=event.get("subject"),
+            correlation_id=correlation,
+            outcome=outcome,
+            source=event.get("source"),
+            id=event.get("id"),
+        )
+    except ValueError as e:
+        raise MessageError(str(e)) from None
+
+
+def command_of(event: CloudEvent) -> tuple[str, CommandData | AwaitData]:
+    """What a device reads from a command or an await notice: (kind, data). MessageError
+    when it lacks an attribute the bridge sets."""
+    kind = event.get("sfckind") or ""
+    try:
+        base = {
+            "commandId": event.get("sfccommandid") or event.id,
+            "actionKey": event.attributes["subject"],
+            "job": event.attributes["sfcjob"],
+            "typeId": event.type,
+            "attempt": int(event.attributes["sfcattempt"]),
+            "round": int(event.attributes["sfcround"]),
+            "deadline": int(event.attributes["sfcdeadline"]),
+            "expiresAt": int(event.attributes["sfcexpiresat"]),
+        }
+        if kind in COMMAND_KINDS:
+            params = msgspec.json.decode(event.data) if event.data else {}
+            return kind, msgspec.convert({**base, "parameters": params}, CommandData)
+        if kind == "await":
+            params = msgspec.json.decode(event.data) if event.data else {}
+            subject = event.get("sfcwaitsubject")
+            correlation = event.get("sfcwaitcorrelation")
+            selector = None
+            if subject is not None or correlation is not None:
+                selector = {"subject": subject, "correlationId": correlation}
+            doc = {**base, "parameters": params, "selector": selector}
+            return kind, msgspec.convert(doc, AwaitData)
+    except (KeyError, ValueError, msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise MessageError(f"not a command of the bridge: {e}") from None
+    raise MessageError(f"sfckind {kind[:40]!r} is not a command or an await")
+
+
+def reply_event(
+    command: CloudEvent, command_id: str, reply: Reply | None, *, not_held: bool = False
+) -> CloudEvent:
+    """The device's response to a command: `{type}.response` with `{"outcome": ...}`, or
+    `{type}.error` with `{"error": ...}`; a hold of work it does not know answers
+    `notHeld`."""
+    attributes = {
+        "specversion": SPECVERSION,
+        "id": f"{command_id}:response",
+        "source": DEVICE_SOURCE,
+        "subject": command.attributes.get("subject", ""),
+        "sfccommandid": command_id,
+    }
+    if command.get("sfcround") is not None:
+        attributes["sfcround"] = command.attributes["sfcround"]
+    if not_held or reply is None:
+        return CloudEvent(
+            attributes | {"type": f"{command.type}.response"}, encode({"outcome": "notHeld"}), JSON
+        )
+    if reply.kind == "error":
+        return CloudEvent(
+            attributes | {"type": f"{command.type}.error"},
+            encode({"error": reply.error or ""}),
+            JSON,
+        )
+    return CloudEvent(
+        attributes | {"type": f"{command.type}.response"}, encode({"outcome": reply.outcome}), JSON
+    )
+
+
+def wait_event(data: AwaitData, reply: Reply) -> CloudEvent:
+    """The device's event for a wait: its type, the selector's subject and correlation id,
+    the reply's outcome (`error` for an error reply), id = the await's command id."""
+    selector = data.selector or AwaitSelector(subject=None, correlation_id=None)
+    attributes = {
+        "specversion": SPECVERSION,
+        "id": data.command_id,
+        "source": DEVICE_SOURCE,
+        "type": data.type_id,
+    }
+    if selector.subject is not None:
+        attributes["subject"] = selector.subject
+    if selector.correlation_id is not None:
+        attributes["correlationid"] = selector.correlation_id
+    return CloudEvent(attributes, encode({"outcome": reply.outcome or "error"}), JSON)
+
+
+# --------------------------------------------------------------------------- MQTT I/O
+
+
+def properties_of(message: Message) -> Properties:
+    props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    if message.content_type is not None:
+        props.ContentType = message.content_type
+    if message.user_properties:
+        props.UserProperty = list(message.user_properties)
+    if message.response_topic is not None:
+        props.ResponseTopic = message.response_topic
+    if message.correlation_data is not None:
+        props.CorrelationData = message.correlation_data
+    if message.expiry_s is not None:
+        props.MessageExpiryInterval = message.expiry_s
+    return props
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """An MQTT message as the mapping reads it."""
+
+    topic: str
+    payload: bytes
+    content_type: str | None
+    user_properties: tuple[tuple[str, str], ...]
+    correlation_data: bytes | None
+    response_topic: str | None
+    mid: int
+    qos: int
+
+    @classmethod
+    def of(cls, msg: mqtt.MQTTMessage) -> Received:
+        props = msg.properties
+        content_type = getattr(props, "ContentType", None)
+        users = getattr(props, "UserProperty", None) or []
+        correlation = getattr(props, "CorrelationData", None)
+        response = getattr(props, "ResponseTopic", None)
+        return cls(
+            topic=msg.topic,
+            payload=bytes(msg.payload),
+            content_type=content_type,
+            user_properties=tuple((str(k), str(v)) for k, v in users),
+            correlation_data=None if correlation is None else bytes(correlation),
+            response_topic=response,
+            mid=msg.mid,
+            qos=msg.qos,
+        )
+
+    def cloudevent(self) -> CloudEvent:
+        return read_cloudevent(self.payload, self.content_type, self.user_properties)
+
+
+class Connection:
+    """One MQTT 5 client with its network thread: connects (and reconnects), subscribes
+    again on every connect, publishes with QoS 1 and says which publishes the broker
+    acknowledged."""
+
+    def __init__(
+        self,
+        broker: BrokerURL,
+        client_id: str,
+        subscriptions: Sequence[str],
+        on_message: Callable[[Received], bool],
+        *,
+        manual_ack: bool = True,
+        clean_start: bool = True,
+        session_expiry_s: int = 0,
+    ) -> None:
+        self.broker = broker
+        self.subscriptions = list(subscriptions)
+        self._on_message = on_message
+        self._lock = threading.Condition()
+        self._acked: dict[int, bool] = {}
+        self._suback_mids: set[int] = set()
+        self.connected = threading.Event()
+        self.subscribed = threading.Event()
+        self.clean_start = clean_start
+        self.session_expiry_s = session_expiry_s
+        self.client = mqtt.Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            protocol=mqtt.MQTTv5,
+            manual_ack=manual_ack,
+        )
+        self.manual_ack = manual_ack
+        if broker.username is not None:
+            self.client.username_pw_set(broker.username, broker.password)
+        if broker.tls:
+            self.client.tls_set()
+        self.client.reconnect_delay_set(1, 2)
+        self.client.on_connect = self._connected
+        self.client.on_disconnect = self._disconnected
+        self.client.on_publish = self._published
+        self.client.on_subscribe = self._suback
+        self.client.on_message = self._message
+
+    def start(self) -> None:
+        props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+        if self.session_expiry_s:
+            props.SessionExpiryInterval = self.session_expiry_s
+        self.client.connect_async(
+            self.broker.host,
+            self.broker.port,
+            keepalive=30,
+            clean_start=self.clean_start,
+            properties=props,
+        )
+        self.client.loop_start()
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+        self.connected.clear()
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Whether it connected and its subscriptions were granted within `timeout` s."""
+        return self.subscribed.wait(timeout)
+
+    # -- callbacks (the network thread)
+
+    def _connected(
+        self, client: mqtt.Client, userdata: Any, flags: Any, reason: ReasonCode, props: Any
+    ) -> None:
+        if reason.is_failure:
+            log.warning("the broker %s refused the connection: %s", self.broker.redacted(), reason)
+            return
+        self.connected.set()
+        if not self.subscriptions:
+            self.subscribed.set()
+            return
+        result, mid = client.subscribe([(s, 1) for s in self.subscriptions])
+        if result == mqtt.MQTT_ERR_SUCCESS and mid is not None:
+            with self._lock:
+                self._suback_mids.add(mid)
+
+    def _disconnected(
+        self, client: mqtt.Client, userdata: Any, flags: Any, reason: ReasonCode, props: Any
+    ) -> None:
+        self.connected.clear()
+        self.subscribed.clear()
+        with self._lock:
+            self._lock.notify_all()
+
+    def _suback(
+        self, client: mqtt.Client, userdata: Any, mid: int, reasons: list[ReasonCode], props: Any
+    ) -> None:
+        bad = [str(r) for r in reasons if r.is_failure]
+        if bad:
+            log.error("the broker refused a subscription: %s", ", ".join(bad))
+            return
+        with self._lock:
+            if mid in self._suback_mids:
+                self._suback_mids.discard(mid)
+                self.subscribed.set()
+
+    def _published(
+        self, client: mqtt.Client, userdata: Any, mid: int, reason: ReasonCode, props: Any
+    ) -> None:
+        with self._lock:
+            self._acked[mid] = not reason.is_failure
+            self._lock.notify_all()
+
+    def _message(self, client: mqtt.Client, userdata: Any, msg: mqtt.MQTTMessage) -> None:
+        try:
+            done = self._on_message(Received.of(msg))
+        except Exception:  # never let the network thread die
+            log.exception("a message on %s could not be handled", msg.topic)
+            done = False
+        if done and self.manual_ack and msg.qos > 0:
+            client.ack(msg.mid, msg.qos)
+
+    # -- publishing
+
+    def publish(self, message: Message) -> int | None:
+        """Send `message` with QoS 1; its mid, or None when it could not be queued."""
+        info = self.client.publish(
+            message.topic, message.payload, qos=1, properties=properties_of(message)
+        )
+        if info.rc != mqtt.MQTT_ERR_SUCCESS:
+            return None
+        return info.mid
+
+    def wait_acked(self, mids: Sequence[int], timeout: float) -> set[int]:
+        """The mids the broker acknowledged (PUBACK without a failure reason) within
+        `timeout` s; the others are forgotten."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                if all(m in self._acked for m in mids):
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0 or not self.connected.is_set():
+                    break
+                self._lock.wait(left)
+            ok = {m for m in mids if self._acked.get(m)}
+            for m in mids:
+                self._acked.pop(m, None)
+        return ok
+
+
+# --------------------------------------------------------------------------- the bridge
+
+
+@dataclass(slots=True)
+class BridgeCounters:
+    read: int = 0
+    """Equipment entries read (new or claimed)."""
+    claimed: int = 0
+    """Entries claimed from another consumer of the group (XAUTOCLAIM)."""
+    published: int = 0
+    """Commands and notices the broker acknowledged."""
+    expired: int = 0
+    """Commands and waits read past their `expiresAt`: not sent."""
+    unacked: int = 0
+    """Publishes the broker did not acknowledge in time (the entry stays pending)."""
+    skipped: int = 0
+    """Entries that did not decode, or whose topic cannot be published to."""
+    responses: int = 0
+    """Responses written as answers."""
+    events: int = 0
+    """Events queued for a wait."""
+    events_unmatched: int = 0
+    """Events no job waited for (dropped and counted by the server)."""
+    refused: int = 0
+    """Incoming messages that were not a usable CloudEvent."""
+
+
+@dataclass
+class MqttBridge:
+    """The MQTT bridge of one scope (docs/mqtt.md). `pump` does one round of the outgoing
+    side; the incoming side runs on the MQTT network thread. `run(stop)` pumps until
+    `stop` is set, then closes."""
+
+    store: Store
+    broker: BrokerURL
+    topics: Topics
+    group: str = DEFAULT_GROUP
+    consumer: str = "sfc-mqtt-1"
+    claim_idle_ms: int = DEFAULT_CLAIM_IDLE_MS
+    claim_interval_ms: int = 1000
+    count: int = 100
+    ack_timeout_s: float = 10.0
+    notices: bool = True
+    counters: BridgeCounters = field(default_factory=BridgeCounters)
+    _conn: Connection = field(init=False, repr=False)
+    _next_claim: float = field(default=0.0, repr=False)
+
+    def __post_init__(self) -> None:
+        keys.check_scope(self.topics.scope)
+        # a share name of its own for each filter: rumqttd keys a shared subscription by
+        # its name alone, and loses messages when one name has two filters
+        subs = [
+            shared(f"{self.group}-responses", self.topics.responses),
+            shared(f"{self.group}-events", self.topics.events),
+        ]
+        self.store.equipment_group(self.topics.scope, self.group)
+        self._conn = Connection(self.broker, f"sfc-bridge-{self.consumer}", subs, self._incoming)
+
+    @property
+    def scope(self) -> str:
+        return self.topics.scope
+
+    def start(self, timeout: float = 10.0) -> MqttBridge:
+        """Connect; True when subscribed within `timeout` s (it keeps trying after)."""
+        self._conn.start()
+        if not self._conn.wait_ready(timeout):
+            log.warning("not connected to %s yet; retrying", self.broker.redacted())
+        return self
+
+    def close(self) -> None:
+        self._conn.close()
+
+    @property
+    def ready(self) -> bool:
+        return self._conn.subscribed.is_set()
+
+    # -- outgoing
+
+    def pump(self, block_ms: int | None = 100) -> int:
+        """Claim what other consumers left pending too long, read new entries, publish
+        them and acknowledge what the broker took. Returns the entries handled."""
+        if not self._conn.connected.wait((block_ms or 0) / 1000):
+            return 0
+        rows: list[tuple[str, dict[bytes, bytes]]] = []
+        now = time.monotonic()
+        if now >= self._next_claim:
+            self._next_claim = now + self.claim_interval_ms / 1000
+            _, claimed = self.store.autoclaim_equipment(
+                self.scope, self.group, self.consumer, self.claim_idle_ms, self.count
+            )
+            self.counters.claimed += len(claimed)
+            rows += claimed
+        if not rows:
+            rows = self.store.read_equipment(
+                self.scope, self.group, self.consumer, self.count, block_ms or None
+            )
+        if not rows:
+            return 0
+        self.counters.read += len(rows)
+        now_ms = self.store.time_ms()
+        done: list[str] = []
+        sent: dict[int, str] = {}
+        for entry_id, raw in rows:
+            message = self._message(entry_id, raw, now_ms)
+            if message is None:
+                done.append(entry_id)
+                continue
+            mid = self._conn.publish(message)
+            if mid is None:
+                self.counters.unacked += 1
+                continue
+            sent[mid] = entry_id
+        acked = self._conn.wait_acked(list(sent), self.ack_timeout_s) if sent else set()
+        self.counters.published += len(acked)
+        self.counters.unacked += len(sent) - len(acked)
+        done += [sent[m] for m in acked]
+        self.store.ack_equipment(self.scope, self.group, done)
+        return len(rows)
+
+    def _message(self, entry_id: str, raw: Mapping[bytes, bytes], now_ms: int) -> Message | None:
+        try:
+            entry: Entry = decode_equipment(entry_id, raw)
+        except EntryError as e:
+            self.counters.skipped += 1
+            log.warning("equipment entry %s of %s skipped: %s", entry_id, self.scope, e)
+            return None
+        data = entry.data
+        if isinstance(data, CommandData):
+            message = command_message(self.topics, entry.kind, data, entry.ms, now_ms)
+        elif self.notices and isinstance(data, AwaitData | WithdrawData):
+            message = notice_message(self.topics, entry.kind, data, entry.ms, now_ms)
+            if message is None:
+                self.counters.expired += 1
+            return message
+        else:
+            return None
+        if message is None:
+            self.counters.expired += 1
+            log.info("%s is past its expiresAt: not sent", data.command_id)
+            return None
+        problem = topic_problem(message.topic)
+        if problem is not None:
+            self.counters.skipped += 1
+            log.warning("%s not sent: %s", data.command_id, problem)
+            return None
+        return message
+
+    def run(self, stop: threading.Event, block_ms: int = 100) -> None:
+        """Pump until `stop` is set, then disconnect."""
+        try:
+            while not stop.is_set():
+                self.pump(block_ms)
+        finally:
+            self.close()
+
+    # -- incoming (the network thread)
+
+    def _incoming(self, msg: Received) -> bool:
+        """Map a response or an event; True when it may be acknowledged (written, or not
+        usable: a bad message is dropped with a warning, not redelivered for ever)."""
+        try:
+            event = msg.cloudevent()
+            if msg.topic == self.topics.responses:
+                answer = response_answer(event, msg.correlation_data)
+                self.store.add_work(self.scope, fields("answer", answer))
+                self.counters.responses += 1
+            else:
+                ev = event_of(event, msg.correlation_data)
+                entry = self.store.publish(self.scope, ev.type_id, encode(ev), EVENTS_UNMATCHED)
+                if entry is None:
+                    self.counters.events_unmatched += 1
+                else:
+                    self.counters.events += 1
+        except MessageError as e:
+            self.counters.refused += 1
+            log.warning("a message on %s was refused: %s", msg.topic, e)
+        return True
+
+
+# --------------------------------------------------------------------------- the device
+
+
+@dataclass(slots=True)
+class DeviceCounters:
+    received: int = 0
+    """Commands and awaits received (copies included)."""
+    answered: int = 0
+    """Responses and events sent."""
+    not_held: int = 0
+    """Holds of work the device did not know, answered notHeld."""
+    refused: int = 0
+
+
+@dataclass
+class MqttDevice:
+    """Equipment on MQTT that answers from a dry-run script (docs/mqtt.md, "The device").
+
+    It subscribes to the commands and notices of a scope, asks the script once per command
+    id (`ScriptAnswers`: deduplicated, dropped past `expiresAt`, counted per job), and
+    answers after the reply's delay (times `time_scale`) from the command's `time`, on the
+    Response Topic with the command id as Correlation Data. A wait is answered with an
+    event on the event topic. A hold for an action whose work it has not received answers `notHeld`.
+    `seen_ids` lists every command id received, copies included, in order.
+    """
+
+    broker: BrokerURL
+    topics: Topics
+    script: SimulationScript
+    time_scale: float = 1.0
+    client_id: str = "sfc-device-1"
+    clock: Callable[[], float] = time.time
+    counters: DeviceCounters = field(default_factory=DeviceCounters)
+    script_counters: ScriptCounters = field(default_factory=ScriptCounters)
+    seen_ids: list[str] = field(default_factory=list)
+    _answers: ScriptAnswers = field(init=False, repr=False)
+    _inbox: queue.SimpleQueue[Received] = field(default_factory=queue.SimpleQueue, repr=False)
+    _due: list[tuple[float, int, Message]] = field(default_factory=list, repr=False)
+    _order: int = field(default=0, repr=False)
+    _not_held: set[str] = field(default_factory=set, repr=False)
+    _work: dict[str, str] = field(default_factory=dict, repr=False)
+    """Action key -> the first work command id received for it."""
+    _conn: Connection = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        problem = host_script_problem(self.script)
+        if problem is not None:
+            raise problem
+        self._answers = ScriptAnswers(self.script, self.script_counters)
+        subs = [self.topics.commands_filter, self.topics.notices_filter]
+        self._conn = Connection(self.broker, self.client_id, subs, self._receive, manual_ack=False)
+
+    def start(self, timeout: float = 10.0) -> MqttDevice:
+        self._conn.start()
+        self._conn.wait_ready(timeout)
+        return self
+
+    def close(self) -> None:
+        self._conn.close()
+
+    @property
+    def ready(self) -> bool:
+        return self._conn.subscribed.is_set()
+
+    def _receive(self, msg: Received) -> bool:
+        self._inbox.put(msg)
+        return True
+
+    def pump(self, block_s: float = 0.05) -> int:
+        """Ask the script about what came and send what is due; the items handled."""
+        handled = 0
+        due = self._due[0][0] if self._due else None
+        wait = block_s if due is None else max(0.0, min(block_s, due / 1000 - self.clock()))
+        try:
+            first: Received | None = self._inbox.get(timeout=wait) if wait > 0 else None
+        except queue.Empty:
+            first = None
+        batch = [] if first is None else [first]
+        while True:
+            try:
+                batch.append(self._inbox.get_nowait())
+            except queue.Empty:
+                break
+        for msg in batch:
+            self._ask(msg)
+            handled += 1
+        now = self.clock() * 1000
+        while self._due and self._due[0][0] <= now:
+            message = heapq.heappop(self._due)[2]
+            if self._conn.publish(message) is not None:
+                self.counters.answered += 1
+            handled += 1
+        return handled
+
+    def run(self, stop: threading.Event) -> None:
+        try:
+            while not stop.is_set():
+                self.pump()
+        finally:
+            self.close()
+
+    def _ask(self, msg: Received) -> None:
+        try:
+            event = msg.cloudevent()
+            if event.get("sfckind") == "withdraw":
+                return
+            kind, data = command_of(event)
+        except MessageError as e:
+            self.counters.refused += 1
+            log.warning("the device refused a message on %s: %s", msg.topic, e)
+            return
+        self.counters.received += 1
+        self.seen_ids.append(data.command_id)
+        sent_ms = _time_ms(event.get("time")) or self.clock() * 1000
+        if kind in ("push", "restart"):
+            self._work.setdefault(data.action_key, data.command_id)
+        if kind == "hold" and isinstance(data, CommandData):
+            if data.command_id in self._not_held:
+                return  # a copy of a hold answered already
+            if data.action_key not in self._work and not self._answers.known(data.command_id):
+                # the hold overtook its work: it could not be held; the work runs on
+                self._not_held.add(data.command_id)
+                self.counters.not_held += 1
+                self._schedule(sent_ms, msg, event, data.command_id, None, not_held=True)
+                return
+        reply = self._answers.ask(kind, data, self.clock() * 1000)
+        if reply is None:
+            return
+        at = sent_ms + reply.delay_ms * self.time_scale
+        if isinstance(data, AwaitData):
+            message = binary_message(self.topics.event(data.type_id), wait_event(data, reply))
+            self._push(at, message)
+        else:
+            self._schedule(at, msg, event, data.command_id, reply)
+
+    def _schedule(
+        self,
+        at: float,
+        msg: Received,
+        event: CloudEvent,
+        command_id: str,
+        reply: Reply | None,
+        *,
+        not_held: bool = False,
+    ) -> None:
+        topic = msg.response_topic or self.topics.responses
+        response = reply_event(event, command_id, reply, not_held=not_held)
+        correlation = msg.correlation_data or command_id.encode()
+        self._push(at, binary_message(topic, response, correlation_data=correlation))
+
+    def _push(self, at: float, message: Message) -> None:
+        heapq.heappush(self._due, (at, self._order, message))
+        self._order += 1
+
+
+def _time_ms(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000
+    except ValueError:
+        return None

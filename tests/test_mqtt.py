@@ -1,0 +1,567 @@
+"""Equipment over MQTT 5 and CloudEvents (docs/mqtt.md): the pure mapping, then end to end
+with a real MQTT 5 broker (rumqttd from the `iotcore` wheel), a real Valkey, stepped
+workers, bridges and the device simulator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from generated.equipment_entry_v1_0 import AwaitData, AwaitSelector, CommandData
+from host import jobs, keys
+from host.mqtt import (
+    BrokerURL,
+    CloudEvent,
+    Connection,
+    MessageError,
+    MqttBridge,
+    MqttDevice,
+    Topics,
+    binary_message,
+    command_message,
+    command_of,
+    command_parts,
+    event_of,
+    expiry_seconds,
+    notice_message,
+    parse_broker_url,
+    read_cloudevent,
+    reply_event,
+    response_answer,
+    structured,
+)
+from host.scripted import load_host_script
+from sfc.simulation import Reply
+from tests.hostkit import Host, linear_recipe, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+TIGHTENING = (ROOT / "examples/tightening-hold/recipe.json").read_bytes()
+
+# --------------------------------------------------------------------------- the mapping
+
+CMD = CommandData(
+    command_id="j-1:a1#1",
+    action_key="j-1:a1",
+    job="j-1",
+    type_id="com.example.step1.v1",
+    attempt=1,
+    round=1,
+    deadline=1_700_000_030_000,
+    expires_at=1_700_000_028_000,
+    parameters={"n": 1},
+)
+
+
+def test_broker_urls() -> None:
+    assert parse_broker_url("mqtt://localhost") == BrokerURL("localhost", 1883)
+    url = parse_broker_url("mqtts://op%40x:s3cret@broker.example:8884")
+    assert url == BrokerURL("broker.example", 8884, True, "op@x", "s3cret")
+    assert url.redacted() == "mqtts://op@x:***@broker.example:8884"
+    for bad in ("http://x", "mqtt://", "mqtt://x:99999", "mqtt://x/path"):
+        with pytest.raises(ValueError):
+            parse_broker_url(bad)
+
+
+def test_a_command_is_a_binary_mode_cloudevent_with_the_mqtt_properties() -> None:
+    topics = Topics("plant", "P")
+    m = command_message(topics, "push", CMD, 1_700_000_000_000, 1_700_000_000_500)
+    assert m is not None
+    assert m.topic == "P/plant/commands/com.example.step1.v1"
+    assert json.loads(m.payload) == {"n": 1}
+    assert m.content_type == "application/json"
+    assert dict(m.user_properties) == {
+        "specversion": "1.0",
+        "id": "j-1:a1#1",
+        "source": "/sfc/plant",
+        "type": "com.example.step1.v1",
+        "subject": "j-1:a1",
+        "time": "2023-11-14T22:13:20.000Z",
+        "sfckind": "push",
+        "sfcjob": "j-1",
+        "sfcattempt": "1",
+        "sfcround": "1",
+        "sfcdeadline": "1700000030000",
+        "sfcexpiresat": "1700000028000",
+    }
+    assert m.response_topic == "P/plant/responses"
+    assert m.correlation_data == b"j-1:a1#1"
+    assert m.expiry_s == 28  # 27.5 s left, rounded up
+    # past its expiresAt it is not sent
+    assert command_message(topics, "push", CMD, 0, CMD.expires_at) is None
+    assert expiry_seconds(1000, 999) == 1 and expiry_seconds(1000, 1000) is None
+    templated = Topics("plant", "P", "{prefix}/{kind}/{job}/{typeId}")
+    m2 = command_message(templated, "hold", CMD, 0, 0)
+    assert m2 is not None and m2.topic == "P/hold/j-1/com.example.step1.v1"
+    with pytest.raises(ValueError):
+        Topics("plant", "P", "{nope}")
+    with pytest.raises(ValueError):
+        Topics("plant", "a/#")
+
+
+def test_the_device_reads_back_what_the_bridge_sends() -> None:
+    topics = Topics("plant")
+    m = command_message(topics, "hold", CMD, 0, 0)
+    assert m is not None
+    event = read_cloudevent(m.payload, m.content_type, m.user_properties)
+    assert command_of(event) == ("hold", CMD)
+    wait = AwaitData(
+        command_id="j-1:qa#2",
+        action_key="j-1:qa",
+        job="j-1",
+        type_id="com.example.qa.v1",
+        attempt=1,
+        round=1,
+        deadline=10_000,
+        expires_at=9_000,
+        parameters={},
+        selector=AwaitSelector(subject="line/j-1", correlation_id=None),
+    )
+    n = notice_message(topics, "await", wait, 0, 0)
+    assert n is not None and n.topic == "sfc/plant/notices/com.example.qa.v1"
+    kind, back = command_of(read_cloudevent(n.payload, n.content_type, n.user_properties))
+    assert kind == "await" and back == wait
+
+
+def test_binary_and_structured_mode_are_told_apart_by_the_content_type() -> None:
+    attrs = {"specversion": "1.0", "id": "e1", "source": "dev", "type": "t.response"}
+    binary = read_cloudevent(b'{"outcome":"ok"}', "application/json", list(attrs.items()))
+    assert binary == CloudEvent(attrs, b'{"outcome":"ok"}', "application/json")
+    doc = structured(binary)
+    back = read_cloudevent(doc, "application/cloudevents+json")
+    assert back.attributes == attrs and json.loads(back.data) == {"outcome": "ok"}
+    with pytest.raises(MessageError, match="no id"):
+        read_cloudevent(b"", None, [("specversion", "1.0"), ("source", "s"), ("type", "t")])
+    with pytest.raises(MessageError):
+        read_cloudevent(b"[1]", "application/cloudevents+json")
+
+
+def _response(data: bytes, type_: str = "t.response", ctype: str = "application/json") -> Any:
+    attrs = {"specversion": "1.0", "id": "r", "source": "dev", "type": type_}
+    return CloudEvent(attrs | {"sfcround": "2"}, data, ctype)
+
+
+def test_a_response_is_an_answer_and_an_error_event_is_an_error() -> None:
+    a = response_answer(_response(b'{"outcome":"torqued"}'), b"my:job:a1#7")
+    assert (a.job, a.action_key, a.command_id, a.outcome, a.round) == (
+        "my:job",
+        "my:job:a1",
+        "my:job:a1#7",
+        "torqued",
+        2,
+    )
+    assert response_answer(_response(b'"ok"'), b"j:a#1").outcome == "ok"
+    assert response_answer(_response(b"ok", ctype="text/plain"), b"j:a#1").outcome == "ok"
+    assert response_answer(_response(b""), b"j:a#1:hold").command_id == "j:a#1:hold"
+    err = response_answer(_response(b'{"error":"jammed"}', "t.error"), b"j:a#1")
+    assert err.error == "jammed" and err.outcome is msgspec.UNSET
+    assert response_answer(_response(b"", "t.error"), b"j:a#1").error == ""
+    with pytest.raises(MessageError):
+        response_answer(_response(b'{"outcome":"ok"}'), None)
+    with pytest.raises(MessageError):
+        command_parts("no-command-id")
+
+
+def test_an_event_keeps_type_subject_correlation_source_and_id() -> None:
+    attrs = {
+        "specversion": "1.0",
+        "id": "e-9",
+        "source": "qa-station",
+        "type": "com.example.qa.v1",
+        "subject": "line/j-1",
+        "correlationid": "c-1",
+    }
+    ev = event_of(CloudEvent(attrs, b'{"outcome":"qa_ok"}', "application/json"))
+    assert (ev.type_id, ev.subject, ev.correlation_id, ev.source, ev.id, ev.outcome) == (
+        "com.example.qa.v1",
+        "line/j-1",
+        "c-1",
+        "qa-station",
+        "e-9",
+        "qa_ok",
+    )
+
+
+def test_the_device_answers_a_hold_it_cannot_place_as_not_held() -> None:
+    m = command_message(Topics("s"), "hold", CMD, 0, 0)
+    assert m is not None
+    cmd = read_cloudevent(m.payload, m.content_type, m.user_properties)
+    answer = reply_event(cmd, "j-1:a1#1:hold", None, not_held=True)
+    assert response_answer(answer, b"j-1:a1#1:hold").outcome == "notHeld"
+    held = reply_event(cmd, "j-1:a1#1:hold", Reply("outcome", outcome="held"))
+    assert response_answer(held, b"j-1:a1#1:hold").outcome == "held"
+
+
+# --------------------------------------------------------------------------- the broker
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+BROKER_CONFIG = """\
+id = 0
+
+[router]
+id = 0
+max_connections = 1000
+max_outgoing_packet_count = 200
+max_segment_size = 104857600
+max_segment_count = 10
+
+[v5.1]
+name = "v5-1"
+listen = "127.0.0.1:{port}"
+next_connection_delay_ms = 1
+    [v5.1.connections]
+    connection_timeout_ms = 60000
+    max_payload_size = 1048576
+    max_inflight_count = 100
+"""
+
+
+@pytest.fixture(scope="session")
+def mqtt_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real MQTT 5 broker (rumqttd, shipped in the `iotcore` wheel), once per session."""
+    from iotcore import Broker
+
+    port = _free_port()
+    config = tmp_path_factory.mktemp("mqtt") / "rumqttd.toml"
+    config.write_text(BROKER_CONFIG.format(port=port))
+    broker = Broker(config_path=str(config))
+    broker.start()
+    try:
+        yield f"mqtt://127.0.0.1:{port}"
+    finally:
+        broker.stop()
+
+
+class Rig:
+    """Bridges and devices in threads of their own; stepped workers in the test's thread."""
+
+    def __init__(self, host: Host, url: str, scope: str) -> None:
+        self.host, self.url, self.scope = host, parse_broker_url(url), scope
+        self.topics = Topics(scope, "t")
+        self.threads: list[tuple[threading.Event, threading.Thread, Any]] = []
+
+    def bridge(self, name: str, claim_idle_ms: int = 1000) -> MqttBridge:
+        b = MqttBridge(
+            self.host.store(),
+            self.url,
+            self.topics,
+            group="g",
+            consumer=name,
+            claim_idle_ms=claim_idle_ms,
+            claim_interval_ms=200,
+        )
+        b.start()
+        self._run(b)
+        return b
+
+    def device(self, script: dict[str, Any] | None = None, name: str = "dev") -> MqttDevice:
+        parsed = load_host_script(json.dumps(script or {}).encode())
+        d = MqttDevice(self.url, self.topics, parsed, client_id=f"{name}-{self.scope}")
+        d.start()
+        self._run(d)
+        return d
+
+    def _run(self, thing: Any) -> None:
+        stop = threading.Event()
+        t = threading.Thread(target=thing.run, args=(stop,), daemon=True)
+        t.start()
+        self.threads.append((stop, t, thing))
+        wait_for(lambda: thing.ready, timeout=10, what="the MQTT subscriptions")
+
+    def stop(self, thing: Any) -> None:
+        for stop, t, x in self.threads:
+            if x is thing:
+                stop.set()
+                t.join(10)
+
+    def close(self) -> None:
+        for stop, _, _ in self.threads:
+            stop.set()
+        for _, t, _ in self.threads:
+            t.join(10)
+
+
+@pytest.fixture
+def rig(host: Host, mqtt_url: str) -> Iterator[Rig]:
+    r = Rig(host, mqtt_url, host.scope("mqtt"))
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+def _paths(host: Host, scope: str, ids: list[str]) -> list[str]:
+    return [host.order_path(scope, j) for j in ids]
+
+
+def _pull_recipe() -> bytes:
+    doc = json.loads(linear_recipe(2, timeout_s=30))
+    doc["Steps"].append({"Name": "Qa"})
+    doc["Transitions"].append({"Source": "S2", "Target": "Qa", "Condition": "true"})
+    doc["Actions"].append(
+        {
+            "Name": "qa",
+            "Step": "Qa",
+            "Qualifier": "N",
+            "Interaction": "pull_event",
+            "TypeId": "com.example.qa.v1",
+            "TimeoutSeconds": 30,
+            "Selector": {"Subject": "line1/{jobId}/qa"},
+        }
+    )
+    return json.dumps(doc).encode()
+
+
+def test_push_and_pull_jobs_complete_through_two_bridges_and_the_device(rig: Rig) -> None:
+    host, scope = rig.host, rig.scope
+    b1, b2 = rig.bridge("b1"), rig.bridge("b2")
+    device = rig.device({"default": "ok@20", "replies": {"qa": ["qa_ok"]}})
+    ids = [host.submit(scope, _pull_recipe(), job_id=f"j{i}").job for i in range(6)]
+    worker = host.worker([scope])
+    host.run([worker], [], host.ended(scope, ids), timeout=30)
+    assert _paths(host, scope, ids) == ["Ended/Completed"] * 6
+    # both bridges took part, and every command went out once
+    assert b1.counters.published > 0 and b2.counters.published > 0
+    assert b1.counters.responses + b2.counters.responses == 12
+    assert b1.counters.events + b2.counters.events == 6
+    assert Counter(device.seen_ids).most_common(1)[0][1] == 1
+    # a duplicate response is absorbed: the same answer again changes nothing
+    conn = Connection(rig.url, f"dup-{scope}", [], lambda m: True)
+    conn.start()
+    assert conn.wait_ready(10)
+    attrs = {"specversion": "1.0", "id": "x", "source": "dev", "type": "t.response"}
+    again = CloudEvent(attrs, b'{"outcome":"other"}', "application/json")
+    mid = conn.publish(binary_message(rig.topics.responses, again, correlation_data=b"j0:a1#1"))
+    assert mid is not None and conn.wait_acked([mid], 10) == {mid}
+    conn.close()
+
+    def absorbed() -> bool:
+        last = host.store().history(scope, "j0", 1)[0][1][b"data"]
+        return b'"disposition":"absorbed"' in last
+
+    host.run([worker], [], absorbed, what="the duplicate's history entry")
+    assert host.order_path(scope, "j0") == "Ended/Completed"
+    # the bridges stop cleanly
+    rig.close()
+    assert not b1._conn.connected.is_set()
+
+
+def test_a_command_past_its_expiry_is_not_delivered(rig: Rig) -> None:
+    host, scope = rig.host, rig.scope
+    # TimeoutSeconds 2: expiresAt is half the attempt's time after it was sent (1 s)
+    job = host.submit(scope, linear_recipe(1, timeout_s=2, max_attempts=2), job_id="x").job
+    worker = host.worker([scope])
+    host.run([worker], [], lambda: len(host.equipment(scope)) >= 1, sweep=False)
+    first = host.equipment(scope)[0][2]
+    wait_for(lambda: host.store().time_ms() > first.expires_at, timeout=5, what="expiry")
+    device = rig.device()
+    bridge = rig.bridge("late")
+    host.run([worker], [], host.ended(scope, [job]), timeout=20)
+    assert host.order_path(scope, job) == "Ended/Completed"
+    assert bridge.counters.expired >= 1
+    assert first.command_id not in device.seen_ids
+    assert "x:a1#2" in device.seen_ids
+    # and the broker drops a published command whose Message Expiry passed while the
+    # receiver was away (a persistent session)
+    got: list[str] = []
+
+    def away() -> Connection:
+        return Connection(
+            rig.url,
+            f"away-{scope}",
+            [f"t/{scope}/away"],
+            lambda m: got.append(m.payload.decode()) is None,
+            clean_start=False,
+            session_expiry_s=60,
+            manual_ack=False,
+        )
+
+    sub = away()
+    sub.start()
+    assert sub.wait_ready(10)
+    sub.close()
+    pub = Connection(rig.url, f"pub-{scope}", [], lambda m: True)
+    pub.start()
+    assert pub.wait_ready(10)
+    event = CloudEvent({"specversion": "1.0", "id": "1", "source": "s", "type": "t"})
+    for text, expiry in (("gone", 1), ("kept", 60)):
+        msg = binary_message(f"t/{scope}/away", CloudEvent(event.attributes, text.encode()))
+        mid = pub.publish(dataclasses.replace(msg, expiry_s=expiry))
+        assert mid is not None and pub.wait_acked([mid], 10) == {mid}
+    pub.close()
+    time.sleep(2.1)  # the one place that waits for time itself: the expiry to pass
+    sub = away()  # the same client id: the session the broker kept
+    sub.start()
+    wait_for(lambda: bool(got), timeout=10, what="the kept message")
+    sub.close()
+    assert got == ["kept"]
+
+
+def test_pause_and_resume_with_equipment_hold_over_mqtt(rig: Rig) -> None:
+    host, scope = rig.host, rig.scope
+    store = host.store()
+    rig.bridge("b1")
+    rig.bridge("b2")
+    device = rig.device(
+        {
+            "default": "ok@20",
+            "replies": {
+                "tighten": ["ok@60000"],
+                "tighten:hold": ["held@50"],
+                "tighten:restart": ["ok@50"],
+            },
+        }
+    )
+    job = host.submit(scope, TIGHTENING, job_id="t").job
+    worker = host.worker([scope])
+    host.run([worker], [], lambda: "t:tighten#2" in device.seen_ids)
+    assert jobs.pause(store, scope, job).ok
+
+    def kinds() -> list[tuple[str, str]]:
+        return [(k, d.command_id) for _, k, d in host.equipment(scope)]
+
+    host.run([worker], [], lambda: ("withdraw", "t:tighten#2") in kinds(), what="held")
+    assert jobs.resume(store, scope, job).ok
+    host.run([worker], [], host.ended(scope, [job]))
+    assert host.order_path(scope, job) == "Ended/Completed"
+    assert [c for k, c in kinds() if k in ("push", "hold", "restart")] == [
+        "t:clamp#1",
+        "t:tighten#2",
+        "t:tighten#3:hold",
+        "t:tighten#4",
+        "t:unclamp#5",
+    ]
+
+
+def test_a_hold_that_overtakes_its_work_is_not_held_and_the_work_runs_on(rig: Rig) -> None:
+    host, scope = rig.host, rig.scope
+    store = host.store()
+    device = rig.device({"default": "ok@20", "replies": {"tighten": ["ok@300"]}})
+    job = host.submit(scope, TIGHTENING, job_id="t").job
+    worker = host.worker([scope])
+    b1 = rig.bridge("b1")
+    host.run([worker], [], lambda: "t:clamp#1" in device.seen_ids)
+    # b1 stalls after reading the push of tighten: the entry stays pending with it
+    rig.stop(b1)
+    stalled = host.store()
+    host.run([worker], [], lambda: any(c == "t:tighten#2" for _, _, c in _commands(host, scope)))
+    rows = stalled.read_equipment(scope, "g", "b1", 10, None)
+    assert [r for r in rows if b"t:tighten#2" in r[1][b"data"]]
+    assert jobs.pause(store, scope, job).ok
+    # b2 sends the hold first: the device does not know the work and says notHeld
+    b2 = rig.bridge("b2", claim_idle_ms=1500)
+    host.run([worker], [], lambda: device.counters.not_held == 1, what="notHeld")
+    assert "t:tighten#2" not in device.seen_ids
+    # b2 claims the stalled push after the idle time; the work runs on and completes
+    assert jobs.resume(store, scope, job).ok
+    host.run([worker], [], host.ended(scope, [job]))
+    assert host.order_path(scope, job) == "Ended/Completed"
+    assert b2.counters.claimed >= 1
+    assert device.seen_ids.index("t:tighten#3:hold") < device.seen_ids.index("t:tighten#2")
+
+
+def _commands(host: Host, scope: str) -> list[tuple[str, str, str]]:
+    return [(i, k, d.command_id) for i, k, d in host.equipment(scope)]
+
+
+def _consumers(host: Host, scope: str) -> int:
+    r = host.client()
+    if not r.exists(keys.equipment(scope)):
+        return 0
+    return sum(int(g["consumers"]) for g in r.xinfo_groups(keys.equipment(scope)))
+
+
+def _sent_for(host: Host, scope: str, job: str) -> Any:
+    return lambda: any(c.startswith(f"{job}:") for *_, c in _commands(host, scope))
+
+
+def _pending_of(host: Host, scope: str, prefix: str) -> int:
+    rows: Any = host.client().xpending_range(keys.equipment(scope), "g", "-", "+", 1000)
+    return sum(1 for r in rows if r["consumer"].decode().startswith(prefix))
+
+
+def test_a_killed_bridge_loses_nothing(rig: Rig, mqtt_url: str) -> None:
+    host, scope = rig.host, rig.scope
+    device = rig.device({"default": "ok@10"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from cli.main import app; import cli.commands; app(prog_name='sfc')",
+            "bridge",
+            "mqtt",
+            "--broker",
+            mqtt_url,
+            "--topic-prefix",
+            "t",
+            "--group",
+            "g",
+            "--claim-idle",
+            "1s",
+            "--scope",
+            scope,
+            "--redis",
+            host.url,
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    prefix = f"{socket.gethostname()}-{proc.pid}-"
+    try:
+        wait_for(
+            lambda: _consumers(host, scope) > 0,
+            timeout=20,
+            what="the bridge subprocess to read",
+        )
+        b2 = rig.bridge("b2", claim_idle_ms=1000)
+        worker = host.worker([scope])
+        ids: list[str] = []
+        deadline = time.monotonic() + 20
+        while True:
+            assert time.monotonic() < deadline, "the subprocess bridge never held an entry"
+            os.kill(proc.pid, signal.SIGSTOP)  # frozen, most likely inside XREADGROUP BLOCK
+            job = host.submit(scope, linear_recipe(3), job_id=f"k{len(ids)}").job
+            ids.append(job)
+            host.run([worker], [], _sent_for(host, scope, job))
+            time.sleep(0.05)  # the server hands a new entry to a blocked reader at once
+            if _pending_of(host, scope, prefix):
+                break
+            os.kill(proc.pid, signal.SIGCONT)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        host.run([worker], [], host.ended(scope, ids), timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        if proc.stderr is not None:
+            proc.stderr.close()
+    assert _paths(host, scope, ids) == ["Ended/Completed"] * len(ids)
+    assert b2.counters.claimed >= 1
+    copies = Counter(device.seen_ids)
+    assert max(copies.values()) <= 2
+    # acted on once: the script was asked once per command id
+    assert device.script_counters.asked == len(copies)
+    assert _pending_of(host, scope, "") == 0
