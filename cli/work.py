@@ -24,6 +24,7 @@ from host import keys
 from host.entries import EntryError, decode_work, entry_ms
 from host.equipment import publish_event
 from host.equipment import respond as respond_
+from sfc.codec import state_decoder
 from sfc.explain import duration, when
 
 work_app = typer.Typer(
@@ -65,7 +66,10 @@ def respond(
     redis: RedisOption = None,
     data_dir: DataDirOption = None,
 ) -> None:
-    """Answer a command as equipment would: queue an `answer` work entry."""
+    """Answer a command as equipment would: queue an `answer` work entry.
+
+    ACTION answers the action's open work; `ACTION:hold` its open hold command (or give the
+    command id with --command-id). A job that is not stored is refused (exit 1)."""
     check_scope(scope)
     if outcome is not None and error is not None:
         fail("give an OUTCOME or --error, not both", 2)
@@ -74,6 +78,20 @@ def respond(
     except keys.KeyError_ as e:
         fail(f"JOB: {e}", 2)
     store = open_store(redis, data_dir)
+    with server_errors():
+        record = store.job(scope, job)
+    if record is None:
+        # an adapter's answer for a cleared job is dropped and counted by the worker; a
+        # person who typed the id wants to know
+        fail(f"no job order {job!r} in scope {scope}: nothing queued (see `sfc job list`)", 1)
+    name = action.removeprefix(f"{job}:")
+    if name.endswith(":hold") and command_id is None:
+        # `ACTION:hold` answers the open hold command, as a script's reply key does
+        state = state_decoder.decode(record.state)
+        rec = state.actions.get(name.removesuffix(":hold"))
+        if rec is None or rec.hold != "open" or rec.hold_command_id is None:
+            fail(f"{name}: no hold command is open for job {job}; nothing queued", 1)
+        command_id, action = rec.hold_command_id, name.removesuffix(":hold")
     with server_errors(), refused():
         entry = respond_(
             store,

@@ -134,3 +134,44 @@ def test_setup_settings_and_urls_are_refused_at_start(
         assert message in proc.stderr, (args, proc.stderr)
     assert host.client().exists(keys.settings(scope)) == 0
     assert not list(tmp_path.rglob("server.json"))
+
+
+def test_respond_refuses_a_job_that_is_not_stored(
+    stored: tuple[Host, str], valkey_url: str
+) -> None:
+    host, scope = stored
+    before = _written(host.client(), scope)
+    proc = sfc("respond", "jj", "a1", "ok", "--scope", scope, "--redis", valkey_url)
+    assert proc.returncode == 1
+    assert "no job order 'jj'" in proc.stderr and "nothing queued" in proc.stderr
+    assert _written(host.client(), scope) == before
+
+
+def test_respond_action_hold_answers_the_open_hold_command(host: Host, valkey_url: str) -> None:
+    from host.jobs import pause
+    from tests.test_host_jobcontrol import TIGHTENING
+
+    scope = host.scope("holdanswer")
+    job = host.submit(scope, TIGHTENING, job_id="t").job
+    worker = host.worker([scope])
+    host.run([worker], [], lambda: host.order_path(scope, job) == "Running", sweep=False)
+    args = ["--scope", scope, "--redis", valkey_url]
+    refused = sfc("respond", "t", "clamp:hold", "held", *args)
+    assert refused.returncode == 1 and "no hold command is open" in refused.stderr
+    assert sfc("respond", "t", "clamp", "ok", *args).returncode == 0
+    host.run(
+        [worker],
+        [],
+        lambda: any(
+            k == "push" and d.command_id == "t:tighten#2" for _, k, d in host.equipment(scope)
+        ),
+        sweep=False,
+    )
+    assert pause(host.store(), scope, job).ok
+    proc = sfc("respond", "t", "tighten:hold", "held", *args)
+    assert proc.returncode == 0, proc.stderr
+    host.run(
+        [worker], [], lambda: any(k == "withdraw" for _, k, _ in host.equipment(scope)), sweep=False
+    )
+    withdrawn = [d for _, k, d in host.equipment(scope) if k == "withdraw"]
+    assert [(d.command_id, d.reason) for d in withdrawn] == [("t:tighten#2", "held")]
