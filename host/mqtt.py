@@ -26,6 +26,7 @@ import base64
 import heapq
 import logging
 import math
+import os
 import queue
 import threading
 import time
@@ -701,8 +702,8 @@ class Connection:
         self.manual_ack = manual_ack
         if broker.username is not None:
             self.client.username_pw_set(broker.username, broker.password)
-        if broker.tls:
-            self.client.tls_set()
+        if broker.tls:  # the system's CA certificates, or the file SFC_TLS_CA names
+            self.client.tls_set(ca_certs=os.environ.get("SFC_TLS_CA") or None)
         self.client.reconnect_delay_set(1, 2)
         self.client.on_connect = self._connected
         self.client.on_disconnect = self._disconnected
