@@ -133,13 +133,13 @@ def bridge_mqtt(
             )
         except ValueError as e:
             fail(str(e), 2)
+        bridge.start()
         typer.echo(
             f"sfc bridge mqtt: scope {scope} <-> {url.redacted()} as group {group}; "
             f"commands on {command_topic.replace('{prefix}', topic_prefix)}, "
             f"responses on {topics.responses}, events on {topics.events}",
             err=True,
         )
-        bridge.start()
         bridge.run(stop)
     c = bridge.counters
     typer.echo(
@@ -179,8 +179,8 @@ def device_mqtt(
     parsed = read_host_script(script)
     stop = _stop_on_signals()
     device = MqttDevice(url, topics, parsed, time_scale=time_scale, client_id=consumer_name())
-    typer.echo(f"sfc device mqtt: answering {topics.commands_filter} on {url.redacted()}", err=True)
     device.start()
+    typer.echo(f"sfc device mqtt: answering {topics.commands_filter} on {url.redacted()}", err=True)
     device.run(stop)
     c = device.counters
     typer.echo(f"sfc device mqtt: stopped; {c.received} received, {c.answered} answered", err=True)

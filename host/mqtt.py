@@ -52,7 +52,7 @@ from host.entries import Entry, EntryError, decode_equipment, encode, fields
 from host.equipment import answer_data, event_data
 from host.scripted import Counters as ScriptCounters
 from host.scripted import ScriptAnswers, host_script_problem
-from host.store import Store
+from host.store import Store, unreachable
 from sfc.simulation import Reply
 
 log = logging.getLogger("sfc.host.mqtt")
@@ -878,7 +878,7 @@ class MqttBridge:
         return self.topics.scope
 
     def start(self, timeout: float = 10.0) -> MqttBridge:
-        """Connect; True when subscribed within `timeout` s (it keeps trying after)."""
+        """Connect and subscribe, waiting at most `timeout` s (it keeps trying after)."""
         self._conn.start()
         if not self._conn.wait_ready(timeout):
             log.warning("not connected to %s yet; retrying", self.broker.redacted())
@@ -896,8 +896,8 @@ class MqttBridge:
     def pump(self, block_ms: int | None = 100) -> int:
         """Claim what other consumers left pending too long, read new entries, publish
         them and acknowledge what the broker took. Returns the entries handled."""
-        if not self._conn.connected.wait((block_ms or 0) / 1000):
-            return 0
+        if not self._conn.subscribed.wait((block_ms or 0) / 1000):
+            return 0  # no command goes out before the responses can come back
         rows: list[tuple[str, dict[bytes, bytes]]] = []
         now = time.monotonic()
         if now >= self._next_claim:
@@ -963,10 +963,20 @@ class MqttBridge:
         return message
 
     def run(self, stop: threading.Event, block_ms: int = 100) -> None:
-        """Pump until `stop` is set, then disconnect."""
+        """Pump until `stop` is set, then disconnect. While the server cannot be reached it
+        retries, waiting up to 5 s between tries; what it had read stays pending."""
+        backoff = 0.1
         try:
             while not stop.is_set():
-                self.pump(block_ms)
+                try:
+                    self.pump(block_ms)
+                    backoff = 0.1
+                except Exception as e:
+                    if not unreachable(e):
+                        raise
+                    log.warning("the server cannot be reached (%s); retrying", e)
+                    stop.wait(backoff)
+                    backoff = min(backoff * 2, 5.0)
         finally:
             self.close()
 

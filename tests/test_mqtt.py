@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -25,9 +26,11 @@ import pytest
 from generated.equipment_entry_v1_0 import AwaitData, AwaitSelector, CommandData
 from host import jobs, keys
 from host.mqtt import (
+    JSON,
     BrokerURL,
     CloudEvent,
     Connection,
+    Message,
     MessageError,
     MqttBridge,
     MqttDevice,
@@ -350,9 +353,11 @@ def test_push_and_pull_jobs_complete_through_two_bridges_and_the_device(rig: Rig
     conn = Connection(rig.url, f"dup-{scope}", [], lambda m: True)
     conn.start()
     assert conn.wait_ready(10)
+    # (in structured mode, the command id as `sfccommandid`, as on MQTT 3.1.1)
     attrs = {"specversion": "1.0", "id": "x", "source": "dev", "type": "t.response"}
-    again = CloudEvent(attrs, b'{"outcome":"other"}', "application/json")
-    mid = conn.publish(binary_message(rig.topics.responses, again, correlation_data=b"j0:a1#1"))
+    again = CloudEvent(attrs | {"sfccommandid": "j0:a1#1"}, b'{"outcome":"other"}', JSON)
+    doc = Message(rig.topics.responses, structured(again), "application/cloudevents+json")
+    mid = conn.publish(doc)
     assert mid is not None and conn.wait_acked([mid], 10) == {mid}
     conn.close()
 
@@ -501,40 +506,94 @@ def _pending_of(host: Host, scope: str, prefix: str) -> int:
     return sum(1 for r in rows if r["consumer"].decode().startswith(prefix))
 
 
-def test_a_killed_bridge_loses_nothing(rig: Rig, mqtt_url: str) -> None:
-    host, scope = rig.host, rig.scope
-    device = rig.device({"default": "ok@10"})
-    proc = subprocess.Popen(
+def _sfc(*args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
         [
             sys.executable,
             "-c",
             "from cli.main import app; import cli.commands; app(prog_name='sfc')",
-            "bridge",
-            "mqtt",
-            "--broker",
-            mqtt_url,
-            "--topic-prefix",
-            "t",
-            "--group",
-            "g",
-            "--claim-idle",
-            "1s",
-            "--scope",
-            scope,
-            "--redis",
-            host.url,
+            *args,
         ],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+
+
+def _wait_line(proc: subprocess.Popen[bytes], text: str, timeout: float = 20) -> bytes:
+    """Read the process's stderr until a line holds `text`; what was read."""
+    assert proc.stderr is not None
+    fd = proc.stderr.fileno()
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while text.encode() not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0 and proc.poll() is None, f"no {text!r} on stderr: {seen.decode()}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            seen += os.read(fd, 4096)
+    return seen
+
+
+def _stopped(proc: subprocess.Popen[bytes], sig: int, before: bytes = b"") -> str:
+    """Send `sig`, wait for the exit; its stderr. A clean stop exits 0."""
+    proc.send_signal(sig)
+    try:
+        _, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    text = (before + err).decode()
+    assert proc.returncode == 0, text
+    return text
+
+
+def test_the_commands_run_a_job_and_stop_cleanly(host: Host, mqtt_url: str, tmp_path: Path) -> None:
+    scope = host.scope("cli")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"default": "ok@10"}))
+    common = ["--broker", mqtt_url, "--topic-prefix", "c", "--scope", scope]
+    bridge = _sfc("bridge", "mqtt", *common, "--redis", host.url)
+    device = _sfc("device", "mqtt", *common, "--script", str(script))
+    said_b = said_d = b""
+    try:
+        said_b = _wait_line(bridge, "sfc bridge mqtt: scope")
+        said_d = _wait_line(device, "sfc device mqtt: answering")
+        job = host.submit(scope, linear_recipe(2), job_id="c1").job
+        worker = host.worker([scope])
+        host.run([worker], [], host.ended(scope, [job]), timeout=30)
+        assert host.order_path(scope, job) == "Ended/Completed"
+    finally:
+        err_b = _stopped(bridge, signal.SIGTERM, said_b)
+        err_d = _stopped(device, signal.SIGINT, said_d)
+    assert "sfc bridge mqtt: stopped; 2 published" in err_b
+    assert "2 response(s)" in err_b
+    assert "sfc device mqtt: stopped; 2 received, 2 answered" in err_d
+
+
+def test_a_killed_bridge_loses_nothing(rig: Rig, mqtt_url: str) -> None:
+    host, scope = rig.host, rig.scope
+    device = rig.device({"default": "ok@10"})
+    proc = _sfc(
+        "bridge",
+        "mqtt",
+        "--broker",
+        mqtt_url,
+        "--topic-prefix",
+        "t",
+        "--group",
+        "g",
+        "--claim-idle",
+        "1s",
+        "--scope",
+        scope,
+        "--redis",
+        host.url,
+    )
     prefix = f"{socket.gethostname()}-{proc.pid}-"
     try:
-        wait_for(
-            lambda: _consumers(host, scope) > 0,
-            timeout=20,
-            what="the bridge subprocess to read",
-        )
+        _wait_line(proc, "sfc bridge mqtt: scope")
         b2 = rig.bridge("b2", claim_idle_ms=1000)
         worker = host.worker([scope])
         ids: list[str] = []
@@ -542,7 +601,10 @@ def test_a_killed_bridge_loses_nothing(rig: Rig, mqtt_url: str) -> None:
         while True:
             assert time.monotonic() < deadline, "the subprocess bridge never held an entry"
             os.kill(proc.pid, signal.SIGSTOP)  # frozen, most likely inside XREADGROUP BLOCK
-            job = host.submit(scope, linear_recipe(3), job_id=f"k{len(ids)}").job
+            # a response the broker handed to the frozen bridge dies with it: the engine
+            # sends that command again after its 4 s timeout
+            recipe = linear_recipe(3, timeout_s=4, max_attempts=5)
+            job = host.submit(scope, recipe, job_id=f"k{len(ids)}").job
             ids.append(job)
             host.run([worker], [], _sent_for(host, scope, job))
             time.sleep(0.05)  # the server hands a new entry to a blocked reader at once
