@@ -22,7 +22,6 @@ Every process is stopped by `Fleet.close()`, which the `fleet` fixture calls.
 from __future__ import annotations
 
 import contextlib
-import heapq
 import itertools
 import json
 import os
@@ -44,7 +43,7 @@ from host import keys
 from host.apply import decode_order
 from host.entries import decode_equipment, decode_history
 from host.joborder import ended, path_text
-from host.jobs import job_response, submit
+from host.jobs import job_response, job_responses, submit
 from host.scripted import ScriptedEquipment, load_host_script
 from host.server import EmbeddedServer, Fsync
 from host.store import Store, unreachable
@@ -338,27 +337,85 @@ class Instance:
 
 
 class Equipment:
-    """Scripted equipment in a thread that survives the server going away."""
+    """Scripted equipment in a thread that survives the server going away.
+
+    It wraps the store calls the scripted equipment makes: each is retried, with backoff,
+    until the server answers, so nothing scheduled is dropped; and after an outage the
+    first read takes again the entries delivered to this consumer and not acknowledged (a
+    read whose reply was lost). An adapter as docs/host.md asks for: at-least-once, and
+    deduplicated by command id (the script's memory does that).
+    """
 
     def __init__(
         self, url: str, scope: str, script: Mapping[str, Any], time_scale: float = 1.0
     ) -> None:
         self.store = Store.from_url(url)
+        self.read_ids: list[str] = []
+        """Every equipment entry id read: the server acknowledged these as written."""
+        self.answer_ids: list[str] = []
+        """The entry ids of every answer sent (work entries the server acknowledged)."""
+        self.outages = 0
+        self._reread = False
+        self._stop = threading.Event()
+        self._run = threading.Event()
+        self._run.set()
+        self._idle = threading.Event()
+        self.error: BaseException | None = None
+        self._wrap_store()
         self.scripted = ScriptedEquipment(
             self.store,
             scope,
             load_host_script(json.dumps(script).encode()),
             time_scale=time_scale,
         )
-        self.read_ids: list[str] = []
-        """Every equipment entry id read: the server acknowledged these as written."""
-        self.outages = 0
-        self._stop = threading.Event()
-        self._run = threading.Event()
-        self._run.set()
-        self._idle = threading.Event()
-        self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._loop, name=f"equipment-{scope}", daemon=True)
+
+    def _retrying(self, call: Callable[[], Any]) -> Any:
+        backoff = 0.0
+        while True:
+            try:
+                return call()
+            except Exception as e:
+                if not unreachable(e) or self._stop.is_set():
+                    raise
+                if not backoff:
+                    self.outages += 1
+                self._reread = True
+                backoff = min(1.0, max(0.05, backoff * 2))
+                self._stop.wait(backoff)
+
+    def _wrap_store(self) -> None:
+        store = self.store
+        read, send, ack = store.read_equipment, store.send_replies, store.ack_equipment
+
+        def reading(
+            scope: str, group: str, consumer: str, count: int, block_ms: int | None
+        ) -> list[tuple[str, dict[bytes, bytes]]]:
+            def once() -> list[tuple[str, dict[bytes, bytes]]]:
+                if self._reread:  # what was delivered to this consumer and not acknowledged
+                    key = keys.equipment(scope)
+                    rows: Any = store.r.xreadgroup(group, consumer, {key: "0"}, count=10_000)
+                    self._reread = False
+                    got = [(i.decode(), f or {}) for _, entries in rows or [] for i, f in entries]
+                    if got:
+                        return got
+                return read(scope, group, consumer, count, block_ms)
+
+            rows = self._retrying(once)
+            self.read_ids += [i for i, _ in rows]
+            return rows  # type: ignore[no-any-return]
+
+        def sending(*args: Any) -> tuple[list[str], list[str | None]]:
+            ids, published = self._retrying(lambda: send(*args))
+            self.answer_ids += ids
+            return ids, published
+
+        def acking(*args: Any) -> None:
+            self._retrying(lambda: ack(*args))
+
+        store.read_equipment = reading  # type: ignore[method-assign]
+        store.send_replies = sending  # type: ignore[method-assign,assignment]
+        store.ack_equipment = acking  # type: ignore[method-assign,assignment]
 
     def start(self) -> Equipment:
         self.thread.start()
@@ -378,54 +435,17 @@ class Equipment:
         return self.scripted.counters
 
     def _loop(self) -> None:
-        eq = self.scripted
-        backoff = 0.0
-        read = self.store.read_equipment
-
-        def recording(*args: Any, **kwargs: Any) -> list[tuple[str, dict[bytes, bytes]]]:
-            rows = read(*args, **kwargs)
-            self.read_ids += [i for i, _ in rows]
-            return rows
-
-        self.store.read_equipment = recording  # type: ignore[method-assign]
-        while not self._stop.is_set():
-            if not self._run.is_set():
-                self._idle.set()
-                self._run.wait(0.1)
-                continue
-            due = list(eq._due)
-            seen = set(eq._seen)
-            asked = dict(eq._asked)
-            try:
-                if backoff:
-                    self._reread()
-                eq.pump(50)
-                backoff = 0.0
-            except Exception as e:
-                if not unreachable(e):
-                    self.error = e
-                    raise
-                # nothing of this pump counts: answer again what was scheduled, and read
-                # again (from the group's pending list) what was read and not acknowledged
-                eq._due, eq._seen, eq._asked = due, seen, asked
-                heapq.heapify(eq._due)
-                if not backoff:
-                    self.outages += 1
-                backoff = min(1.0, max(0.05, backoff * 2))
-                self._stop.wait(backoff)
-
-    def _reread(self) -> None:
-        eq = self.scripted
-        key = keys.equipment(eq.scope)
-        rows: Any = self.store.r.xreadgroup(eq.group, eq.consumer, {key: "0"}, count=10_000)
-        ids = []
-        for _, entries in rows or []:
-            for entry_id, raw in entries:
-                entry_text = entry_id.decode()
-                ids.append(entry_text)
-                eq._receive(decode_equipment(entry_text, raw or {}))
-        if ids:
-            self.store.ack_equipment(eq.scope, eq.group, ids)
+        try:
+            while not self._stop.is_set():
+                if not self._run.is_set():
+                    self._idle.set()
+                    self._run.wait(0.1)
+                    continue
+                self.scripted.pump(50)
+        except Exception as e:
+            if not self._stop.is_set():
+                self.error = e
+                raise
 
     def stop(self) -> None:
         self._stop.set()
@@ -495,6 +515,10 @@ class Fleet:
         self.equipment.append(e)
         return e
 
+    def answers(self) -> list[str]:
+        """The entry ids of every answer the scripted equipment sent."""
+        return [i for e in self.equipment for i in e.answer_ids]
+
     def close(self) -> None:
         for i in self.instances:
             with contextlib.suppress(Exception):
@@ -539,7 +563,7 @@ def settled(store: Store, scope: str, jobs: Iterable[str]) -> Callable[[], bool]
         if ended_count(store, scope, jobs) < len(jobs):
             return False
         pending = store.pending_summary(scope)["pending"]
-        return pending == 0 and store.r.xlen(keys.work(scope)) == 0
+        return bool(pending == 0 and store.r.xlen(keys.work(scope)) == 0)
 
     return check
 
@@ -564,6 +588,7 @@ class Figures:
     jobs: int = 0
     commands: int = 0
     history: int = 0
+    answers: int = 0
     dead: int = 0
     ended: dict[str, int] = field(default_factory=dict)
 
@@ -574,11 +599,15 @@ def check(
     expected: Mapping[str, End],
     *,
     dead: Iterable[str] = (),
+    answers: Iterable[str] = (),
 ) -> Figures:
     """Assert the invariants of issue #13 on `scope`; `dead` are the entry ids (of the work
-    stream, as written) that were poisoned on purpose. Returns the figures."""
+    stream, as written) that were poisoned on purpose, `answers` the ids of answers sent
+    (each must be in exactly one history: applied, absorbed or rejected, once). Returns the
+    figures."""
     r = store.r
     figures = Figures(jobs=len(expected))
+    applied_entries: dict[str, str] = {}
     # every job reaches the end its script implies, exactly once; nothing stays Running
     for job, end in expected.items():
         record = store.job(scope, job)
@@ -604,6 +633,11 @@ def check(
         assert len(starts) == 1, f"job {job} started {len(starts)} times"
         entries = [h.entry for h in history if h.entry is not msgspec.UNSET]
         assert len(entries) == len(set(entries)), f"job {job}: an entry was applied twice"
+        for entry in entries:
+            assert entry not in applied_entries, (
+                f"entry {entry} in {job} and {applied_entries[entry]}"
+            )
+            applied_entries[entry] = job
         # one job response, agreeing with the order
         result, response = job_response(store, scope, job)
         assert result.ok and response is not None, result.words()
@@ -615,7 +649,15 @@ def check(
         data = {p.id: p.value for p in response.job_response_data}
         if end.fault is not None:
             assert data.get("faultCode") == end.fault, data
-    running = [m.decode() for m in r.smembers(keys.active(scope))]  # type: ignore[union-attr]
+    unapplied = [a for a in answers if a not in applied_entries]
+    assert not unapplied, f"answers sent and never evaluated: {unapplied[:5]}"
+    figures.answers = len(list(answers))
+    # one job response per job, whichever way it is asked for
+    result, responses = job_responses(store, scope, ["Ended", "Aborted"])
+    assert result.ok, result.words()
+    ids = sorted(x.job_order_id for x in responses)
+    assert ids == sorted(expected), "the responses by state are not one per job"
+    running = [m.decode() for m in r.smembers(keys.active(scope))]
     assert not running, f"still running: {running[:10]}"
     # every command id at most once among push, hold and restart entries
     seen: dict[str, str] = {}

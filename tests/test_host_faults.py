@@ -91,7 +91,7 @@ def workers_killed(fleet: Fleet, jobs: int, kills: int, instances: int = 3) -> N
         victim.kill()
         victim.start()
     wait_until(settled(store, scope, expected), timeout=180, what="every job to end")
-    figures = check(store, scope, expected)
+    figures = check(store, scope, expected, answers=fleet.answers())
     assert equipment.error is None
     print_figures(
         "1 workers killed",
@@ -205,7 +205,7 @@ def server_dies(
         assert not any(missing.values()), f"acknowledged and lost: {missing}"
     expected |= dict.fromkeys(submit_jobs(store, scope, recipe, "after", jobs // 5), COMPLETED)
     wait_until(settled(store, scope, expected), timeout=120, what="every job to end")
-    figures = check(store, scope, expected)
+    figures = check(store, scope, expected, answers=fleet.answers())
     assert all(i.alive() for i in serving)
     assert equipment.error is None
     print_figures(
@@ -288,7 +288,7 @@ def everything_down(fleet: Fleet, jobs: int, threshold_s: float, instances: int 
     )
     equipment.resume()
     wait_until(settled(store, scope, expected), timeout=120, what="every job to end")
-    figures = check(store, scope, expected)
+    figures = check(store, scope, expected, answers=fleet.answers())
     pushes = [decode_equipment(i, f).data for i, f in store.equipment_entries(scope)]
     assert all(d.attempt == 1 for d in pushes if hasattr(d, "attempt")), "a timeout re-sent"
     for j in running:
@@ -421,7 +421,7 @@ def poison(fleet: Fleet, jobs: int) -> None:
         round=command.round,
     )
     wait_until(settled(store, scope, expected), timeout=60, what="every job to end")
-    figures = check(store, scope, expected, dead=bad)
+    figures = check(store, scope, expected, dead=bad, answers=fleet.answers())
     reasons = {f[b"entry"].decode(): f[b"reason"].decode() for _, f in store.dead(scope)}
     assert "no field 'data'" in reasons[bad[0]], reasons[bad[0]]
     assert "'bogus' is not a work entry kind" in reasons[bad[1]], reasons[bad[1]]
@@ -476,7 +476,7 @@ def races(fleet: Fleet, jobs: int, instances: int = 4) -> None:
     )
     expected |= dict.fromkeys(timing_out, End("Aborted", fault="timeout"))
     wait_until(settled(store, scope, expected), timeout=180, what="every job to end")
-    figures = check(store, scope, expected)
+    figures = check(store, scope, expected, answers=fleet.answers())
     # four instances sweeping at once: one tick per due job
     for j in timing_out:
         ticks = [
@@ -541,7 +541,7 @@ def stalled_worker(fleet: Fleet, jobs: int) -> None:
     a.thaw()
     wait_until(lambda: a.report().get("gone", 0) > 0, timeout=30, what="A's stale commits gone")
     wait_until(settled(store, scope, expected), timeout=60, what="every job to end")
-    figures = check(store, scope, expected)
+    figures = check(store, scope, expected, answers=fleet.answers())
     a.stop()
     b.stop()
     ra, rb = a.report(), b.report()
@@ -683,7 +683,7 @@ def slow_and_lost(fleet: Fleet, each: int) -> None:
             path = "?" if record is None else path_text(decode_order(record.order))
             print(j, path, answers_of(store, scope, j))
         raise
-    figures = check(store, scope, expected)
+    figures = check(store, scope, expected, answers=fleet.answers())
     stale = 0
     for j in late:  # attempt 2 answered in time, attempt 1 late: absorbed
         got = answers_of(store, scope, j)
