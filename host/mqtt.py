@@ -861,6 +861,8 @@ class MqttBridge:
     counters: BridgeCounters = field(default_factory=BridgeCounters)
     _conn: Connection = field(init=False, repr=False)
     _next_claim: float = field(default=0.0, repr=False)
+    _claim_from: str = field(default="0-0", repr=False)
+    """Where the next XAUTOCLAIM scan goes on ("0-0": from the start)."""
 
     def __post_init__(self) -> None:
         keys.check_scope(self.topics.scope)
@@ -902,8 +904,13 @@ class MqttBridge:
         now = time.monotonic()
         if now >= self._next_claim:
             self._next_claim = now + self.claim_interval_ms / 1000
-            _, claimed = self.store.autoclaim_equipment(
-                self.scope, self.group, self.consumer, self.claim_idle_ms, self.count
+            self._claim_from, claimed = self.store.autoclaim_equipment(
+                self.scope,
+                self.group,
+                self.consumer,
+                self.claim_idle_ms,
+                self.count,
+                self._claim_from,
             )
             self.counters.claimed += len(claimed)
             rows += claimed
