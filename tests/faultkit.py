@@ -299,6 +299,16 @@ class Instance:
         except OSError:
             return ""
 
+    def consumer(self) -> str | None:
+        """The consumer name of the current life's worker (it logs it when it takes the
+        scope up), or None before that."""
+        life = self.log().split(f"--- start {self.starts}\n")[-1]
+        marker = f"serving scope {self.scope} (consumer "
+        found = [
+            line.split(marker, 1)[1].rstrip(")") for line in life.splitlines() if marker in line
+        ]
+        return found[-1] if found else None
+
     def logged(self, text: str) -> Callable[[], bool]:
         """A condition: `text` is in the instance's stderr (any of its lives)."""
         return lambda: text in self.log()

@@ -9,6 +9,7 @@ each runs by default.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import time
@@ -34,6 +35,7 @@ from tests.faultkit import (
     SFC,
     End,
     Fleet,
+    Instance,
     chain_recipe,
     check,
     ended_count,
@@ -59,6 +61,26 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
 # -- 1. workers killed mid-flight
 
 
+def caught_holding(
+    store: Store, scope: str, instances: list[Instance]
+) -> list[tuple[Instance, int]]:
+    """The instances whose worker holds entries it has not committed, with how many; polled
+    for up to 5 s (an empty list when none was caught)."""
+    names = {i.consumer(): i for i in instances}
+    holding: list[tuple[Instance, int]] = []
+
+    def caught() -> bool:
+        for c in store.pending_summary(scope).get("consumers") or []:
+            i = names.get(c["name"].decode())
+            if i is not None and int(c["pending"]) > 0:
+                holding.append((i, int(c["pending"])))
+        return bool(holding)
+
+    with contextlib.suppress(AssertionError):
+        wait_until(caught, timeout=5, what="an instance holding entries", every=0.001)
+    return holding
+
+
 def workers_killed(fleet: Fleet, jobs: int, kills: int, instances: int = 3) -> None:
     t0 = time.monotonic()
     _, rnd = seeded("fault 1 (workers killed)")
@@ -73,23 +95,37 @@ def workers_killed(fleet: Fleet, jobs: int, kills: int, instances: int = 3) -> N
         i.wait_serving()
     good = chain_recipe(["a1", "a2", "a3"])
     bad = chain_recipe(["a1", "jam"], max_attempts=1)
-    n_bad = max(1, jobs // 10)
-    expected = dict.fromkeys(submit_jobs(store, scope, good, "ok", jobs - n_bad), COMPLETED)
-    expected |= dict.fromkeys(
-        submit_jobs(store, scope, bad, "jam", n_bad), End("Aborted", fault="error")
-    )
-    # the kills land at random moments of the run: after a random number of commands
-    commands = 3 * (jobs - n_bad) + 2 * n_bad
-    moments = sorted(rnd.sample(range(1, int(commands * 0.8)), kills))
-    for at in moments:
+    # the jobs come in waves, one before each kill and one after the last, so that work
+    # is in flight at every kill; each kill lands after a random number of the wave's
+    # commands, on an instance caught holding entries it has not committed
+    waves = kills + 1
+    expected: dict[str, End] = {}
+    moments: list[int] = []
+    held: list[int] = []
+    for w in range(waves):
+        size = jobs // waves + (1 if w < jobs % waves else 0)
+        n_bad = max(1, size // 10)
+        asked = int(equipment.counters.asked)
+        expected |= dict.fromkeys(
+            submit_jobs(store, scope, good, f"ok{w}", size - n_bad), COMPLETED
+        )
+        expected |= dict.fromkeys(
+            submit_jobs(store, scope, bad, f"jam{w}", n_bad), End("Aborted", fault="error")
+        )
+        if w == kills:
+            break
+        at = rnd.randrange(0, max(1, size))  # up to a third of the wave's commands
+        moments.append(at)
 
-        def enough(at: int = at) -> bool:
-            return int(equipment.counters.asked) >= at
+        def enough(at: int = at, asked: int = asked) -> bool:
+            return int(equipment.counters.asked) >= asked + at
 
-        wait_until(enough, timeout=120, what=f"{at} commands asked")
-        victim = rnd.choice(fleet_of)
+        wait_until(enough, timeout=120, what=f"{at} commands of wave {w}")
+        holding = caught_holding(store, scope, fleet_of)
+        victim, n = rnd.choice(holding) if holding else (rnd.choice(fleet_of), 0)
+        held.append(n)
         victim.kill()
-        victim.start()
+        victim.start().wait_serving()
     wait_until(settled(store, scope, expected), timeout=180, what="every job to end")
     figures = check(store, scope, expected, answers=fleet.answers())
     assert equipment.error is None
@@ -98,7 +134,9 @@ def workers_killed(fleet: Fleet, jobs: int, kills: int, instances: int = 3) -> N
         jobs=jobs,
         instances=instances,
         kills=kills,
-        kill_moments=f"after {moments} of {commands} commands",
+        waves=waves,
+        kill_moments=f"after {moments} commands of each wave",
+        entries_held_by_the_killed=held,
         ended=figures.ended,
         commands=figures.commands,
         conflicts="n/a (sfc serve reports none)",
