@@ -136,7 +136,7 @@ def bridge_mqtt(
         bridge.start()
         typer.echo(
             f"sfc bridge mqtt: scope {scope} <-> {url.redacted()} as group {group}; "
-            f"commands on {command_topic.replace('{prefix}', topic_prefix)}, "
+            f"commands on {command_topic.replace('{prefix}', topic_prefix).replace('{scope}', scope)}, "
             f"responses on {topics.responses}, events on {topics.events}",
             err=True,
         )
