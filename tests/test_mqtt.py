@@ -339,15 +339,25 @@ def _pull_recipe() -> bytes:
 def test_push_and_pull_jobs_complete_through_two_bridges_and_the_device(rig: Rig) -> None:
     host, scope = rig.host, rig.scope
     b1, b2 = rig.bridge("b1"), rig.bridge("b2")
-    device = rig.device({"default": "ok@20", "replies": {"qa": ["qa_ok"]}})
+    # the device's error event for `bad` fails that action: its job is aborted
+    script = {"default": "ok@20", "replies": {"qa": ["qa_ok"], "bad": ["error:jammed@10"]}}
+    device = rig.device(script)
+    bad = json.loads(linear_recipe(1))
+    bad["Actions"][0]["Name"] = "bad"
+    failing = host.submit(scope, json.dumps(bad).encode(), job_id="e").job
     ids = [host.submit(scope, _pull_recipe(), job_id=f"j{i}").job for i in range(6)]
     worker = host.worker([scope])
     host.run([worker], [], host.ended(scope, ids), timeout=30)
     assert _paths(host, scope, ids) == ["Ended/Completed"] * 6
     # both bridges took part, and every command went out once
     assert b1.counters.published > 0 and b2.counters.published > 0
-    assert b1.counters.responses + b2.counters.responses == 12
-    assert b1.counters.events + b2.counters.events == 6
+    host.run([worker], [], host.ended(scope, [failing]))
+    # (a bridge counts just after it wrote the entry the worker may already have applied)
+    wait_for(lambda: b1.counters.responses + b2.counters.responses == 13, timeout=5)
+    assert host.order_path(scope, failing).startswith("Aborted")
+    said = [h[1][b"data"] for h in host.store().history(scope, failing, 20)]
+    assert any(b"bad failed: jammed" in d for d in said), said
+    wait_for(lambda: b1.counters.events + b2.counters.events == 6, timeout=5)
     assert Counter(device.seen_ids).most_common(1)[0][1] == 1
     # a duplicate response is absorbed: the same answer again changes nothing
     conn = Connection(rig.url, f"dup-{scope}", [], lambda m: True)
