@@ -366,3 +366,16 @@ def test_sfc_mcp_over_stdio(host: Host, tmp_path: Path, control: bool) -> None:
             assert host.order_path(scope, job).startswith("NotAllowedToStart")
 
     _run(params, body)
+
+
+def test_allow_control_without_a_server_is_refused(tmp_path: Path) -> None:
+    no_server, offline = sfc_all(
+        [
+            ["mcp", "--allow-control", "--data-dir", tmp_path / "none"],
+            ["mcp", "--allow-control", "--offline"],
+        ],
+        cwd=tmp_path,
+    )
+    assert no_server.code == 2 and "--allow-control needs a server" in no_server.err
+    assert offline.code == 2 and "--allow-control needs a server" in offline.err
+    assert no_server.out == offline.out == ""
