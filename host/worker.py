@@ -43,7 +43,8 @@ def consumer_name() -> str:
 
 @dataclass(slots=True)
 class Counters:
-    """What a worker did since it started (the metrics read these)."""
+    """What a worker did since it started (for tests and benchmarks; the Prometheus metrics
+    are counted in host/metrics.py)."""
 
     batches: int = 0
     outcome: Outcome = field(default_factory=Outcome)
