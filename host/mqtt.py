@@ -445,12 +445,15 @@ def _data_value(event: CloudEvent) -> Any:
         raise MessageError("the data is neither JSON nor UTF-8 text") from None
 
 
-def outcome_of(event: CloudEvent) -> tuple[str | None, str | None]:
+def outcome_of(event: CloudEvent, error_type: bool = True) -> tuple[str | None, str | None]:
     """(outcome, error) of a response or an event: an error when its type ends in `.error`
     or its data is an object with `error` (the text: `error` or `message`); otherwise the
-    outcome is the data's `outcome`, a JSON string or a text, or None (no outcome)."""
+    outcome is the data's `outcome`, a JSON string or a text, or None (no outcome). With
+    `error_type` False (events, whose type is the type id a wait matches) only the data
+    tells an error."""
     value = _data_value(event)
-    if event.type.endswith(".error") or (isinstance(value, dict) and "error" in value):
+    typed = error_type and event.type.endswith(".error")
+    if typed or (isinstance(value, dict) and "error" in value):
         text: Any = None
         if isinstance(value, dict):
             text = value.get("error") if isinstance(value.get("error"), str) else None
@@ -513,7 +516,7 @@ def event_of(event: CloudEvent, correlation_data: bytes | None = None) -> EventD
     """The `event` work entry of an event (docs/mqtt.md, "Events"): type, subject, source
     and id; the correlation id from the attribute `correlationid` (else the Correlation
     Data); the outcome from the data."""
-    outcome, error = outcome_of(event)
+    outcome, error = outcome_of(event, error_type=False)
     if error is not None:
         outcome = "error"
     correlation = event.get("correlationid")

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from generated.equipment_entry_v1_0 import AwaitData, AwaitSelector, CommandData
+from generated.equipment_entry_v1_0 import AwaitData, AwaitSelector, CommandData, WithdrawData
 from host import jobs, keys
 from host.mqtt import (
     JSON,
@@ -197,6 +197,21 @@ def test_an_event_keeps_type_subject_correlation_source_and_id() -> None:
         "e-9",
         "qa_ok",
     )
+
+
+def test_a_withdraw_notice_and_an_error_event() -> None:
+    gone = WithdrawData(
+        command_id="j-1:a1#1", action_key="j-1:a1", job="j-1", type_id="t.v1", reason="held"
+    )
+    n = notice_message(Topics("s"), "withdraw", gone, 5, 10)
+    assert n is not None and n.expiry_s is None and n.topic == "sfc/s/notices/t.v1"
+    assert json.loads(n.payload) == {"reason": "held"}
+    assert dict(n.user_properties)["id"] == "j-1:a1#1:withdraw"
+    attrs = {"specversion": "1.0", "id": "e", "source": "s", "type": "com.example.qa.v1"}
+    ev = event_of(CloudEvent(attrs, b'{"error":"camera down"}', "application/json"))
+    assert ev.outcome == "error" and ev.type_id == "com.example.qa.v1"
+    with pytest.raises(MessageError):
+        event_of(CloudEvent(attrs, b"{not json", "application/json"))
 
 
 def test_the_device_answers_a_hold_it_cannot_place_as_not_held() -> None:
