@@ -252,23 +252,40 @@ next_connection_delay_ms = 1
     connection_timeout_ms = 60000
     max_payload_size = 1048576
     max_inflight_count = 100
+
+[v5.2]
+name = "v5-2"
+listen = "127.0.0.1:{auth_port}"
+next_connection_delay_ms = 1
+    [v5.2.connections]
+    connection_timeout_ms = 60000
+    max_payload_size = 1048576
+    max_inflight_count = 100
+    [v5.2.connections.auth]
+    op = "s3cret"
 """
 
 
 @pytest.fixture(scope="session")
-def mqtt_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real MQTT 5 broker (rumqttd, shipped in the `iotcore` wheel), once per session."""
+def mqtt_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """A real MQTT 5 broker (rumqttd, shipped in the `iotcore` wheel), once per session:
+    the URL of its open listener, and of one that wants the user `op`, password `s3cret`."""
     from iotcore import Broker
 
-    port = _free_port()
+    port, auth_port = _free_port(), _free_port()
     config = tmp_path_factory.mktemp("mqtt") / "rumqttd.toml"
-    config.write_text(BROKER_CONFIG.format(port=port))
+    config.write_text(BROKER_CONFIG.format(port=port, auth_port=auth_port))
     broker = Broker(config_path=str(config))
     broker.start()
     try:
-        yield f"mqtt://127.0.0.1:{port}"
+        yield f"mqtt://127.0.0.1:{port}", f"mqtt://127.0.0.1:{auth_port}"
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def mqtt_url(mqtt_broker: tuple[str, str]) -> str:
+    return mqtt_broker[0]
 
 
 class Rig:
@@ -651,3 +668,20 @@ def test_a_killed_bridge_loses_nothing(rig: Rig, mqtt_url: str) -> None:
     # acted on once: the script was asked once per command id
     assert device.script_counters.asked == len(copies)
     assert _pending_of(host, scope, "") == 0
+
+
+def test_a_user_and_password_in_the_url(host: Host, mqtt_broker: tuple[str, str]) -> None:
+    plain = mqtt_broker[1].removeprefix("mqtt://")
+    wrong = Connection(parse_broker_url(f"mqtt://op:nope@{plain}"), "wrong", ["a"], lambda m: True)
+    wrong.start()
+    assert not wrong.wait_ready(1)
+    wrong.close()
+    rig = Rig(host, f"mqtt://op:s3cret@{plain}", host.scope("auth"))
+    try:
+        rig.bridge("b1")
+        rig.device()
+        job = host.submit(rig.scope, linear_recipe(2), job_id="a").job
+        host.run([host.worker([rig.scope])], [], host.ended(rig.scope, [job]))
+        assert host.order_path(rig.scope, job) == "Ended/Completed"
+    finally:
+        rig.close()
