@@ -263,29 +263,72 @@ next_connection_delay_ms = 1
     max_inflight_count = 100
     [v5.2.connections.auth]
     op = "s3cret"
+
+[v5.3]
+name = "v5-3"
+listen = "127.0.0.1:{tls_port}"
+next_connection_delay_ms = 1
+    [v5.3.tls]
+    certpath = "{cert}"
+    keypath = "{key}"
+    [v5.3.connections]
+    connection_timeout_ms = 60000
+    max_payload_size = 1048576
+    max_inflight_count = 100
 """
 
 
+@dataclasses.dataclass(frozen=True)
+class Listeners:
+    """The URLs of the test broker's listeners, and the CA that signed its certificate."""
+
+    open: str
+    auth: str
+    """Wants the user `op`, password `s3cret`."""
+    tls: str
+    ca: Path
+
+
 @pytest.fixture(scope="session")
-def mqtt_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """A real MQTT 5 broker (rumqttd, shipped in the `iotcore` wheel), once per session:
-    the URL of its open listener, and of one that wants the user `op`, password `s3cret`."""
+def mqtt_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Listeners]:
+    """A real MQTT 5 broker (rumqttd, shipped in the `iotcore` wheel), once per session,
+    with an open listener, one that wants a password and one with TLS."""
+    import trustme
     from iotcore import Broker
 
-    port, auth_port = _free_port(), _free_port()
-    config = tmp_path_factory.mktemp("mqtt") / "rumqttd.toml"
-    config.write_text(BROKER_CONFIG.format(port=port, auth_port=auth_port))
+    where = tmp_path_factory.mktemp("mqtt")
+    ca = trustme.CA()
+    cert = ca.issue_cert("localhost", "127.0.0.1")
+    cert.private_key_pem.write_to_path(str(where / "key.pem"))
+    cert.cert_chain_pems[0].write_to_path(str(where / "cert.pem"))
+    ca.cert_pem.write_to_path(str(where / "ca.pem"))
+    port, auth_port, tls_port = _free_port(), _free_port(), _free_port()
+    config = where / "rumqttd.toml"
+    config.write_text(
+        BROKER_CONFIG.format(
+            port=port,
+            auth_port=auth_port,
+            tls_port=tls_port,
+            cert=where / "cert.pem",
+            key=where / "key.pem",
+        )
+    )
     broker = Broker(config_path=str(config))
     broker.start()
     try:
-        yield f"mqtt://127.0.0.1:{port}", f"mqtt://127.0.0.1:{auth_port}"
+        yield Listeners(
+            f"mqtt://127.0.0.1:{port}",
+            f"mqtt://127.0.0.1:{auth_port}",
+            f"mqtts://localhost:{tls_port}",
+            where / "ca.pem",
+        )
     finally:
         broker.stop()
 
 
 @pytest.fixture(scope="session")
-def mqtt_url(mqtt_broker: tuple[str, str]) -> str:
-    return mqtt_broker[0]
+def mqtt_url(mqtt_broker: Listeners) -> str:
+    return mqtt_broker.open
 
 
 class Rig:
@@ -670,18 +713,22 @@ def test_a_killed_bridge_loses_nothing(rig: Rig, mqtt_url: str) -> None:
     assert _pending_of(host, scope, "") == 0
 
 
-def test_a_user_and_password_in_the_url(host: Host, mqtt_broker: tuple[str, str]) -> None:
-    plain = mqtt_broker[1].removeprefix("mqtt://")
+def test_a_user_and_password_and_tls(
+    host: Host, mqtt_broker: Listeners, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain = mqtt_broker.auth.removeprefix("mqtt://")
     wrong = Connection(parse_broker_url(f"mqtt://op:nope@{plain}"), "wrong", ["a"], lambda m: True)
     wrong.start()
     assert not wrong.wait_ready(1)
     wrong.close()
-    rig = Rig(host, f"mqtt://op:s3cret@{plain}", host.scope("auth"))
-    try:
-        rig.bridge("b1")
-        rig.device()
-        job = host.submit(rig.scope, linear_recipe(2), job_id="a").job
-        host.run([host.worker([rig.scope])], [], host.ended(rig.scope, [job]))
-        assert host.order_path(rig.scope, job) == "Ended/Completed"
-    finally:
-        rig.close()
+    monkeypatch.setenv("SFC_TLS_CA", str(mqtt_broker.ca))  # the CA of the broker's certificate
+    for url, hint in ((f"mqtt://op:s3cret@{plain}", "auth"), (mqtt_broker.tls, "tls")):
+        rig = Rig(host, url, host.scope(hint))
+        try:
+            rig.bridge("b1")
+            rig.device()
+            job = host.submit(rig.scope, linear_recipe(2), job_id="a").job
+            host.run([host.worker([rig.scope])], [], host.ended(rig.scope, [job]))
+            assert host.order_path(rig.scope, job) == "Ended/Completed", url
+        finally:
+            rig.close()
