@@ -10,14 +10,16 @@ contract for adapters"); the host stays the same.
   acknowledged its publish; entries another bridge of the group left pending are claimed
   after `claim_idle_ms` (XAUTOCLAIM), so a killed bridge loses nothing.
 - **Incoming.** It subscribes to the response topic and the event topic with shared
-  subscriptions (`$share/{group}/...`): a response becomes `respond`, an event
-  `publish_event`. The MQTT message is acknowledged after the work entry was written.
+  subscriptions (`$share/{group}-responses/...`, `$share/{group}-events/...`): a response
+  becomes `respond`, an event `publish_event`. The MQTT message is acknowledged after the
+  work entry was written.
 - **The device.** `MqttDevice` answers commands and waits from a dry-run script as
   equipment would, asking the script as the scripted equipment does
   (`host.scripted.ScriptAnswers`).
 
 The mapping functions (`command_message`, `read_cloudevent`, `response_answer`,
-`event_of`, ...) are pure; only the two classes do I/O.
+`event_of`, ...) are pure; `Connection` (paho's client and its network thread),
+`MqttBridge` and `MqttDevice` do the I/O.
 """
 
 from __future__ import annotations
