@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn
 
 import msgspec
 import typer
@@ -48,8 +48,6 @@ ScopeOption = Annotated[
     typer.Option("--scope", metavar="SCOPE", help="The scope (plant area) of the jobs."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
-
-T = TypeVar("T")
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -93,11 +91,14 @@ def open_store(redis_url: str | None, data_dir: Path | None) -> Store:
         return connect(resolve_url(redis_url, data_dir))
 
 
-def with_store(redis_url: str | None, data_dir: Path | None, body: Callable[[Store], T]) -> T:
+@contextmanager
+def connected(redis_url: str | None, data_dir: Path | None) -> Iterator[Store]:
+    """A checked connection for the block, with the server's errors turned into messages,
+    closed afterwards."""
     store = open_store(redis_url, data_dir)
     try:
         with server_errors():
-            return body(store)
+            yield store
     finally:
         store.close()
 

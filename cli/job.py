@@ -21,6 +21,7 @@ from cli.hostcommon import (
     RedisOption,
     ScopeOption,
     check_scope,
+    connected,
     fail,
     open_store,
     print_json,
@@ -160,12 +161,7 @@ def _method(name: str, call: Callable[..., jobs.MethodResult], doc: str) -> None
         data_dir: DataDirOption = None,
         as_json: JsonOption = False,
     ) -> None:
-        check_scope(scope)
-        store = open_store(redis, data_dir)
-        with server_errors():
-            results = [call(store, scope, j) for j in job_ids]
-        store.close()
-        _report(results, as_json)
+        _apply_each(job_ids, scope, redis, data_dir, as_json, lambda st, j: call(st, scope, j))
 
     def commented(
         job_ids: JobsArgument,
@@ -175,17 +171,28 @@ def _method(name: str, call: Callable[..., jobs.MethodResult], doc: str) -> None
         data_dir: DataDirOption = None,
         as_json: JsonOption = False,
     ) -> None:
-        check_scope(scope)
-        store = open_store(redis, data_dir)
-        with server_errors():
-            results = [call(store, scope, j, comment) for j in job_ids]
-        store.close()
-        _report(results, as_json)
+        _apply_each(
+            job_ids, scope, redis, data_dir, as_json, lambda st, j: call(st, scope, j, comment)
+        )
 
     takes_comment = name in ("pause", "resume", "stop", "abort")
     fn = commented if takes_comment else command
     fn.__doc__ = doc
     job_app.command(name)(fn)
+
+
+def _apply_each(
+    job_ids: list[str],
+    scope: str,
+    redis: str | None,
+    data_dir: Path | None,
+    as_json: bool,
+    one: Callable[[Store, str], jobs.MethodResult],
+) -> None:
+    check_scope(scope)
+    with connected(redis, data_dir) as store:
+        results = [one(store, j) for j in job_ids]
+    _report(results, as_json)
 
 
 _method(

@@ -14,6 +14,7 @@ from cli.hostcommon import (
     RedisOption,
     ScopeOption,
     check_scope,
+    connected,
     fail,
     open_store,
     print_json,
@@ -165,11 +166,9 @@ def pending(
 ) -> None:
     """Work entries read by a worker and not yet committed, oldest first."""
     check_scope(scope)
-    store = open_store(redis, data_dir)
-    with server_errors():
+    with connected(redis, data_dir) as store:
         rows = store.pending_entries(scope, 1000)
         now = store.time_ms()
-    store.close()
     out: list[dict[str, Any]] = [
         {
             "id": p["id"],
@@ -203,10 +202,8 @@ def dead(
 ) -> None:
     """Entries that could not be parsed, or failed too often, with the reason."""
     check_scope(scope)
-    store = open_store(redis, data_dir)
-    with server_errors():
+    with connected(redis, data_dir) as store:
         rows = store.dead(scope, 1000)
-    store.close()
     out = []
     for entry_id, f in rows:
         text = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in f.items()}

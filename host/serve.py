@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -364,11 +364,6 @@ def _free_port_of(path: Path) -> int | None:
     return port
 
 
-def setting_names() -> list[str]:
-    """Every setting's name, as the serve option and SFC_ variable spell it."""
-    return [f.name.upper() for f in fields(Settings)]
-
-
 __all__ = [
     "NoServer",
     "ServerError",
@@ -376,6 +371,5 @@ __all__ = [
     "StoreError",
     "connect",
     "resolve_url",
-    "setting_names",
     "setup_scope",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -275,11 +275,6 @@ class Store:
         if values:
             mapping: Any = dict(values)
             self.client(scope).hset(keys.settings(scope), mapping=mapping)
-
-    def delete_scope_settings(self, scope: str, names: Iterable[str]) -> None:
-        names = list(names)
-        if names:
-            self.client(scope).hdel(keys.settings(scope), *names)
 
     # -- recipes
 
