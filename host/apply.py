@@ -45,7 +45,7 @@ from host import joborder, waits
 from host.entries import Entry, encode
 from host.outbox import outgoing
 from host.settings import Settings
-from host.store import Commit, JobRecord, Store
+from host.store import Commit, JobRecord, ReadAhead, Store
 from sfc.builder import build
 from sfc.codec import capabilities_decoder, state_decoder
 from sfc.evolution import evolve, next_deadline
@@ -167,6 +167,9 @@ class Outcome:
     batch's load (both the server's clock)."""
     ends: list[JobEnd] = field(default_factory=list)
     """Jobs whose order ended in this batch (the recipe completed or faulted)."""
+    read: list[tuple[str, str, dict[bytes, bytes]]] = field(default_factory=list)
+    """Work entries read ahead in the batch's commit pipeline (Store.ReadAhead): the
+    worker's next batch, pending for it already."""
 
     def add(self, other: Outcome) -> None:
         self.applied += other.applied
@@ -183,6 +186,7 @@ class Outcome:
         self.sent.update(other.sent)
         self.answer_waits += other.answer_waits
         self.ends += other.ends
+        self.read += other.read
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +268,7 @@ class Evaluator:
         state = state_decoder.decode(record.state)
         order = decode_order(record.order)
         graph = self.graphs.get(order.recipe_hash, order.dataschema)
-        loaded = state
+        loaded, loaded_order = state, order
         equipment: list[tuple[str, bytes]] = []
         history: list[tuple[str, bytes]] = []
         work: list[tuple[str, bytes]] = []
@@ -294,8 +298,9 @@ class Evaluator:
             scope=scope,
             job=job,
             version=record.version,
-            state=encode(state),
-            order=encode(order),
+            # what did not change is written back as it was read (encoding it is the cost)
+            state=record.state if state is loaded else encode(state),
+            order=record.order if order is loaded_order else encode(order),
             due=due,
             active=running,
             acks=[e.id for e in entries if e.id],
@@ -634,8 +639,11 @@ class Applier:
                     repaired += 1
         return repaired
 
-    def apply(self, scope: str, entries: Sequence[Entry]) -> Outcome:
-        """Apply `entries` (work entries of `scope`, in stream order) and commit them."""
+    def apply(
+        self, scope: str, entries: Sequence[Entry], ahead: ReadAhead | None = None
+    ) -> Outcome:
+        """Apply `entries` (work entries of `scope`, in stream order) and commit them. With
+        `ahead`, the first commit pipeline also reads the next entries (`Outcome.read`)."""
         tally = Outcome()
         by_job: dict[str, list[Entry]] = {}
         for e in entries:
@@ -650,7 +658,8 @@ class Applier:
                 break
             if attempt:
                 self.sleep(min(0.05, 0.001 * 2**attempt))
-            pending = self._round(scope, pending, tally)
+            pending = self._round(scope, pending, tally, ahead)
+            ahead = None
         else:
             for job, es in pending.items():
                 tally.failed += [(e.id, f"job {job}: {CONFLICT_RETRIES} conflicts") for e in es]
@@ -745,7 +754,11 @@ class Applier:
         self.store.repair(scope, job, record.version, None, [(type_id, "rem", member, 0)])
 
     def _round(
-        self, scope: str, jobs: dict[str, list[Entry]], tally: Outcome
+        self,
+        scope: str,
+        jobs: dict[str, list[Entry]],
+        tally: Outcome,
+        ahead: ReadAhead | None = None,
     ) -> dict[str, list[Entry]]:
         now, records, values = self.store.load_batch(scope, list(jobs))
         config = ScopeConfig.of(values, self.settings)
@@ -774,7 +787,8 @@ class Applier:
             tally.kinds.update((e.kind, "dropped") for e in missing)
         if self.before_commit is not None:
             self.before_commit(commits)
-        results = self.store.commits(commits)
+        results, read = self.store.commits_reading(commits, ahead)
+        tally.read += read
         again: dict[str, list[Entry]] = {}
         for c, local, result in zip(commits, counts, results, strict=True):
             if result == "ok":

@@ -157,13 +157,19 @@ class Responder:
     on_await: Callable[[AwaitData], None] | None = None
     seen: set[str] = field(default_factory=set)
     answered: int = 0
+    _next: list[tuple[str, dict[bytes, bytes]]] = field(default_factory=list)
+    """Equipment entries read ahead with the last answers: the next round's."""
 
     def __post_init__(self) -> None:
         self.store.equipment_group(self.scope, self.group)
 
     def pump(self, block_ms: int | None = None, count: int = 500) -> int:
-        """Answer what has come since the last call; returns the entries read."""
-        rows = self.store.read_equipment(self.scope, self.group, self.consumer, count, block_ms)
+        """Answer what has come since the last call; returns the entries read. The answers,
+        the acks and the read of the next entries go in one pipeline: under load, a round
+        is one round trip (the entries read ahead are pending for this consumer)."""
+        rows, self._next = self._next, []
+        if not rows:
+            rows = self.store.read_equipment(self.scope, self.group, self.consumer, count, block_ms)
         if not rows:
             return 0
         answers: list[dict[str, bytes]] = []
@@ -174,10 +180,10 @@ class Responder:
                 log.warning("equipment entry %s of %s skipped: %s", entry_id, self.scope, e)
                 continue
             answers += self._answer(entry)
-        if answers:
-            self.store.add_work_many(self.scope, answers)
-            self.answered += len(answers)
-        self.store.ack_equipment(self.scope, self.group, [i for i, _ in rows])
+        self._next = self.store.reply_equipment(
+            self.scope, self.group, self.consumer, answers, [i for i, _ in rows], count
+        )
+        self.answered += len(answers)
         return len(rows)
 
     def _answer(self, entry: Entry) -> Sequence[dict[str, bytes]]:

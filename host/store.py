@@ -75,6 +75,26 @@ class Commit:
     """Work entries to queue in the same commit (kind, data)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ReadAhead:
+    """A read of new work entries (XREADGROUP `>`, up to `count`, not blocking) sent at the
+    end of a batch's commit pipeline, for the worker's next batch."""
+
+    scopes: tuple[str, ...]
+    count: int
+
+
+def _read_rows(reply: Any, scopes: Sequence[str]) -> list[tuple[str, str, dict[bytes, bytes]]]:
+    """(scope, entry id, fields) of an XREADGROUP reply over the work streams of `scopes`."""
+    by_key = {keys.work(s): s for s in scopes}
+    out: list[tuple[str, str, dict[bytes, bytes]]] = []
+    for stream, entries in reply or []:
+        scope = by_key[_text(stream)]
+        for entry_id, fields in entries:
+            out.append((scope, _text(entry_id), fields or {}))
+    return out
+
+
 def unreachable(error: BaseException) -> bool:
     """Whether `error` says the server cannot be reached (gone, restarting, loading)."""
     return isinstance(
@@ -225,16 +245,37 @@ class Store:
         self.load_library()
         return r.fcall(name, len(keys_), *keys_, *args)
 
-    def _fcalls(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any]]]) -> list[Any]:
-        """Function calls in one pipeline; the results in order (errors raise)."""
+    def _fcalls(
+        self,
+        calls: Sequence[tuple[str, Sequence[str], Sequence[Any]]],
+        ahead: ReadAhead | None = None,
+    ) -> tuple[list[Any], list[tuple[str, str, dict[bytes, bytes]]]]:
+        """Function calls in one pipeline; the results in order (errors raise). With
+        `ahead`, an XREADGROUP of new work entries ends the pipeline: it runs after the
+        calls, and its entries are returned second. When the library was missing, the
+        calls are sent again, but not the read: its entries are pending for this consumer
+        already, and are returned."""
         if not calls:
-            return []
+            return [], []
         r = self._for_key(calls[0][1][0])  # one scope's calls: one node
+        read: list[tuple[str, str, dict[bytes, bytes]]] = []
         for attempt in (1, 2):
             pipe = r.pipeline(transaction=False)
             for name, keys_, args in calls:
                 pipe.fcall(name, len(keys_), *keys_, *args)
+            if ahead is not None and attempt == 1:
+                pipe.xreadgroup(
+                    keys.GROUP,
+                    self.consumer,
+                    {keys.work(s): ">" for s in ahead.scopes},
+                    count=ahead.count,
+                )
             results = pipe.execute(raise_on_error=False)
+            if ahead is not None and attempt == 1:
+                reply = results.pop()
+                if isinstance(reply, Exception):
+                    raise reply
+                read = _read_rows(reply, ahead.scopes)
             if attempt == 1 and any(
                 isinstance(x, redis.ResponseError) and _missing_function(x) for x in results
             ):
@@ -243,7 +284,7 @@ class Store:
             for x in results:
                 if isinstance(x, Exception):
                     raise x
-            return results
+            return results, read
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- time, scopes and settings
@@ -381,8 +422,17 @@ class Store:
 
     def commits(self, commits: Sequence[Commit], consumer: str | None = None) -> list[str]:
         """`sfc1_commit` for each, in one pipeline: ok, conflict, gone, missing or duplicate."""
+        return self.commits_reading(commits, None, consumer)[0]
+
+    def commits_reading(
+        self, commits: Sequence[Commit], ahead: ReadAhead | None, consumer: str | None = None
+    ) -> tuple[list[str], list[tuple[str, str, dict[bytes, bytes]]]]:
+        """`commits`, and with `ahead` the next work entries read in the same pipeline
+        (after the commits, without blocking): a worker under load reads its next batch
+        without a round trip of its own. Reading ahead is this store's consumer's."""
         who = self.consumer if consumer is None else consumer
-        return [_text(x) for x in self._fcalls([self._commit_call(c, who) for c in commits])]
+        results, read = self._fcalls([self._commit_call(c, who) for c in commits], ahead)
+        return [_text(x) for x in results], read
 
     def _commit_call(self, c: Commit, consumer: str) -> tuple[str, list[str], list[Any]]:
         s = c.scope
@@ -536,7 +586,6 @@ class Store:
                 each = self.read([scopes[self._turn]], count, wait, consumer)
             return each
         streams = {keys.work(s): ">" for s in scopes}
-        by_key = {keys.work(s): s for s in scopes}
         reply: Any = self.client(scopes[0]).xreadgroup(
             keys.GROUP,
             who,
@@ -544,12 +593,12 @@ class Store:
             count=count,
             block=block_ms,
         )
-        out: list[tuple[str, str, dict[bytes, bytes]]] = []
-        for stream, entries in reply or []:
-            scope = by_key[_text(stream)]
-            for entry_id, fields in entries:
-                out.append((scope, _text(entry_id), fields or {}))
-        return out
+        return _read_rows(reply, scopes)
+
+    def can_read_ahead(self, scopes: Sequence[str]) -> bool:
+        """Whether a commit pipeline may read the next entries of `scopes`: one server
+        holds them all (on a cluster, only a worker of one scope reads ahead)."""
+        return self.cluster is None or len(scopes) == 1
 
     def autoclaim(
         self, scope: str, idle_ms: int, count: int, start: str = "0-0", consumer: str | None = None
@@ -732,6 +781,26 @@ class Store:
     def equipment_entries(self, scope: str) -> list[tuple[str, dict[bytes, bytes]]]:
         rows: Any = self.client(scope).xrange(keys.equipment(scope))
         return [(_text(i), f) for i, f in rows]
+
+    def reply_equipment(
+        self,
+        scope: str,
+        group: str,
+        consumer: str,
+        answers: Sequence[Mapping[str, bytes]],
+        done: Sequence[str],
+        count: int,
+    ) -> list[tuple[str, dict[bytes, bytes]]]:
+        """An adapter's round, in one pipeline: XADD `answers` to the work stream, XACK the
+        equipment entries `done`, and read the next equipment entries (not blocking)."""
+        pipe = self.client(scope).pipeline(transaction=False)
+        for fields in answers:
+            pipe.xadd(keys.work(scope), dict(fields))  # type: ignore[arg-type]
+        if done:
+            pipe.xack(keys.equipment(scope), group, *done)
+        pipe.xreadgroup(group, consumer, {keys.equipment(scope): ">"}, count=count)
+        reply: Any = pipe.execute()[-1]
+        return [(_text(i), f or {}) for _, entries in reply or [] for i, f in entries]
 
     def add_work_many(self, scope: str, entries: Sequence[Mapping[str, bytes]]) -> list[str]:
         pipe = self.client(scope).pipeline(transaction=False)

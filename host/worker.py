@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from host.apply import Applier, Outcome
 from host.entries import Entry, EntryError, decode_work, job_of
 from host.settings import Settings
-from host.store import Store, unreachable
+from host.store import ReadAhead, Store, unreachable
 
 if TYPE_CHECKING:
     from host.metrics import WorkerMetrics
@@ -86,6 +86,10 @@ class Worker:
         self.metrics = metrics
         """Prometheus metrics (host/metrics.py), when the process serves them."""
         self._claim_start: dict[str, str] = {}
+        self.read_ahead = True
+        """Whether a batch's commit pipeline reads the next batch (Store.ReadAhead)."""
+        self._ahead: list[tuple[str, str, dict[bytes, bytes]]] = []
+        """Entries read ahead, pending for this consumer: the next batch."""
 
     # -- scopes and recovery
 
@@ -118,12 +122,37 @@ class Worker:
         total = Outcome()
         if not self.scopes:
             return total
-        rows = self.store.read(self.scopes, self.settings.read_count, block_ms)
+        rows, self._ahead = self._ahead, []
+        if not rows:
+            rows = self.store.read(self.scopes, self.settings.read_count, block_ms)
         by_scope: dict[str, list[tuple[str, dict[bytes, bytes]]]] = {}
         for scope, entry_id, fields in rows:
             by_scope.setdefault(scope, []).append((entry_id, fields))
+        ahead = None
+        if (
+            self.read_ahead
+            and len(rows) >= self.settings.read_count
+            and self.store.can_read_ahead(self.scopes)
+        ):
+            # a full batch: more entries wait, most likely (a read after a short batch
+            # waits for more instead, so that batches do not shrink under load)
+            ahead = ReadAhead(tuple(self.scopes), self.settings.read_count)
+        last = next(reversed(by_scope), None)
         for scope, entries in by_scope.items():
-            total.add(self._apply(scope, entries, deliveries=1))
+            # the last scope's commits read the next batch (of every scope), after them
+            total.add(self._apply(scope, entries, 1, ahead if scope == last else None))
+        return total
+
+    def drain(self) -> Outcome:
+        """Apply the entries read ahead, reading nothing more: before the worker stops, so
+        that they do not wait for another worker to claim them."""
+        total = Outcome()
+        while self._ahead:
+            read_ahead, self.read_ahead = self.read_ahead, False
+            try:
+                total.add(self.read_once())
+            finally:
+                self.read_ahead = read_ahead
         return total
 
     def _decode(
@@ -138,14 +167,18 @@ class Worker:
         return good
 
     def _apply(
-        self, scope: str, entries: Sequence[tuple[str, dict[bytes, bytes]]], deliveries: int
+        self,
+        scope: str,
+        entries: Sequence[tuple[str, dict[bytes, bytes]]],
+        deliveries: int,
+        ahead: ReadAhead | None = None,
     ) -> Outcome:
         started = time.perf_counter()
         good = self._decode(scope, entries, deliveries)
         if not good:
             return Outcome()
         try:
-            outcome = self.applier.apply(scope, good)
+            outcome = self.applier.apply(scope, good, ahead)
         except Exception as e:
             if unreachable(e):
                 raise  # the loop reconnects; the entries stay pending
@@ -161,6 +194,8 @@ class Worker:
             if self.metrics is not None:
                 self.metrics.failed(scope, len(good))
             return Outcome(failed=[(e.id, "the batch raised") for e in good])
+        self._ahead += outcome.read
+        outcome.read = []
         self.counters.batches += 1
         self.counters.outcome.add(outcome)
         self._report(scope, outcome, time.perf_counter() - started, len(good))
@@ -388,3 +423,14 @@ class Worker:
                 if self.metrics is not None:
                     self.metrics.reconnect()
                 down_since, backoff = None, 0.0
+        waiting = len(self._ahead)
+        try:
+            self.drain()
+        except Exception as e:  # they stay pending: another worker claims them
+            log.warning(
+                "worker %s: %d entries read ahead stay pending: %s",
+                self.consumer,
+                waiting,
+                e,
+                extra={"reason": f"{type(e).__name__}: {e}"},
+            )

@@ -1,0 +1,153 @@
+"""Reading ahead: a full batch's commit pipeline reads the worker's next batch, and an
+adapter's answers, acks and next read go in one pipeline. Nothing read ahead is lost or
+applied twice: it is pending for the reader, applied next, and applied before a worker stops.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from typing import Any
+
+import redis
+
+from host import keys
+from host.entries import decode_history
+from host.equipment import Responder, always
+from host.store import ReadAhead
+from tests.hostkit import FAST, Host, linear_recipe
+
+ONE = replace(FAST, read_count=1)
+
+
+def pending_of(r: redis.Redis, scope: str) -> list[tuple[str, str, int]]:
+    """(entry id, consumer, deliveries) of the work stream's pending entries."""
+    rows: Any = r.xpending_range(keys.work(scope), keys.GROUP, "-", "+", 100)
+    return [(x["message_id"].decode(), x["consumer"].decode(), x["times_delivered"]) for x in rows]
+
+
+def started(host: Host, scope: str, job: str) -> bool:
+    return host.order_path(scope, job).startswith("Running")
+
+
+def test_a_full_batch_reads_the_next_one_in_its_commit_pipeline(host: Host) -> None:
+    scope = host.scope("ahead")
+    jobs = [host.submit(scope, linear_recipe(1), job_id=f"j{i}").job for i in range(3)]
+    r = host.client()
+    starts = [i for i, _ in r.xrange(keys.work(scope))]  # type: ignore[union-attr]
+    assert len(starts) == 3
+    w = host.worker([scope], ONE)
+
+    out = w.read_once(block_ms=100)
+    assert out.applied == 1 and started(host, scope, "j0")
+    # the next start was read in the commit's pipeline: pending for this worker, once
+    assert pending_of(r, scope) == [(starts[1].decode(), w.consumer, 1)]
+    assert not started(host, scope, "j1")
+
+    # the next call applies it without reading it again, and reads the third ahead
+    assert w.read_once(block_ms=100).applied == 1
+    assert started(host, scope, "j1")
+    assert pending_of(r, scope) == [(starts[2].decode(), w.consumer, 1)]
+    assert w.read_once(block_ms=100).applied == 1
+    assert all(started(host, scope, j) for j in jobs)
+    assert pending_of(r, scope) == []
+    assert r.xlen(keys.work(scope)) == 0
+    # each start was applied once: one evaluation each in the history
+    for job in jobs:
+        starts_seen = [
+            h for _, h in ((i, decode_history(f)) for i, f in host.store().history(scope, job, 10))
+        ]
+        assert [h.event for h in starts_seen] == ["start"], starts_seen
+
+
+def test_a_short_batch_reads_nothing_ahead(host: Host) -> None:
+    scope = host.scope("short")
+    for i in range(3):
+        host.submit(scope, linear_recipe(1), job_id=f"j{i}")
+    w = host.worker([scope], replace(FAST, read_count=10))
+    r = host.client()
+    assert w.read_once(block_ms=100).applied == 3
+    host.submit(scope, linear_recipe(1), job_id="later")
+    # a batch of 3 of 10: the queue was drained, so the next read waits for new entries
+    assert pending_of(r, scope) == []
+    assert w.read_once(block_ms=100).applied == 1
+    assert started(host, scope, "later")
+
+
+def test_a_stopping_worker_applies_what_it_read_ahead(host: Host) -> None:
+    scope = host.scope("drain")
+    for i in range(2):
+        host.submit(scope, linear_recipe(1), job_id=f"j{i}")
+    w = host.worker([scope], ONE)
+    r = host.client()
+    assert w.read_once(block_ms=100).applied == 1
+    assert len(pending_of(r, scope)) == 1  # j1's start, read ahead
+    stop = threading.Event()
+    stop.set()
+    w.run(stop)  # stopped at once: it reads nothing, but applies what it holds
+    assert started(host, scope, "j1")
+    assert pending_of(r, scope) == []
+    assert r.xlen(keys.work(scope)) == 0
+
+
+def test_a_missing_library_sends_the_commits_again_but_not_the_read(host: Host) -> None:
+    scope = host.scope("nolib")
+    for i in range(2):
+        host.submit(scope, linear_recipe(1), job_id=f"j{i}")
+    w = host.worker([scope], ONE)
+    r = host.client()
+    r.function_delete(keys.LIBRARY)
+    try:
+        assert w.read_once(block_ms=100).applied == 1
+    finally:
+        host.store().load_library()
+    assert started(host, scope, "j0")
+    # read once, in the first pipeline; the second sent the commit alone
+    ((_, consumer, deliveries),) = pending_of(r, scope)
+    assert (consumer, deliveries) == (w.consumer, 1)
+    assert w.read_once(block_ms=100).applied == 1
+    assert started(host, scope, "j1") and pending_of(r, scope) == []
+
+
+def test_read_ahead_returns_only_entries_after_the_commits(host: Host) -> None:
+    """The read runs after the commits on the server: a commit's own work entries (a
+    job-control Start queues `start`) are among what it reads."""
+    from host.store import Commit
+
+    scope = host.scope("order")
+    host.submit(scope, linear_recipe(1), job_id="j", start=False)
+    store = host.store("reader")
+    store.create_group(scope)
+    record = store.job(scope, "j")
+    assert record is not None
+    commit = Commit(
+        scope=scope,
+        job="j",
+        version=record.version,
+        state=record.state,
+        order=record.order,
+        due=None,
+        active=False,
+        work=[("tick", b'{"job":"j"}')],
+    )
+    results, read = store.commits_reading([commit], ReadAhead((scope,), 10))
+    assert results == ["ok"]
+    assert [(s, f[b"kind"]) for s, _, f in read] == [(scope, b"tick")]
+
+
+def test_a_responder_answers_acks_and_reads_ahead_in_one_pipeline(host: Host) -> None:
+    scope = host.scope("responder")
+    jobs = [host.submit(scope, linear_recipe(2), job_id=f"j{i}").job for i in range(4)]
+    w = host.worker([scope], replace(FAST, read_count=100))
+    responder = Responder(host.store(), scope, always("ok"))
+    r = host.client()
+    assert w.read_once(block_ms=100).applied == 4  # four pushes of a1
+    assert responder.pump(block_ms=100) == 4
+    assert responder.answered == 4
+    # the answers are in the work stream; the pushes acked for the responder's group
+    assert r.xlen(keys.work(scope)) == 4
+    groups: Any = r.xinfo_groups(keys.equipment(scope))
+    mine = [g for g in groups if g["name"].decode() == responder.group]
+    assert mine and mine[0]["pending"] == 0
+    host.run([w], [responder], host.ended(scope, jobs))
+    assert responder.answered == 8
