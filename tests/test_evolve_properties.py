@@ -127,6 +127,19 @@ def test_replaying_the_same_events_gives_byte_identical_results(trace: Trace) ->
         state = again.state
 
 
+@PROPERTY
+@given(job_traces())
+def test_evolve_leaves_the_state_it_is_given_as_it_was(trace: Trace) -> None:
+    """The host relies on it: it compares the loaded state with the new one (the waits
+    index), and writes the stored bytes back unchanged when evolve returned the same state."""
+    for step, _ in trace.results():
+        before = encode(step.prior)
+        result = evolve(trace.graph, step.prior, step.snapshot, step.event)
+        assert encode(step.prior) == before
+        if result.state is step.prior:
+            assert encode(result.state) == before
+
+
 # ------------------------------------------------------------------------ 4. one attempt
 
 
