@@ -11,6 +11,9 @@
 - **Pull events.** JOBS jobs each wait for one type with a `{jobId}` selector; one event per
   job is published (newest wait first) and the worker offers them: events applied per
   second, and jobs loaded per event (1.00 when the waits index does its work).
+- **CPU per event.** The CPU time the worker, the server and the responder each spent per
+  applied event in the push rounds, and the ceiling their sum sets on this machine's cores:
+  when the three share the cores, no round trip saved goes above it.
 - **Unbatched** (`SFC_READ_COUNT=1`) against batched, **two worker processes** against one,
   and the **latency** from an answer's XADD to the commit that appended the next command.
 - **The floor.** The round trips one event needs, and nothing else: load (TIME and one
@@ -23,6 +26,7 @@ Figures are medians over ROUNDS rounds, with min-max; compare them side by side.
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -95,17 +99,55 @@ class Split:
 
 
 def responder_process(url: str, scope: str) -> subprocess.Popen[bytes]:
+    """Equipment answering every push `ok` at once; on SIGTERM it prints the CPU seconds its
+    loop used (imports and connecting left out)."""
     code = (
-        "import sys, signal\n"
+        "import sys, signal, time\n"
         "from host.store import Store\n"
         "from host.equipment import Responder, always\n"
-        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
         f"r = Responder(Store.from_url({url!r}), {scope!r}, always('ok'))\n"
+        "t0 = time.process_time()\n"
+        "def done(*a):\n"
+        "    print(time.process_time() - t0, flush=True)\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, done)\n"
         "while True:\n"
         "    r.pump(block_ms=100)\n"
     )
     root = Path(__file__).resolve().parent.parent
-    return subprocess.Popen([sys.executable, "-c", code], cwd=root)
+    return subprocess.Popen([sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE)
+
+
+def stop_responder(p: subprocess.Popen[bytes]) -> float:
+    """Stop a responder of `responder_process`; the CPU seconds of its loop."""
+    p.terminate()
+    out, _ = p.communicate()
+    try:
+        return float(out.decode().split()[-1])
+    except (ValueError, IndexError):
+        return float("nan")
+
+
+def server_cpu(store: Store) -> float:
+    """The server's CPU seconds so far (user and system, of every thread)."""
+    info = store.r.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+CPU_PARTS = ("worker", "server", "responder")
+
+
+@dataclass
+class Cpu:
+    """CPU microseconds per applied event of each process of a push round."""
+
+    worker: float
+    server: float
+    responder: float
+
+    @property
+    def total(self) -> float:
+        return self.worker + self.server + self.responder
 
 
 def paced_responder_process(url: str, scope: str, rate: float) -> subprocess.Popen[bytes]:
@@ -177,8 +219,9 @@ def latencies(store: Store, scope: str) -> list[int]:
     return out
 
 
-def push_round(url: str, n: int, read_count: int = 100) -> tuple[float, int, Split, list[int]]:
-    """One round: applied entries per second, the worker's time split, the latencies."""
+def push_round(url: str, n: int, read_count: int = 100) -> tuple[float, int, Split, list[int], Cpu]:
+    """One round: applied entries per second, the worker's time split, the latencies, and
+    the CPU each process spent per event."""
     scope = f"bench-push-{n}-{read_count}-{time.time_ns()}"
     store = Store.from_url(url)
     recipe = linear(STEPS)
@@ -190,23 +233,25 @@ def push_round(url: str, n: int, read_count: int = 100) -> tuple[float, int, Spl
     split.wrap(worker.store, "read", "read")
     split.wrap(worker.store, "load_batch", "load")
     split.wrap(worker.applier.evaluator, "evaluate", "evaluate")
-    split.wrap(worker.store, "commits", "commit")
+    split.wrap(worker.store, "commits_reading", "commit")
     responder = responder_process(url, scope)
     try:
         r = store.r
+        cpu0, server0 = time.process_time(), server_cpu(store)
         t0 = time.perf_counter()
         # the worker's own count ends the loop: a check on the server per read would add a
         # round trip to every read the worker makes
         while worker.counters.outcome.applied < JOBS * (STEPS + 1):
             worker.read_once(block_ms=50)
         elapsed = time.perf_counter() - t0
+        worker_cpu, server_used = time.process_time() - cpu0, server_cpu(store) - server0
         assert r.scard(keys.active(scope)) == 0 and r.xlen(keys.work(scope)) == 0
     finally:
-        responder.terminate()
-        responder.wait()
+        responder_cpu = stop_responder(responder)
     applied = worker.counters.outcome.applied
     assert applied == JOBS * (STEPS + 1), applied
-    return applied / elapsed, applied, split, latencies(store, scope)
+    cpu = Cpu(*(x / applied * 1e6 for x in (worker_cpu, server_used, responder_cpu)))
+    return applied / elapsed, applied, split, latencies(store, scope), cpu
 
 
 def processes_round(url: str, n: int, workers: int) -> float:
@@ -230,8 +275,7 @@ def processes_round(url: str, n: int, workers: int) -> float:
         elapsed = time.perf_counter() - t0
     finally:
         serving.stop()
-        responder.terminate()
-        responder.wait()
+        stop_responder(responder)
     return JOBS * (STEPS + 1) / elapsed
 
 
@@ -379,8 +423,7 @@ def cluster_round(jobs_per_scope: int = JOBS) -> tuple[float, int]:
             finally:
                 serving.stop()
                 for p in responders:
-                    p.terminate()
-                    p.wait()
+                    stop_responder(p)
             return total * (STEPS + 1) / elapsed, total
         finally:
             cluster.stop()
@@ -404,17 +447,22 @@ def main() -> None:
         event_rates: list[float] = []
         loads: list[float] = []
         lat: list[int] = []
+        cpus: list[Cpu] = []
+        ub_cpus: list[Cpu] = []
         for n in range(ROUNDS):
             event_rate, per_event = events_round(url, n)
             event_rates.append(event_rate)
             loads.append(per_event)
             alone.append(floor_round(url, 1))
             piped.append(floor_round(url, 100))
-            rate, _, split, lats = push_round(url, n)
+            rate, _, split, lats, cpu = push_round(url, n)
             rates.append(rate)
             splits.append(split)
+            cpus.append(cpu)
             lat += lats
-            unbatched.append(push_round(url, n, read_count=1)[0])
+            ub_rate, _, _, _, ub_cpu = push_round(url, n, read_count=1)
+            unbatched.append(ub_rate)
+            ub_cpus.append(ub_cpu)
             one.append(processes_round(url, n, 1))
             two.append(processes_round(url, n, 2))
         floor_alone = 1e6 / statistics.median(alone)
@@ -440,6 +488,14 @@ def main() -> None:
             f"80% of the floor alone)"
         )
         print(f"      / floor alone              {ub / floor_alone:.2f}")
+        cores = os.cpu_count() or 1
+        for label, cs in (("batched", cpus), ("unbatched", ub_cpus)):
+            med = Cpu(*(statistics.median(getattr(c, k) for c in cs) for k in CPU_PARTS))
+            print(
+                f"      CPU per event, {label:<9}  worker {med.worker:,.0f} us, server "
+                f"{med.server:,.0f} us, responder {med.responder:,.0f} us: {med.total:,.0f} us "
+                f"in all, a ceiling of {cores * 1e6 / med.total:,.0f} events/s on {cores} cores"
+            )
         print(
             f"  (c) worker processes: 1 -> {_spread(one)}, 2 -> {_spread(two)} events/s; "
             f"x{statistics.median(two) / statistics.median(one):.2f}"
