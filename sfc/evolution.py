@@ -37,7 +37,7 @@ Where each rule lives (methods of `_Evaluation` unless marked)
 - job hold and release ..................................... `_on_hold`, `_on_release`
 - ending the job ........................................... `complete_job`, `fault_job`,
                                                               `_on_cancel`
-- the propagation limit .................................... `spend`
+- the propagation limit .................................... `spend_dispatch`, `spend_entry`
 - which records the state keeps (format 1.4) ............... `leave`, `drop`, `start_action`
 - bounded texts (outcome, error, cancel reason) ............ `_on_answer`, `_on_event`,
                                                               `_on_cancel`, `cut`
@@ -219,13 +219,10 @@ class _Evaluation:
         self.prior = state
         self.at = at
         self.job = state.job_id
-        self.max_attempts_default = (
-            DEFAULT_MAX_ATTEMPTS if snapshot.max_attempts is UNSET else int(snapshot.max_attempts)
-        )
-        self.live_work: list[str] = [] if snapshot.live_work is UNSET else snapshot.live_work
+        self.snapshot = snapshot
         self.status = state.status
         self.active: dict[str, None] = dict.fromkeys(state.active_steps)
-        self.divergences = {d.name: d for d in state.divergences}
+        self.divergences = {d.name: d for d in state.divergences} if state.divergences else {}
         self.actions = dict(state.actions)
         self.rounds = state.rounds  # copied on the first change (it grows with the recipe)
         self.rounds_copied = False
@@ -255,12 +252,22 @@ class _Evaluation:
         return f"{self.job}:{action}#{self.sequence}"
 
     def max_attempts(self, spec: ActionSpec) -> int:
-        return self.max_attempts_default if spec.max_attempts is None else spec.max_attempts
+        if spec.max_attempts is not None:
+            return spec.max_attempts
+        default = self.snapshot.max_attempts
+        return DEFAULT_MAX_ATTEMPTS if default is UNSET else int(default)
 
-    def spend(self, dispatches: int = 0, entries: int = 0) -> None:
-        self.dispatched += dispatches
-        self.entered += entries
-        if self.dispatched > PROPAGATION_LIMIT or self.entered > PROPAGATION_LIMIT:
+    def live_work(self) -> list[str]:
+        return [] if self.snapshot.live_work is UNSET else self.snapshot.live_work
+
+    def spend_dispatch(self) -> None:
+        self.dispatched += 1
+        if self.dispatched > PROPAGATION_LIMIT:
+            raise _PropagationLimit
+
+    def spend_entry(self) -> None:
+        self.entered += 1
+        if self.entered > PROPAGATION_LIMIT:
             raise _PropagationLimit
 
     def set(self, name: str, **changes: Any) -> ActionRecord:
@@ -283,7 +290,7 @@ class _Evaluation:
                 else spec.parameters
             )
         assert command_id is not None and deadline is not None
-        self.spend(dispatches=1)
+        self.spend_dispatch()
         self.commands.append(
             StartWork(
                 work=work,  # type: ignore[arg-type]
@@ -331,11 +338,12 @@ class _Evaluation:
         """Clear done steps until nothing changes: the fixed-point loop of the chart."""
         if self.held_at is not None:
             return
-        if not self.worklist:  # e.g. a release: outcomes recorded while held may be pending
-            self.worklist.extend(self.active)
-        while self.worklist and self.status == "running":
-            step = self.worklist.popleft()
-            if step in self.active and self.step_done(step):
+        worklist, active = self.worklist, self.active
+        if not worklist:  # e.g. a release: outcomes recorded while held may be pending
+            worklist.extend(active)
+        while worklist and self.status == "running":
+            step = worklist.popleft()
+            if step in active and self.step_done(step):
                 self.clear(step)
 
     def step_done(self, step: str) -> bool:
@@ -496,11 +504,13 @@ class _Evaluation:
             self.enter_step(spec.sequences[i][0])
 
     def enter_step(self, step: str) -> None:
-        self.spend(entries=1)
+        self.spend_entry()
         self.active[step] = None
-        for spec in self.g.step_actions[step]:
+        specs = self.g.step_actions[step]
+        for spec in specs:
             self.start_action(spec)
-        self.worklist.append(step)
+        if not specs:  # done at once; a step with actions waits for their outcomes
+            self.worklist.append(step)
 
     def start_action(self, spec: ActionSpec) -> None:
         """A fresh record in a new round, and the command that starts the action block."""
@@ -673,23 +683,24 @@ class _Evaluation:
     # -- the result
 
     def result_state(self) -> SfcState:
-        return SfcState(
+        # A copy of the prior state with what may have changed: its job, scope and recipe
+        # never do. (msgspec builds a struct from 16 keywords several times slower than from
+        # 15 or fewer.)
+        return replace(
+            self.prior,
             format=STATE_FORMAT,
-            job_id=self.job,
-            scope=self.prior.scope,
-            recipe_hash=self.prior.recipe_hash,
             status=self.status,
             active_steps=list(self.active),
             divergences=list(self.divergences.values()),
             actions=self.actions,
+            rounds=self.rounds,
             sequence=self.sequence,
             started_at=self.started_at,
             held_at=self.held_at,
+            ended_at=self.ended_at,
             fault=self.fault,
             outcomes=self.outcomes,
             cancel_reason=self.cancel_reason,
-            rounds=self.rounds,
-            ended_at=self.ended_at,
         )
 
 
@@ -898,7 +909,7 @@ def _on_resume(ev: _Evaluation, event: Resume) -> Handled:
         return "absorbed", "the job has not started"
     if ev.held_at is not None:
         return "absorbed", "the job is held; the release re-issues its work"
-    live = set(ev.live_work)
+    live = set(ev.live_work())
     reissued = 0
     for name, rec in ev.open_work():
         if rec.command_id in live or rec.hold == "open":
