@@ -14,6 +14,10 @@
 - **CPU per event.** The CPU time the worker, the server and the responder each spent per
   applied event in the push rounds, and the ceiling their sum sets on this machine's cores:
   when the three share the cores, no round trip saved goes above it.
+- **Worker processes** (`sfc serve --workers`, and 3 on the cluster) are started first;
+  the clock starts with the equipment, once every job's first command is out, and counts the
+  answers applied: a process's start is not the host's throughput. The responder, too, is
+  up before any clock starts.
 - **Unbatched** (`SFC_READ_COUNT=1`) against batched, **two worker processes** against one,
   and the **latency** from an answer's XADD to the commit that appended the next command.
 - **The floor.** The round trips one event needs, and nothing else: load (TIME and one
@@ -106,6 +110,7 @@ def responder_process(url: str, scope: str) -> subprocess.Popen[bytes]:
         "from host.store import Store\n"
         "from host.equipment import Responder, always\n"
         f"r = Responder(Store.from_url({url!r}), {scope!r}, always('ok'))\n"
+        "print('ready', flush=True)\n"
         "t0 = time.process_time()\n"
         "def done(*a):\n"
         "    print(time.process_time() - t0, flush=True)\n"
@@ -115,7 +120,10 @@ def responder_process(url: str, scope: str) -> subprocess.Popen[bytes]:
         "    r.pump(block_ms=100)\n"
     )
     root = Path(__file__).resolve().parent.parent
-    return subprocess.Popen([sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE)
+    p = subprocess.Popen([sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE)
+    # the equipment is up before the clock starts: its interpreter's start is not the host's
+    assert p.stdout is not None and p.stdout.readline() == b"ready\n"
+    return p
 
 
 def stop_responder(p: subprocess.Popen[bytes]) -> float:
@@ -265,18 +273,24 @@ def processes_round(url: str, n: int, workers: int) -> float:
         assert submit(store, scope, recipe, job_id=f"j{i}").ok
     serving = Serving(redis_url=url, workers=workers, scopes=[scope], settings=SETTINGS.texts())
     serving.start_server()
-    responder = responder_process(url, scope)
-    r = store.r
-    t0 = time.perf_counter()
     serving.start_workers()
+    r = store.r
+    responder = None
     try:
+        # the workers are up when every job's first command is out: the clock starts with
+        # the equipment, and counts the answers (a worker process's start is not timed)
+        while r.xlen(keys.equipment(scope)) < JOBS:
+            time.sleep(0.01)
+        responder = responder_process(url, scope)
+        t0 = time.perf_counter()
         while not (r.scard(keys.active(scope)) == 0 and r.xlen(keys.work(scope)) == 0):
             time.sleep(0.01)
         elapsed = time.perf_counter() - t0
     finally:
         serving.stop()
-        stop_responder(responder)
-    return JOBS * (STEPS + 1) / elapsed
+        if responder is not None:
+            stop_responder(responder)
+    return JOBS * STEPS / elapsed
 
 
 def wait_recipe() -> bytes:
@@ -400,11 +414,19 @@ def cluster_round(jobs_per_scope: int = JOBS) -> tuple[float, int]:
                 settings=SETTINGS.texts(),
             )
             serving.start_server()
-            responders = [responder_process(cluster.url, s) for s in scopes.values()]
-            t0 = time.perf_counter()
             serving.start_workers()
+            responders: list[subprocess.Popen[bytes]] = []
             try:
                 total = 3 * jobs_per_scope
+                # as in processes_round: the clock starts with the equipment, once every
+                # job's first command is out
+                while any(
+                    store.client(s).xlen(keys.equipment(s)) < jobs_per_scope
+                    for s in scopes.values()
+                ):
+                    time.sleep(0.01)
+                responders = [responder_process(cluster.url, s) for s in scopes.values()]
+                t0 = time.perf_counter()
                 while True:
                     ended = sum(
                         store.client(s).scard(keys.active(s)) == 0
@@ -424,7 +446,7 @@ def cluster_round(jobs_per_scope: int = JOBS) -> tuple[float, int]:
                 serving.stop()
                 for p in responders:
                     stop_responder(p)
-            return total * (STEPS + 1) / elapsed, total
+            return total * STEPS / elapsed, total
         finally:
             cluster.stop()
 
