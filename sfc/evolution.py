@@ -37,8 +37,8 @@ Where each rule lives (methods of `_Evaluation` unless marked)
 - job hold and release ..................................... `_on_hold`, `_on_release`
 - ending the job ........................................... `complete_job`, `fault_job`,
                                                               `_on_cancel`
-- the propagation limit .................................... `spend_dispatch`, `spend_entry`
-- which records the state keeps (format 1.4) ............... `leave`, `drop`, `start_action`
+- the propagation limit (dispatches, entries) ............... `start_work`, `enter_step`
+- which records the state keeps (format 1.4) ............... `leave`, `start_action`
 - bounded texts (outcome, error, cancel reason) ............ `_on_answer`, `_on_event`,
                                                               `_on_cancel`, `cut`
 
@@ -214,6 +214,32 @@ def evolve(graph: Graph, state: SfcState, snapshot: Snapshot | None, event: Any)
 class _Evaluation:
     """The working copy of one job during one evaluation; `result_state()` freezes it again."""
 
+    __slots__ = (
+        "actions",
+        "active",
+        "at",
+        "cancel_reason",
+        "commands",
+        "decisions",
+        "dispatched",
+        "divergences",
+        "ended_at",
+        "entered",
+        "fault",
+        "g",
+        "held_at",
+        "job",
+        "outcomes",
+        "prior",
+        "rounds",
+        "rounds_copied",
+        "sequence",
+        "snapshot",
+        "started_at",
+        "status",
+        "worklist",
+    )
+
     def __init__(self, graph: Graph, state: SfcState, snapshot: Snapshot, at: int) -> None:
         self.g = graph
         self.prior = state
@@ -260,16 +286,6 @@ class _Evaluation:
     def live_work(self) -> list[str]:
         return [] if self.snapshot.live_work is UNSET else self.snapshot.live_work
 
-    def spend_dispatch(self) -> None:
-        self.dispatched += 1
-        if self.dispatched > PROPAGATION_LIMIT:
-            raise _PropagationLimit
-
-    def spend_entry(self) -> None:
-        self.entered += 1
-        if self.entered > PROPAGATION_LIMIT:
-            raise _PropagationLimit
-
     def set(self, name: str, **changes: Any) -> ActionRecord:
         rec = replace(self.actions[name], **changes)
         self.actions[name] = rec
@@ -290,7 +306,9 @@ class _Evaluation:
                 else spec.parameters
             )
         assert command_id is not None and deadline is not None
-        self.spend_dispatch()
+        self.dispatched += 1
+        if self.dispatched > PROPAGATION_LIMIT:
+            raise _PropagationLimit
         self.commands.append(
             StartWork(
                 work=work,  # type: ignore[arg-type]
@@ -338,20 +356,21 @@ class _Evaluation:
         """Clear done steps until nothing changes: the fixed-point loop of the chart."""
         if self.held_at is not None:
             return
-        worklist, active = self.worklist, self.active
+        worklist, active, actions = self.worklist, self.active, self.actions
+        step_actions = self.g.step_actions
         if not worklist:  # e.g. a release: outcomes recorded while held may be pending
             worklist.extend(active)
         while worklist and self.status == "running":
             step = worklist.popleft()
-            if step in active and self.step_done(step):
+            if step not in active:
+                continue
+            # A step is done when all its action blocks are (a plain loop: all() with a
+            # generator costs a frame on the hot path).
+            for spec in step_actions[step]:
+                if actions[spec.name].status != "done":
+                    break
+            else:
                 self.clear(step)
-
-    def step_done(self, step: str) -> bool:
-        # A plain loop: all() with a generator costs a frame per call on the hot path.
-        for spec in self.g.step_actions[step]:  # noqa: SIM110
-            if self.actions[spec.name].status != "done":
-                return False
-        return True
 
     def outcomes_of(self, specs: Iterable[ActionSpec]) -> tuple[list[str], str | None]:
         """The outcome set of some action blocks, in recipe order, and the first failure."""
@@ -451,20 +470,20 @@ class _Evaluation:
         )
 
     def leave(self, node: str) -> None:
-        """Leave a step, or a divergence that converged: their action records are dropped."""
+        """Leave a step, or a divergence that converged: their action records are dropped.
+
+        An action block's record is forgotten; one on a cycle keeps the round it was in.
+        """
         self.active.pop(node, None)
         if self.divergences.pop(node, None) is not None:
             specs = self.g.divergence_actions[node]
         else:
             specs = self.g.step_actions.get(node, ())
+        actions, cyclic = self.actions, self.g.cyclic
         for spec in specs:
-            self.drop(spec.name)
-
-    def drop(self, name: str) -> None:
-        """Forget an action block's record; one on a cycle keeps the round it was in."""
-        rec = self.actions.pop(name, None)
-        if rec is not None and name in self.g.cyclic:
-            self.set_round(name, rec.round)
+            rec = actions.pop(spec.name, None)
+            if rec is not None and spec.name in cyclic:
+                self.set_round(spec.name, rec.round)
 
     def set_round(self, name: str, value: int | None) -> None:
         if not self.rounds_copied:
@@ -504,7 +523,9 @@ class _Evaluation:
             self.enter_step(spec.sequences[i][0])
 
     def enter_step(self, step: str) -> None:
-        self.spend_entry()
+        self.entered += 1
+        if self.entered > PROPAGATION_LIMIT:
+            raise _PropagationLimit
         self.active[step] = None
         specs = self.g.step_actions[step]
         for spec in specs:
@@ -550,8 +571,8 @@ class _Evaluation:
         self.worklist.append(self.g.actions[name].step)
         if rec.hold == "open":  # the work answered before its hold did
             self.cancel_work(name, rec.hold_command_id, "superseded")
-        self.set(
-            name,
+        self.actions[name] = replace(
+            rec,
             status="done",
             outcome=outcome,
             error=error,
@@ -766,27 +787,28 @@ def _on_answer(ev: _Evaluation, event: ActionCompleted | ActionFailed) -> Handle
     the open round (an earlier round's); otherwise it answers the open round, whatever its
     attempt. A `round` below the record's is absorbed, one above it rejected.
     """
+    key = event.action_key
     prefix = f"{ev.job}:"
-    if not event.action_key.startswith(prefix):
-        return "rejected", f"action key {event.action_key} belongs to another job"
-    name = event.action_key[len(prefix) :]
+    if not key.startswith(prefix):
+        return "rejected", f"action key {key} belongs to another job"
+    name = key[len(prefix) :]
     spec = ev.g.actions.get(name)
     if spec is None:
         return "rejected", f"the recipe has no action {name}"
     if not spec.push:
         return "rejected", f"{name} waits for an event; it sent no command to answer"
-    failed = isinstance(event, ActionFailed)
-    if isinstance(event, ActionFailed):
-        outcome = "error"
-        error = cut(event.error if event.error is not UNSET else "", ERROR_LIMIT)
-        error = error or "failure reported"
-    else:
+    error: str | None
+    if isinstance(event, ActionCompleted):  # (an instance of the type itself is told fastest)
         outcome = DEFAULT_OUTCOME if event.outcome is UNSET else event.outcome
         error = None
         if len(outcome) > OUTCOME_LIMIT:
             return "rejected", _too_long(name, outcome)
+    else:
+        outcome = "error"
+        error = cut(event.error if event.error is not UNSET else "", ERROR_LIMIT)
+        error = error or "failure reported"
     command_id = None if event.command_id is UNSET else event.command_id
-    number = None if command_id is None else _command_number(command_id, event.action_key)
+    number = None if command_id is None else _command_number(command_id, key)
     if command_id is not None and (number is None or number > ev.sequence):
         return "rejected", f"command id {command_id} was never issued for {name}"
     rec = ev.actions.get(name)
@@ -820,10 +842,9 @@ def _on_answer(ev: _Evaluation, event: ActionCompleted | ActionFailed) -> Handle
     if rec.work == "restart" and command_id is not None and command_id != rec.command_id:
         return "absorbed", f"answer to the held work of {name}; its restart is open"
     ev.record_outcome(name, outcome, error)
-    words = f"failed: {error}" if failed else f"answered {outcome}"
-    ev.note(f"{name} {words}")
-    suffix = " (recorded; the job is held)" if ev.held_at is not None else ""
-    return "applied", f"{name} {words}{suffix}"
+    said = f"{name} answered {outcome}" if error is None else f"{name} failed: {error}"
+    ev.note(said)
+    return "applied", said if ev.held_at is None else f"{said} (recorded; the job is held)"
 
 
 def _on_hold_answer(
