@@ -200,7 +200,7 @@ def evolve(graph: Graph, state: SfcState, snapshot: Snapshot | None, event: Any)
         return _propagation_fault(graph, state, event.at)
     return StepResult(
         state=ev.result_state(),
-        continuation=_continuation(ev.status, ev.outcomes, ev.fault, ev.cancel_reason),
+        continuation=_continuation(ev),
         commands=ev.commands,
         disposition="applied",
         reason=reason,
@@ -390,10 +390,10 @@ class _Evaluation:
         """A done step: follow its sequence, or fire one of its transitions."""
         specs = self.g.step_actions[step]
         outcomes, failure = self.outcomes_of(specs)
-        pos = self.g.position.get(step)
-        if pos is None:
+        if step not in self.g.position:  # not in a sequence
             self.fire(step, self.g.outgoing[step], outcomes, failure)
             return
+        pos = self.g.position[step]
         if failure is not None:
             failed = next(s.name for s in specs if self.actions[s.name].outcome == failure)
             self.fault_job(
@@ -500,10 +500,10 @@ class _Evaluation:
         A failure among those outcomes was routed by the transition that fired, so the
         selection transitions see the outcomes as they are, the default included.
         """
-        spec = self.g.divergences.get(node)
-        if spec is None:
+        if node not in self.g.divergences:
             self.enter_step(node)
             return
+        spec = self.g.divergences[node]
         if spec.kind == "simultaneous":
             taken = list(range(len(spec.sequences)))
             self.note(f"{node}: all {len(taken)} sequences start")
@@ -571,6 +571,7 @@ class _Evaluation:
         self.worklist.append(self.g.actions[name].step)
         if rec.hold == "open":  # the work answered before its hold did
             self.cancel_work(name, rec.hold_command_id, "superseded")
+        # replace() itself, not set(): its **changes costs more than the replace on this path
         self.actions[name] = replace(
             rec,
             status="done",
@@ -1039,7 +1040,7 @@ def _too_long(what: str, outcome: str) -> str:
 
 
 def _fmt(outcomes: list[str]) -> str:
-    return "{" + ", ".join(outcomes) + "}"
+    return f"{{{', '.join(outcomes)}}}"
 
 
 def _ended_words(state: SfcState) -> str:
@@ -1050,22 +1051,22 @@ def _ended_words(state: SfcState) -> str:
     return f"faulted ({state.fault.code if state.fault else '?'})"
 
 
-def _continuation(
-    status: str, outcomes: list[str], fault: Fault | None, cancel_reason: str | None
-) -> Continuation:
+def _continuation(job: SfcState | _Evaluation) -> Continuation:
+    """What the host does next with the job, a state or one being evaluated."""
+    status = job.status
     if status == "completed":
-        return Complete(outcomes=outcomes)
-    if status == "faulted" and fault is not None:
-        return FaultContinuation(code=fault.code, message=fault.message)
+        return Complete(outcomes=job.outcomes)
+    if status == "faulted" and job.fault is not None:
+        return FaultContinuation(code=job.fault.code, message=job.fault.message)
     if status == "cancelled":
-        return Cancelled(reason=cancel_reason or "cancelled")
+        return Cancelled(reason=job.cancel_reason or "cancelled")
     return _DEFER
 
 
 def _unchanged(state: SfcState, disposition: Disposition, reason: str) -> StepResult:
     return StepResult(
         state=state,
-        continuation=_continuation(state.status, state.outcomes, state.fault, state.cancel_reason),
+        continuation=_continuation(state),
         commands=[],
         disposition=disposition,
         reason=reason,
@@ -1099,7 +1100,7 @@ def _propagation_fault(graph: Graph, state: SfcState, at: int) -> StepResult:
     )
     return StepResult(
         state=ev.result_state(),
-        continuation=_continuation(ev.status, ev.outcomes, ev.fault, ev.cancel_reason),
+        continuation=_continuation(ev),
         commands=ev.commands,
         disposition="applied",
         reason="propagation limit reached",
