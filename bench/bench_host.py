@@ -48,7 +48,7 @@ from host.entries import fields
 from host.jobs import submit
 from host.server import EmbeddedServer
 from host.settings import Settings
-from host.store import Commit, Store
+from host.store import Commit, CommitStream, Store
 from host.worker import Worker
 
 JOBS = 200
@@ -83,6 +83,7 @@ def linear(n: int) -> bytes:
 @dataclass
 class Split:
     seconds: dict[str, float] = field(default_factory=dict)
+    undo: list[tuple[Any, str, Any]] = field(default_factory=list)
 
     @contextmanager
     def part(self, name: str) -> Iterator[None]:
@@ -92,14 +93,23 @@ class Split:
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t
 
-    def wrap(self, obj: Any, method: str, name: str) -> None:
+    def wrap(self, obj: Any, method: str, name: str, restore: bool = False) -> None:
+        """Time `obj.method` under `name`; with `restore`, `undo` puts it back (for a
+        class's method, which outlives the round)."""
         inner: Callable[..., Any] = getattr(obj, method)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             with self.part(name):
                 return inner(*args, **kwargs)
 
+        if restore:
+            self.undo.append((obj, method, obj.__dict__[method]))
         setattr(obj, method, timed)
+
+    def restore(self) -> None:
+        for obj, method, original in reversed(self.undo):
+            setattr(obj, method, original)
+        self.undo.clear()
 
 
 def responder_process(url: str, scope: str) -> subprocess.Popen[bytes]:
@@ -241,7 +251,8 @@ def push_round(url: str, n: int, read_count: int = 100) -> tuple[float, int, Spl
     split.wrap(worker.store, "read", "read")
     split.wrap(worker.store, "load_batch", "load")
     split.wrap(worker.applier.evaluator, "evaluate", "evaluate")
-    split.wrap(worker.store, "commits_reading", "commit")
+    split.wrap(worker.applier, "_send", "commit")  # the chunks' calls, packed and written
+    split.wrap(CommitStream, "finish", "commit", restore=True)  # the replies
     responder = responder_process(url, scope)
     try:
         r = store.r
@@ -256,6 +267,7 @@ def push_round(url: str, n: int, read_count: int = 100) -> tuple[float, int, Spl
         assert r.scard(keys.active(scope)) == 0 and r.xlen(keys.work(scope)) == 0
     finally:
         responder_cpu = stop_responder(responder)
+        split.restore()
     applied = worker.counters.outcome.applied
     assert applied == JOBS * (STEPS + 1), applied
     cpu = Cpu(*(x / applied * 1e6 for x in (worker_cpu, server_used, responder_cpu)))

@@ -45,7 +45,7 @@ from host import joborder, waits
 from host.entries import Entry, encode
 from host.outbox import outgoing
 from host.settings import Settings
-from host.store import Commit, JobRecord, ReadAhead, Store
+from host.store import Commit, CommitStream, JobRecord, ReadAhead, Store
 from sfc.builder import build
 from sfc.codec import capabilities_decoder, state_decoder
 from sfc.evolution import evolve, next_deadline
@@ -54,6 +54,9 @@ from sfc.graph import Graph
 log = logging.getLogger("sfc.host")
 _order_decoder = msgspec.json.Decoder(JobOrder)
 CONFLICT_RETRIES = 50
+COMMIT_CHUNK = 20
+"""A batch's commits are sent in chunks of this many: the server runs one chunk while the
+worker evaluates the next jobs (Store.commit_stream)."""
 
 # Counters in sfc:scope:{S}, kept by whoever drops an entry, so any process can report them.
 ANSWERS_DROPPED = "answersDropped"
@@ -577,7 +580,8 @@ class Applier:
         self.conflicts = 0
         """Commit conflicts of job-control methods (each was loaded and applied again)."""
         self.before_commit: Callable[[list[Commit]], None] | None = None
-        """A hook for tests: called with the commits of a batch just before they are sent."""
+        """A hook for tests: called with the commits of a batch (of each chunk of
+        COMMIT_CHUNK, in a large batch) just before they are sent."""
 
     def method(self, scope: str, job: str, call: MethodCall) -> tuple[joborder.ReturnStatus, str]:
         """Apply a job-control method as one commit, at the server's time; a conflict loads
@@ -753,6 +757,11 @@ class Applier:
             return
         self.store.repair(scope, job, record.version, None, [(type_id, "rem", member, 0)])
 
+    def _send(self, stream: CommitStream, commits: list[Commit]) -> None:
+        if commits and self.before_commit is not None:
+            self.before_commit(commits)
+        stream.send(commits)
+
     def _round(
         self,
         scope: str,
@@ -765,29 +774,42 @@ class Applier:
         commits: list[Commit] = []
         counts: list[Outcome] = []
         missing: list[Entry] = []
-        for job, es in jobs.items():
-            record = records[job]
-            if record is None:
-                missing += es
-                continue
-            try:
-                local = Outcome()
-                commits.append(self.evaluator.evaluate(scope, job, record, es, now, config, local))
-                counts.append(local)
-            except Exception as e:  # a broken stored state: the entries stay pending
-                log.exception("job %s in scope %s: applying %d entries raised", job, scope, len(es))
-                tally.failed += [(x.id, f"{type(e).__name__}: {e}") for x in es]
-        if missing:
-            answers = [e.id for e in missing if e.kind == "answer"]
-            others = [e.id for e in missing if e.kind != "answer"]
-            for ids, counter in ((answers, ANSWERS_DROPPED), (others, ENTRIES_DROPPED)):
-                if ids and self.store.ack(scope, ids, counter) == "gone":
-                    tally.gone += len(ids)
-            tally.dropped += len(missing)
-            tally.kinds.update((e.kind, "dropped") for e in missing)
-        if self.before_commit is not None:
-            self.before_commit(commits)
-        results, read = self.store.commits_reading(commits, ahead)
+        stream = self.store.commit_stream(scope, ahead)
+        sent = 0
+        try:
+            for job, es in jobs.items():
+                record = records[job]
+                if record is None:
+                    missing += es
+                    continue
+                try:
+                    local = Outcome()
+                    commits.append(
+                        self.evaluator.evaluate(scope, job, record, es, now, config, local)
+                    )
+                    counts.append(local)
+                except Exception as e:  # a broken stored state: the entries stay pending
+                    log.exception(
+                        "job %s in scope %s: applying %d entries raised", job, scope, len(es)
+                    )
+                    tally.failed += [(x.id, f"{type(e).__name__}: {e}") for x in es]
+                if len(commits) - sent >= COMMIT_CHUNK:
+                    # the server runs these while the next jobs are evaluated
+                    self._send(stream, commits[sent:])
+                    sent = len(commits)
+            self._send(stream, commits[sent:])
+            if missing:
+                answers = [e.id for e in missing if e.kind == "answer"]
+                others = [e.id for e in missing if e.kind != "answer"]
+                for ids, counter in ((answers, ANSWERS_DROPPED), (others, ENTRIES_DROPPED)):
+                    if ids and self.store.ack(scope, ids, counter) == "gone":
+                        tally.gone += len(ids)
+                tally.dropped += len(missing)
+                tally.kinds.update((e.kind, "dropped") for e in missing)
+            results, read = stream.finish()
+        except BaseException:
+            stream.close()
+            raise
         tally.read += read
         again: dict[str, list[Entry]] = {}
         for c, local, result in zip(commits, counts, results, strict=True):

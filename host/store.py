@@ -95,6 +95,97 @@ def _read_rows(reply: Any, scopes: Sequence[str]) -> list[tuple[str, str, dict[b
     return out
 
 
+class CommitStream:
+    """One batch's commits, sent in chunks on one connection while the caller evaluates the
+    next jobs, so that the server runs a chunk while the worker works on the next one. The
+    replies are read by `finish`, after an optional read ahead (Store.commit_stream)."""
+
+    def __init__(self, store: Store, client: Any, consumer: str, ahead: ReadAhead | None):
+        self.store = store
+        self.client = client
+        self.consumer = consumer
+        self.ahead = ahead
+        self.calls: list[tuple[str, list[str], list[Any]]] = []
+        self._conn: Any = None
+
+    def send(self, commits: Sequence[Commit]) -> None:
+        """Write these commits' calls to the server; their replies wait for `finish`."""
+        if not commits:
+            return
+        calls = [self.store._commit_call(c, self.consumer) for c in commits]
+        self._write([("FCALL", name, len(ks), *ks, *args) for name, ks, args in calls])
+        self.calls += calls
+
+    def _write(self, commands: list[tuple[Any, ...]]) -> None:
+        if self._conn is None:
+            self._conn = self.client.connection_pool.get_connection()
+        try:
+            self._conn.send_packed_command(self._conn.pack_commands(commands))
+        except BaseException:
+            self._drop()
+            raise
+
+    def finish(self) -> tuple[list[str], list[tuple[str, str, dict[bytes, bytes]]]]:
+        """Read every reply: each commit's result, and the entries read ahead. A commit that
+        found the library missing is sent again once it is loaded (the read is not)."""
+        if not self.calls:
+            return [], []
+        if self.ahead is not None:
+            streams = [keys.work(s) for s in self.ahead.scopes]
+            self._write(
+                [
+                    (
+                        "XREADGROUP", "GROUP", keys.GROUP, self.consumer,
+                        "COUNT", self.ahead.count, "STREAMS", *streams, *[">"] * len(streams),
+                    )
+                ]
+            )  # fmt: skip
+        replies: list[Any] = []
+        read: list[tuple[str, str, dict[bytes, bytes]]] = []
+        try:
+            for _ in self.calls:
+                try:
+                    replies.append(self.client.parse_response(self._conn, "FCALL"))
+                except redis.ResponseError as e:
+                    replies.append(e)
+            if self.ahead is not None:
+                read = _read_rows(
+                    self.client.parse_response(self._conn, "XREADGROUP"), self.ahead.scopes
+                )
+        except BaseException:
+            self._drop()
+            raise
+        self.client.connection_pool.release(self._conn)
+        self._conn = None
+        missing = [
+            i
+            for i, x in enumerate(replies)
+            if isinstance(x, redis.ResponseError) and _missing_function(x)
+        ]
+        if missing:
+            self.store.load_library()
+            again = self.store._fcalls([self.calls[i] for i in missing])
+            for i, x in zip(missing, again, strict=True):
+                replies[i] = x
+        for x in replies:
+            if isinstance(x, Exception):
+                raise x
+        return [_text(x) for x in replies], read
+
+    def _drop(self) -> None:
+        """A connection whose replies were not all read goes: it cannot be used again."""
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.disconnect()
+            self.client.connection_pool.release(self._conn)
+            self._conn = None
+
+    def close(self) -> None:
+        """Give the connection up without reading (the caller raised): the commits sent
+        land or not, each whole; nothing that was not committed is acknowledged."""
+        self._drop()
+
+
 def unreachable(error: BaseException) -> bool:
     """Whether `error` says the server cannot be reached (gone, restarting, loading)."""
     return isinstance(
@@ -245,37 +336,16 @@ class Store:
         self.load_library()
         return r.fcall(name, len(keys_), *keys_, *args)
 
-    def _fcalls(
-        self,
-        calls: Sequence[tuple[str, Sequence[str], Sequence[Any]]],
-        ahead: ReadAhead | None = None,
-    ) -> tuple[list[Any], list[tuple[str, str, dict[bytes, bytes]]]]:
-        """Function calls in one pipeline; the results in order (errors raise). With
-        `ahead`, an XREADGROUP of new work entries ends the pipeline: it runs after the
-        calls, and its entries are returned second. When the library was missing, the
-        calls are sent again, but not the read: its entries are pending for this consumer
-        already, and are returned."""
+    def _fcalls(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any]]]) -> list[Any]:
+        """Function calls in one pipeline; the results in order (errors raise)."""
         if not calls:
-            return [], []
+            return []
         r = self._for_key(calls[0][1][0])  # one scope's calls: one node
-        read: list[tuple[str, str, dict[bytes, bytes]]] = []
         for attempt in (1, 2):
             pipe = r.pipeline(transaction=False)
             for name, keys_, args in calls:
                 pipe.fcall(name, len(keys_), *keys_, *args)
-            if ahead is not None and attempt == 1:
-                pipe.xreadgroup(
-                    keys.GROUP,
-                    self.consumer,
-                    {keys.work(s): ">" for s in ahead.scopes},
-                    count=ahead.count,
-                )
             results = pipe.execute(raise_on_error=False)
-            if ahead is not None and attempt == 1:
-                reply = results.pop()
-                if isinstance(reply, Exception):
-                    raise reply
-                read = _read_rows(reply, ahead.scopes)
             if attempt == 1 and any(
                 isinstance(x, redis.ResponseError) and _missing_function(x) for x in results
             ):
@@ -284,7 +354,7 @@ class Store:
             for x in results:
                 if isinstance(x, Exception):
                     raise x
-            return results, read
+            return results
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- time, scopes and settings
@@ -422,17 +492,17 @@ class Store:
 
     def commits(self, commits: Sequence[Commit], consumer: str | None = None) -> list[str]:
         """`sfc1_commit` for each, in one pipeline: ok, conflict, gone, missing or duplicate."""
-        return self.commits_reading(commits, None, consumer)[0]
-
-    def commits_reading(
-        self, commits: Sequence[Commit], ahead: ReadAhead | None, consumer: str | None = None
-    ) -> tuple[list[str], list[tuple[str, str, dict[bytes, bytes]]]]:
-        """`commits`, and with `ahead` the next work entries read in the same pipeline
-        (after the commits, without blocking): a worker under load reads its next batch
-        without a round trip of its own. Reading ahead is this store's consumer's."""
         who = self.consumer if consumer is None else consumer
-        results, read = self._fcalls([self._commit_call(c, who) for c in commits], ahead)
-        return [_text(x) for x in results], read
+        return [_text(x) for x in self._fcalls([self._commit_call(c, who) for c in commits])]
+
+    def commit_stream(
+        self, scope: str, ahead: ReadAhead | None = None, consumer: str | None = None
+    ) -> CommitStream:
+        """A batch's commits on `scope`'s node, sent in chunks (CommitStream); with `ahead`,
+        the next work entries are read after them, without blocking: a worker under load
+        reads its next batch without a round trip of its own."""
+        who = self.consumer if consumer is None else consumer
+        return CommitStream(self, self.client(scope), who, ahead)
 
     def _commit_call(self, c: Commit, consumer: str) -> tuple[str, list[str], list[Any]]:
         s = c.scope

@@ -130,7 +130,9 @@ def test_read_ahead_returns_only_entries_after_the_commits(host: Host) -> None:
         active=False,
         work=[("tick", b'{"job":"j"}')],
     )
-    results, read = store.commits_reading([commit], ReadAhead((scope,), 10))
+    stream = store.commit_stream(scope, ReadAhead((scope,), 10))
+    stream.send([commit])
+    results, read = stream.finish()
     assert results == ["ok"]
     assert [(s, f[b"kind"]) for s, _, f in read] == [(scope, b"tick")]
 
@@ -151,3 +153,52 @@ def test_a_responder_answers_acks_and_reads_ahead_in_one_pipeline(host: Host) ->
     assert mine and mine[0]["pending"] == 0
     host.run([w], [responder], host.ended(scope, jobs))
     assert responder.answered == 8
+
+
+def test_a_large_batch_commits_in_chunks_sent_while_the_next_jobs_are_evaluated(
+    host: Host,
+) -> None:
+    from host.apply import COMMIT_CHUNK
+
+    scope = host.scope("chunks")
+    n = 2 * COMMIT_CHUNK + 5
+    jobs = [host.submit(scope, linear_recipe(1), job_id=f"j{i}").job for i in range(n)]
+    w = host.worker([scope], replace(FAST, read_count=100))
+    chunks: list[int] = []
+    w.applier.before_commit = lambda commits: chunks.append(len(commits))
+    assert w.read_once(block_ms=100).applied == n
+    assert chunks == [COMMIT_CHUNK, COMMIT_CHUNK, 5]
+    assert all(started(host, scope, j) for j in jobs)
+    assert pending_of(host.client(), scope) == []
+
+
+def test_a_batch_that_raises_after_a_chunk_went_out_loses_nothing(host: Host) -> None:
+    """The first chunk's commits land whole; the rest of the batch stays pending and is
+    claimed; the connection whose replies were not read is not used again."""
+    from host.apply import COMMIT_CHUNK
+
+    scope = host.scope("raise")
+    n = COMMIT_CHUNK + 3
+    jobs = [host.submit(scope, linear_recipe(1), job_id=f"j{i}").job for i in range(n)]
+    w = host.worker([scope], replace(FAST, read_count=100))
+    calls: list[int] = []
+
+    def second_chunk_fails(commits: list[Any]) -> None:
+        calls.append(len(commits))
+        if len(calls) == 2:
+            raise RuntimeError("a bug after the first chunk went out")
+
+    w.applier.before_commit = second_chunk_fails
+    outcome = w.read_once(block_ms=100)
+    assert calls == [COMMIT_CHUNK, 3]
+    assert outcome.applied == 0 and len(outcome.failed) == n  # the batch raised
+    r = host.client()
+    assert sum(started(host, scope, j) for j in jobs) == COMMIT_CHUNK
+    assert len(pending_of(r, scope)) == 3
+    w.applier.before_commit = None
+    # the same worker's store still answers in order; the 3 are claimed once idle
+    host.run([w], [], lambda: all(started(host, scope, j) for j in jobs), sweep=False)
+    assert pending_of(r, scope) == []
+    for job in jobs:
+        history = [decode_history(f) for _, f in host.store().history(scope, job, 10)]
+        assert [h.event for h in history] == ["start"], (job, history)
