@@ -286,11 +286,6 @@ class _Evaluation:
     def live_work(self) -> list[str]:
         return [] if self.snapshot.live_work is UNSET else self.snapshot.live_work
 
-    def set(self, name: str, **changes: Any) -> ActionRecord:
-        rec = replace(self.actions[name], **changes)
-        self.actions[name] = rec
-        return rec
-
     def start_work(self, spec: ActionSpec, rec: ActionRecord, work: str) -> None:
         """Emit the startWork of an action's open command as the record describes it."""
         command_id: str | None
@@ -571,7 +566,6 @@ class _Evaluation:
         self.worklist.append(self.g.actions[name].step)
         if rec.hold == "open":  # the work answered before its hold did
             self.cancel_work(name, rec.hold_command_id, "superseded")
-        # replace() itself, not set(): its **changes costs more than the replace on this path
         self.actions[name] = replace(
             rec,
             status="done",
@@ -595,8 +589,8 @@ class _Evaluation:
             self.time_out(spec.name, f"{why}, and all {limit} attempts are used")
             return f"{spec.name} timed out after {limit} attempt(s)"
         self.cancel_work(spec.name, rec.command_id, "redispatch")
-        rec = self.set(
-            spec.name,
+        rec = self.actions[spec.name] = replace(
+            self.actions[spec.name],
             attempt=rec.attempt + 1,
             command_id=self.new_command_id(spec.name),
             deadline=self.at + spec.timeout_ms,
@@ -619,7 +613,7 @@ class _Evaluation:
                 changes["hold_deadline"] = rec.hold_deadline + gap
                 moved.append(f"the hold of {name} to {when(rec.hold_deadline + gap)}")
             if changes:
-                self.set(name, **changes)
+                self.actions[name] = replace(self.actions[name], **changes)
         return moved
 
     def expire(self) -> list[str]:
@@ -648,8 +642,8 @@ class _Evaluation:
 
     def send_hold(self, spec: ActionSpec, rec: ActionRecord) -> None:
         assert spec.hold is not None
-        rec = self.set(
-            spec.name,
+        rec = self.actions[spec.name] = replace(
+            self.actions[spec.name],
             hold="open",
             hold_command_id=f"{self.new_command_id(spec.name)}:hold",
             hold_deadline=self.at + spec.hold.timeout_ms,
@@ -663,7 +657,7 @@ class _Evaluation:
         If the job was released before this was known, the work is issued again now with its
         command id (the host sends each command id once); otherwise the release does it.
         """
-        rec = self.set(name, hold="notHeld", hold_deadline=None)
+        rec = self.actions[name] = replace(self.actions[name], hold="notHeld", hold_deadline=None)
         self.note(f"{name}: {why}; the work runs on")
         if self.held_at is None and rec.deadline is not None and rec.deadline > self.at:
             # An expired deadline needs no re-issue: the work's expiry handles it.
@@ -673,8 +667,8 @@ class _Evaluation:
     def restart(self, spec: ActionSpec) -> None:
         """The equipment held the work: send its restart command (no attempt is used)."""
         assert spec.restart is not None
-        rec = self.set(
-            spec.name,
+        rec = self.actions[spec.name] = replace(
+            self.actions[spec.name],
             work="restart",
             type_id=spec.restart.type_id,
             command_id=self.new_command_id(spec.name),
@@ -864,7 +858,7 @@ def _on_hold_answer(
         return "absorbed", f"answer to a hold of {name} that is no longer open"
     if outcome == "held":
         ev.cancel_work(name, rec.command_id, "held")
-        ev.set(name, hold="held", deadline=None, hold_deadline=None)
+        ev.actions[name] = replace(ev.actions[name], hold="held", deadline=None, hold_deadline=None)
         ev.note(f"{name}: the equipment held the work")
         if ev.held_at is None:  # released before the answer: restart at once
             ev.restart(spec)
