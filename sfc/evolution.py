@@ -351,18 +351,17 @@ class _Evaluation:
         """Clear done steps until nothing changes: the fixed-point loop of the chart."""
         if self.held_at is not None:
             return
-        worklist, active, actions = self.worklist, self.active, self.actions
-        step_actions = self.g.step_actions
+        worklist = self.worklist
         if not worklist:  # e.g. a release: outcomes recorded while held may be pending
-            worklist.extend(active)
+            worklist.extend(self.active)
         while worklist and self.status == "running":
             step = worklist.popleft()
-            if step not in active:
+            if step not in self.active:
                 continue
             # A step is done when all its action blocks are (a plain loop: all() with a
             # generator costs a frame on the hot path).
-            for spec in step_actions[step]:
-                if actions[spec.name].status != "done":
+            for spec in self.g.step_actions[step]:
+                if self.actions[spec.name].status != "done":
                     break
             else:
                 self.clear(step)
