@@ -184,12 +184,21 @@ class Outcome:
         self.duplicates += other.duplicates
         self.unmatched += other.unmatched
         self.loads += other.loads
-        self.failed += other.failed
-        self.kinds.update(other.kinds)
-        self.sent.update(other.sent)
-        self.answer_waits += other.answer_waits
-        self.ends += other.ends
-        self.read += other.read
+        # the lists and counters are mostly empty: Counter.update costs even then
+        if other.failed:
+            self.failed += other.failed
+        kinds = self.kinds
+        for key, n in other.kinds.items():
+            kinds[key] += n
+        sent = self.sent
+        for kind, n in other.sent.items():
+            sent[kind] += n
+        if other.answer_waits:
+            self.answer_waits += other.answer_waits
+        if other.ends:
+            self.ends += other.ends
+        if other.read:
+            self.read += other.read
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,7 +302,8 @@ class Evaluator:
             if joborder.path_text(order) != before:
                 item = msgspec.structs.replace(item, order=joborder.path_text(order))
             history.append(("evaluation", encode(item)))
-        tally.sent.update(kind for kind, _ in equipment)
+        for kind, _ in equipment:
+            tally.sent[kind] += 1
         due = next_deadline(state)
         running = state.status == "running" and not joborder.ended(order)
         wait_ops = [] if isinstance(graph, str) else waits.changes(loaded, state, graph, at)

@@ -181,9 +181,20 @@ class CommitStream:
             self._conn = None
 
     def close(self) -> None:
-        """Give the connection up without reading (the caller raised): the commits sent
-        land or not, each whole; nothing that was not committed is acknowledged."""
-        self._drop()
+        """After the caller raised: read the replies of what was sent (those commits land,
+        each whole, as any sent call does) and give the connection back; when even that
+        fails, drop it. The caller's entries that were not committed stay pending."""
+        if self._conn is None:
+            return
+        try:
+            for _ in self.calls:
+                with contextlib.suppress(redis.ResponseError):
+                    self.client.parse_response(self._conn, "FCALL")
+        except Exception:  # the caller's error is the one to raise
+            self._drop()
+            return
+        self.client.connection_pool.release(self._conn)
+        self._conn = None
 
 
 def unreachable(error: BaseException) -> bool:

@@ -173,8 +173,8 @@ def test_a_large_batch_commits_in_chunks_sent_while_the_next_jobs_are_evaluated(
 
 
 def test_a_batch_that_raises_after_a_chunk_went_out_loses_nothing(host: Host) -> None:
-    """The first chunk's commits land whole; the rest of the batch stays pending and is
-    claimed; the connection whose replies were not read is not used again."""
+    """The first chunk's commits land (their replies are read before the connection goes
+    back); the rest of the batch stays pending and is claimed."""
     from host.apply import COMMIT_CHUNK
 
     scope = host.scope("raise")
