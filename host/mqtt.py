@@ -480,7 +480,7 @@ def command_parts(command_id: str) -> tuple[str, str]:
     otherwise. An action's name has no `:`, so the job is what comes before the last one."""
     head, sep, number = command_id.removesuffix(":hold").rpartition("#")
     job, colon, action = head.rpartition(":")
-    if not sep or not number.isdigit() or not colon or not job or not action:
+    if not sep or not (number.isascii() and number.isdigit()) or not colon or not job or not action:
         raise MessageError(f"{command_id[:200]!r} is not a command id of the form job:action#n")
     return job, head
 
@@ -502,7 +502,11 @@ def response_answer(event: CloudEvent, correlation_data: bytes | None) -> Answer
     round_text = event.get("sfcround")
     round_: int | None = None
     if round_text is not None:
-        if not round_text.isdigit() or int(round_text) < 1:
+        if (
+            not (round_text.isascii() and round_text.isdigit())
+            or len(round_text) > 9
+            or int(round_text) < 1
+        ):
             raise MessageError(f"sfcround {round_text[:40]!r} is not a round number")
         round_ = int(round_text)
     outcome, error = outcome_of(event)

@@ -1007,10 +1007,16 @@ _HANDLERS: dict[type, Any] = {
 def _command_number(command_id: str, action_key: str) -> int | None:
     """The sequence number n of `{action_key}#{n}[:hold]`, or None when it is not of that form."""
     head, sep, number = command_id.removesuffix(":hold").rpartition("#")
-    if head != action_key or sep != "#" or not number.isdigit() or len(number) > 19:
+    if head != action_key or sep != "#" or not _digits(number) or len(number) > 19:
         return None
     n = int(number)
     return n if n > 0 else None
+
+
+def _digits(text: str) -> bool:
+    """Whether `text` is ASCII digits: `str.isdigit` takes "²" (which `int` refuses) and
+    other scripts' digits, which no command id the host wrote has."""
+    return text.isascii() and text.isdigit()
 
 
 def _short(command_id: str | None, job: str) -> str:

@@ -96,7 +96,7 @@ def migrate(document: bytes, graph: Graph) -> v1_4.SfcState:
 def _first_command(rec: v1_3.ActionRecord) -> int:
     if rec.attempt == 1 and not rec.restarted and rec.command_id is not None:
         number = rec.command_id.rpartition("#")[2]
-        if number.isdigit():
+        if number.isascii() and number.isdigit() and len(number) <= 19:
             return int(number)
     return 1
 

@@ -177,6 +177,15 @@ def test_a_response_is_an_answer_and_an_error_event_is_an_error() -> None:
         response_answer(_response(b'{"outcome":"ok"}'), None)
     with pytest.raises(MessageError):
         command_parts("no-command-id")
+    # digits that are not ASCII ("²" passes str.isdigit, and int refuses it), or too many
+    for bad in ("j:a#²", "j:a#١"):
+        with pytest.raises(MessageError, match="not a command id"):
+            command_parts(bad)
+    attrs = {"specversion": "1.0", "id": "r", "source": "dev", "type": "t.response"}
+    for round_text in ("²", "0", "1" * 5000, "-1"):
+        event = CloudEvent(attrs | {"sfcround": round_text}, b'"ok"', "application/json")
+        with pytest.raises(MessageError, match="not a round number"):
+            response_answer(event, b"j:a#1")
 
 
 def test_an_event_keeps_type_subject_correlation_source_and_id() -> None:

@@ -152,6 +152,17 @@ def test_a_command_id_above_the_counter_is_rejected() -> None:
     assert r.disposition == "rejected"
 
 
+def test_a_command_id_whose_number_is_not_ascii_digits_is_rejected_not_raised() -> None:
+    """`"²".isdigit()` is true and `int("²")` raises; other Unicode digits parse as numbers
+    the host never wrote. Each is an id in another form."""
+    job = Job(linear(2))
+    job.start(at=0)
+    for number in ("²", "١", "1²", "٣"):
+        r = job.respond("a0", "ok", at=1, command_id=f"job-1:a0#{number}")
+        assert r.disposition == "rejected", (number, r.reason)
+    assert job.rec("a0").status == "open"
+
+
 def test_an_answer_before_the_start_is_rejected() -> None:
     job = Job(linear(2))
     r = job.respond("a0", "ok", at=1)
