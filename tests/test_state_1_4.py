@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from itertools import pairwise
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from generated.event_v1_0 import ActionCompleted, EventReceived
 from generated.step_result_v1_0 import Complete
 from sfc.codec import encode
@@ -161,6 +164,24 @@ def test_a_command_id_whose_number_is_not_ascii_digits_is_rejected_not_raised() 
         r = job.respond("a0", "ok", at=1, command_id=f"job-1:a0#{number}")
         assert r.disposition == "rejected", (number, r.reason)
     assert job.rec("a0").status == "open"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    number=st.text(max_size=25)
+    | st.text(st.characters(categories=["Nd", "No", "Nl"]), min_size=1, max_size=25)
+    | st.from_regex(r"[0-9]{1,30}", fullmatch=True),
+    action=st.sampled_from(["a0", "a1", "a0:x", ""]),
+    hold=st.booleans(),
+)
+def test_any_command_id_text_is_taken_or_refused_and_never_raises(
+    number: str, action: str, hold: bool
+) -> None:
+    job = Job(linear(2))
+    job.start(at=0)
+    command_id = f"job-1:{action}#{number}" + (":hold" if hold else "")
+    r = job.respond("a0", "ok", at=1, command_id=command_id)
+    assert r.disposition in ("applied", "absorbed", "rejected") and r.reason
 
 
 def test_an_answer_before_the_start_is_rejected() -> None:
