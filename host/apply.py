@@ -170,9 +170,6 @@ class Outcome:
     batch's load (both the server's clock)."""
     ends: list[JobEnd] = field(default_factory=list)
     """Jobs whose order ended in this batch (the recipe completed or faulted)."""
-    read: list[tuple[str, str, dict[bytes, bytes]]] = field(default_factory=list)
-    """Work entries read ahead in the batch's commit pipeline (Store.ReadAhead): the
-    worker's next batch, pending for it already."""
 
     def add(self, other: Outcome) -> None:
         self.applied += other.applied
@@ -197,8 +194,6 @@ class Outcome:
             self.answer_waits += other.answer_waits
         if other.ends:
             self.ends += other.ends
-        if other.read:
-            self.read += other.read
 
 
 @dataclass(frozen=True, slots=True)
@@ -657,7 +652,7 @@ class Applier:
         self, scope: str, entries: Sequence[Entry], ahead: ReadAhead | None = None
     ) -> Outcome:
         """Apply `entries` (work entries of `scope`, in stream order) and commit them. With
-        `ahead`, the first commit pipeline also reads the next entries (`Outcome.read`)."""
+        `ahead`, the first commit stream also reads the next entries (into `ahead.into`)."""
         tally = Outcome()
         by_job: dict[str, list[Entry]] = {}
         for e in entries:
@@ -816,11 +811,10 @@ class Applier:
                         tally.gone += len(ids)
                 tally.dropped += len(missing)
                 tally.kinds.update((e.kind, "dropped") for e in missing)
-            results, read = stream.finish()
+            results = stream.finish()
         except BaseException:
             stream.close()
             raise
-        tally.read += read
         again: dict[str, list[Entry]] = {}
         for c, local, result in zip(commits, counts, results, strict=True):
             if result == "ok":

@@ -77,11 +77,14 @@ class Commit:
 
 @dataclass(frozen=True, slots=True)
 class ReadAhead:
-    """A read of new work entries (XREADGROUP `>`, up to `count`, not blocking) sent at the
-    end of a batch's commit pipeline, for the worker's next batch."""
+    """A read of new work entries (XREADGROUP `>`, up to `count` per stream, not blocking)
+    sent at the end of a batch's commit stream, for the worker's next batch. The entries go
+    into `into` as soon as they are read, so that a batch that raises afterwards does not
+    orphan them (they are pending for this consumer already)."""
 
     scopes: tuple[str, ...]
     count: int
+    into: list[tuple[str, str, dict[bytes, bytes]]]
 
 
 def _read_rows(reply: Any, scopes: Sequence[str]) -> list[tuple[str, str, dict[bytes, bytes]]]:
@@ -120,16 +123,20 @@ class CommitStream:
         if self._conn is None:
             self._conn = self.client.connection_pool.get_connection()
         try:
-            self._conn.send_packed_command(self._conn.pack_commands(commands))
+            # only a write with no reply outstanding may check the connection's health: a
+            # PING after unread replies would read a commit's reply as its own
+            packed = self._conn.pack_commands(commands)
+            self._conn.send_packed_command(packed, check_health=not self.calls)
         except BaseException:
             self._drop()
             raise
 
-    def finish(self) -> tuple[list[str], list[tuple[str, str, dict[bytes, bytes]]]]:
-        """Read every reply: each commit's result, and the entries read ahead. A commit that
-        found the library missing is sent again once it is loaded (the read is not)."""
+    def finish(self) -> list[str]:
+        """Read every reply: each commit's result, and the entries read ahead (into
+        `ahead.into`). A commit that found the library missing is sent again once it is
+        loaded (the read is not)."""
         if not self.calls:
-            return [], []
+            return []
         if self.ahead is not None:
             streams = [keys.work(s) for s in self.ahead.scopes]
             self._write(
@@ -141,7 +148,6 @@ class CommitStream:
                 ]
             )  # fmt: skip
         replies: list[Any] = []
-        read: list[tuple[str, str, dict[bytes, bytes]]] = []
         try:
             for _ in self.calls:
                 try:
@@ -149,9 +155,11 @@ class CommitStream:
                 except redis.ResponseError as e:
                     replies.append(e)
             if self.ahead is not None:
-                read = _read_rows(
-                    self.client.parse_response(self._conn, "XREADGROUP"), self.ahead.scopes
-                )
+                try:
+                    reply = self.client.parse_response(self._conn, "XREADGROUP")
+                except redis.ResponseError:
+                    reply = None  # (NOGROUP of a scope just cleared): the next read says
+                self.ahead.into.extend(_read_rows(reply, self.ahead.scopes))
         except BaseException:
             self._drop()
             raise
@@ -170,7 +178,7 @@ class CommitStream:
         for x in replies:
             if isinstance(x, Exception):
                 raise x
-        return [_text(x) for x in replies], read
+        return [_text(x) for x in replies]
 
     def _drop(self) -> None:
         """A connection whose replies were not all read goes: it cannot be used again."""
@@ -193,6 +201,9 @@ class CommitStream:
         except Exception:  # the caller's error is the one to raise
             self._drop()
             return
+        except BaseException:
+            self._drop()
+            raise
         self.client.connection_pool.release(self._conn)
         self._conn = None
 

@@ -131,12 +131,12 @@ class Worker:
         ahead = None
         if (
             self.read_ahead
-            and len(rows) >= self.settings.read_count
+            and any(len(e) >= self.settings.read_count for e in by_scope.values())
             and self.store.can_read_ahead(self.scopes)
         ):
-            # a full batch: more entries wait, most likely (a read after a short batch
-            # waits for more instead, so that batches do not shrink under load)
-            ahead = ReadAhead(tuple(self.scopes), self.settings.read_count)
+            # a full read (COUNT is per stream): more entries wait, most likely (a read
+            # after a short one waits for more instead, so that batches do not shrink)
+            ahead = ReadAhead(tuple(self.scopes), self.settings.read_count, self._ahead)
         last = next(reversed(by_scope), None)
         for scope, entries in by_scope.items():
             # the last scope's commits read the next batch (of every scope), after them
@@ -194,8 +194,6 @@ class Worker:
             if self.metrics is not None:
                 self.metrics.failed(scope, len(good))
             return Outcome(failed=[(e.id, "the batch raised") for e in good])
-        self._ahead += outcome.read
-        outcome.read = []
         self.counters.batches += 1
         self.counters.outcome.add(outcome)
         self._report(scope, outcome, time.perf_counter() - started, len(good))

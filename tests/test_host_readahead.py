@@ -130,10 +130,10 @@ def test_read_ahead_returns_only_entries_after_the_commits(host: Host) -> None:
         active=False,
         work=[("tick", b'{"job":"j"}')],
     )
-    stream = store.commit_stream(scope, ReadAhead((scope,), 10))
+    read: list[tuple[str, str, dict[bytes, bytes]]] = []
+    stream = store.commit_stream(scope, ReadAhead((scope,), 10, read))
     stream.send([commit])
-    results, read = stream.finish()
-    assert results == ["ok"]
+    assert stream.finish() == ["ok"]
     assert [(s, f[b"kind"]) for s, _, f in read] == [(scope, b"tick")]
 
 

@@ -1,0 +1,191 @@
+"""The commit stream and read ahead under faults (CommitStream, ReadAhead, Worker._ahead).
+
+- a stream that outlasts the client's health-check interval: no PING is sent while commit
+  replies are unread (it would read a commit's reply as its own);
+- rows read ahead are kept when a later round of the batch raises (they are pending for the
+  worker already, and a `>` read never returns them again);
+- an entry read ahead and then claimed by another worker is `gone` for the reader, and
+  claim_once never reads ahead.
+
+Written by a review of the change; the first three failed before its fixes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from host import keys
+from host.apply import COMMIT_CHUNK
+from host.entries import decode_history
+from host.store import Store
+from host.worker import Worker
+from tests.hostkit import FAST, Host, linear_recipe, wait_for
+
+ONE = replace(FAST, read_count=1)
+
+
+def pending_of(r: redis.Redis, scope: str) -> list[tuple[str, str, int]]:
+    rows: Any = r.xpending_range(keys.work(scope), keys.GROUP, "-", "+", 100)
+    return [(x["message_id"].decode(), x["consumer"].decode(), x["times_delivered"]) for x in rows]
+
+
+def started(host: Host, scope: str, job: str) -> bool:
+    return host.order_path(scope, job).startswith("Running")
+
+
+def starts_in_history(host: Host, scope: str, job: str) -> int:
+    history = [decode_history(f) for _, f in host.store().history(scope, job, 20)]
+    return [h.event for h in history].count("start")
+
+
+def _worker_on(host: Host, client: redis.Redis, scope: str) -> Worker:
+    store = Store(client)
+    host.stores.append(store)
+    w = Worker(store, replace(FAST, read_count=100), [scope])
+    w.refresh_scopes()
+    return w
+
+
+def _stall_before_second_chunk(w: Worker, seconds: float) -> list[int]:
+    calls: list[int] = []
+
+    def hook(commits: list[Any]) -> None:
+        calls.append(len(commits))
+        if len(calls) == 2:
+            time.sleep(seconds)  # a GC pause, a slow evaluation, a stopped VM ...
+
+    w.applier.before_commit = hook
+    return calls
+
+
+# -- faults the review found (each failed before its fix)
+
+
+def test_a_stream_that_outlasts_the_health_check_interval_commits_every_chunk(
+    host: Host,
+) -> None:
+    """Store.from_url sets health_check_interval=30. The stream's later chunks go through
+    send_packed_command(check_health=True): once the interval has passed since the
+    connection's last read, redis-py sends PING on a connection whose FCALL replies are in
+    flight and reads the first FCALL's reply as the PING's -> "Bad response from PING
+    health check", the connection is dropped and the batch raises as if the server were
+    unreachable; what was not in the first chunk waits for XAUTOCLAIM. (0.2 s here stands
+    in for 30 s.)"""
+    scope = host.scope("hc")
+    n = COMMIT_CHUNK + 3
+    jobs = [host.submit(scope, linear_recipe(1), job_id=f"j{i}").job for i in range(n)]
+    client = redis.Redis.from_url(host.url, health_check_interval=0.2)
+    w = _worker_on(host, client, scope)
+    calls = _stall_before_second_chunk(w, 0.3)
+    outcome = w.read_once(block_ms=100)  # raised redis.ConnectionError before the fix
+    assert calls == [COMMIT_CHUNK, 3]
+    assert outcome.applied == n
+    assert all(started(host, scope, j) for j in jobs)
+
+
+def test_a_health_check_mid_stream_with_a_retrying_client_does_not_misread_replies(
+    host: Host,
+) -> None:
+    """The same with a client that retries (redis.Redis(host=...) defaults to 3 retries;
+    here 1): the failed PING disconnects, the retry PINGs on a NEW socket and the second
+    chunk goes there. The first chunk's commits landed but their replies are gone with the
+    old socket; finish() reads len(calls) replies from the new one, takes the second
+    chunk's 3 replies for the first chunk's commits and then waits for replies that never
+    come: forever without socket_timeout (Store.from_url sets none), 2 s here."""
+    scope = host.scope("hcretry")
+    n = COMMIT_CHUNK + 3
+    jobs = [host.submit(scope, linear_recipe(1), job_id=f"j{i}").job for i in range(n)]
+    client = redis.Redis.from_url(
+        host.url, health_check_interval=0.2, retry=Retry(NoBackoff(), 1), socket_timeout=2
+    )
+    w = _worker_on(host, client, scope)
+    calls = _stall_before_second_chunk(w, 0.3)
+    outcome = w.read_once(block_ms=100)  # TimeoutError after 2 s before the fix
+    assert calls == [COMMIT_CHUNK, 3]
+    assert outcome.applied == n
+    assert all(started(host, scope, j) for j in jobs)
+
+
+def test_rows_read_ahead_are_kept_when_a_later_round_of_the_batch_raises(host: Host) -> None:
+    """The read ahead is done in the first round's commit stream. When a conflict retry
+    round of the same batch raises (a load that fails on a connection error, a bug), the
+    rows must not go with the batch's Outcome: they are pending for this worker, a `>` read
+    never returns them again, and they would wait for XAUTOCLAIM (SFC_AUTOCLAIM_IDLE, 30 s
+    by default). They go into the worker's list as soon as they are read."""
+    scope = host.scope("orphan")
+    for i in range(2):
+        host.submit(scope, linear_recipe(1), job_id=f"j{i}")
+    w = host.worker([scope], ONE)
+    r = host.client()
+    calls: list[int] = []
+
+    def hook(commits: list[Any]) -> None:
+        calls.append(len(commits))
+        if len(calls) == 1:  # another writer moved j0: the first round conflicts
+            r.hincrby(keys.job(scope, "j0"), "version", 1)
+        else:  # the retry round fails
+            raise RuntimeError("the conflict retry round failed")
+
+    w.applier.before_commit = hook
+    first = w.read_once(block_ms=100)
+    assert len(first.failed) == 1 and calls == [1, 1]
+    # j0's start (the batch that raised) and j1's (read ahead) are pending for w
+    assert [c for _, c, _ in pending_of(r, scope)] == [w.consumer, w.consumer]
+    w.applier.before_commit = None
+    # the next round applies what was read ahead (j1), without waiting for XAUTOCLAIM
+    second = w.read_once(block_ms=100)
+    assert started(host, scope, "j1"), (second, w._ahead, pending_of(r, scope))
+
+
+# -- guarantees checked (pass)
+
+
+def test_an_entry_read_ahead_then_claimed_by_another_worker_is_gone_for_the_reader(
+    host: Host,
+) -> None:
+    scope = host.scope("aheadclaim")
+    for i in range(2):
+        host.submit(scope, linear_recipe(1), job_id=f"j{i}")
+    a = host.worker([scope], ONE)
+    b = host.worker([scope], ONE)
+    r = host.client()
+    assert a.read_once(block_ms=100).applied == 1
+    ((entry, owner, _),) = pending_of(r, scope)
+    assert owner == a.consumer and [i for _, i, _ in a._ahead] == [entry]
+    # a stalls (an outage, a stopped process) past the autoclaim idle; b claims and applies
+    wait_for(
+        lambda: (
+            r.xpending_range(keys.work(scope), keys.GROUP, entry, entry, 1)[0][
+                "time_since_delivered"
+            ]
+            > FAST.autoclaim_idle
+        ),
+        what="the entry read ahead to be idle",
+    )
+    assert b.claim_once().applied == 1
+    late = a.read_once(block_ms=100)
+    assert late.gone == 1 and late.applied == 0
+    assert starts_in_history(host, scope, "j1") == 1
+    assert pending_of(r, scope) == []
+
+
+def test_claim_once_never_reads_ahead(host: Host) -> None:
+    scope = host.scope("claimnoahead")
+    for i in range(3):
+        host.submit(scope, linear_recipe(1), job_id=f"j{i}")
+    dead = host.store("dead")
+    rows = dead.read([scope], 1, None)  # a consumer that dies holding j0's start
+    assert len(rows) == 1
+    w = host.worker([scope], ONE)
+    r = host.client()
+    time.sleep(FAST.autoclaim_idle / 1000 + 0.05)
+    assert w.claim_once().applied == 1
+    assert w._ahead == []
+    # j1 and j2 were not read by the claim: nothing is pending
+    assert pending_of(r, scope) == []
