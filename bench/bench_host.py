@@ -113,14 +113,15 @@ class Split:
 
 
 def responder_process(url: str, scope: str) -> subprocess.Popen[bytes]:
-    """Equipment answering every push `ok` at once; on SIGTERM it prints the CPU seconds its
-    loop used (imports and connecting left out)."""
+    """Equipment answering every push `ok` at once, once `go` is called; on SIGTERM it
+    prints the CPU seconds its loop used (imports and connecting left out)."""
     code = (
         "import sys, signal, time\n"
         "from host.store import Store\n"
         "from host.equipment import Responder, always\n"
         f"r = Responder(Store.from_url({url!r}), {scope!r}, always('ok'))\n"
         "print('ready', flush=True)\n"
+        "sys.stdin.readline()\n"
         "t0 = time.process_time()\n"
         "def done(*a):\n"
         "    print(time.process_time() - t0, flush=True)\n"
@@ -130,10 +131,20 @@ def responder_process(url: str, scope: str) -> subprocess.Popen[bytes]:
         "    r.pump(block_ms=100)\n"
     )
     root = Path(__file__).resolve().parent.parent
-    p = subprocess.Popen([sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE)
+    p = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
     # the equipment is up before the clock starts: its interpreter's start is not the host's
     assert p.stdout is not None and p.stdout.readline() == b"ready\n"
     return p
+
+
+def go(*responders: subprocess.Popen[bytes]) -> None:
+    """Let responders of `responder_process` answer, all at once (the clock starts now)."""
+    for p in responders:
+        assert p.stdin is not None
+        p.stdin.write(b"go\n")
+        p.stdin.flush()
 
 
 def stop_responder(p: subprocess.Popen[bytes]) -> float:
@@ -258,6 +269,7 @@ def push_round(url: str, n: int, read_count: int = 100) -> tuple[float, int, Spl
         r = store.r
         cpu0, server0 = time.process_time(), server_cpu(store)
         t0 = time.perf_counter()
+        go(responder)
         # the worker's own count ends the loop: a check on the server per read would add a
         # round trip to every read the worker makes
         while worker.counters.outcome.applied < JOBS * (STEPS + 1):
@@ -295,6 +307,7 @@ def processes_round(url: str, n: int, workers: int) -> float:
             time.sleep(0.01)
         responder = responder_process(url, scope)
         t0 = time.perf_counter()
+        go(responder)
         while not (r.scard(keys.active(scope)) == 0 and r.xlen(keys.work(scope)) == 0):
             time.sleep(0.01)
         elapsed = time.perf_counter() - t0
@@ -439,6 +452,7 @@ def cluster_round(jobs_per_scope: int = JOBS) -> tuple[float, int]:
                     time.sleep(0.01)
                 responders = [responder_process(cluster.url, s) for s in scopes.values()]
                 t0 = time.perf_counter()
+                go(*responders)  # together: each one's start took a third of a second
                 while True:
                     ended = sum(
                         store.client(s).scard(keys.active(s)) == 0
