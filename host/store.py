@@ -24,6 +24,12 @@ from host import keys
 _LIBRARY_SOURCE: str | None = None
 CLUSTER_BLOCK_MS = 10
 """On a cluster, how long a read of several scopes blocks on one of them."""
+SOCKET_TIMEOUT_S = 5.0
+"""How long a call may wait for the server's reply before it counts as unreachable (the
+worker logs it and reconnects with backoff): well above the longest blocking read (1 s), so
+only a server that stopped answering (frozen, or a network that drops packets without a
+reset) reaches it, instead of a worker waiting for ever. redis-py 8's default is the same;
+it is set here because older versions had none."""
 RETIRED_TTL_MS = 30 * 86_400_000
 """How long `sfc:retired` remembers the last sequence of a cleared job id (30 days)."""
 
@@ -277,6 +283,7 @@ class Store:
                 decode_responses=False,
                 health_check_interval=30,
                 socket_connect_timeout=5,
+                socket_timeout=SOCKET_TIMEOUT_S,
                 **tls,
             )
         except ValueError as e:
@@ -292,7 +299,11 @@ class Store:
             client.close()
             try:
                 rc = redis.cluster.RedisCluster.from_url(
-                    url, decode_responses=False, socket_connect_timeout=5, **tls
+                    url,
+                    decode_responses=False,
+                    socket_connect_timeout=5,
+                    socket_timeout=SOCKET_TIMEOUT_S,
+                    **tls,
                 )
             except (redis.RedisError, OSError) as e:
                 raise StoreError(f"cannot reach the cluster at {redacted(url)}: {e}") from None

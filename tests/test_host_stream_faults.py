@@ -189,3 +189,46 @@ def test_claim_once_never_reads_ahead(host: Host) -> None:
     assert w._ahead == []
     # j1 and j2 were not read by the claim: nothing is pending
     assert pending_of(r, scope) == []
+
+
+# -- a server that stops answering
+
+
+def test_a_server_that_stops_answering_is_unreachable_not_a_hang(
+    monkeypatch: Any, tmp_path: Any
+) -> None:
+    """A frozen server (here SIGSTOP), or a network that drops packets without a reset:
+    a call on an established connection gives up after SOCKET_TIMEOUT_S (5 s; 0.3 s here)
+    with the error the worker logs and reconnects on, instead of waiting for ever."""
+    import signal
+    import threading
+
+    import host.store
+    from host.server import EmbeddedServer
+    from host.store import unreachable
+
+    monkeypatch.setattr(host.store, "SOCKET_TIMEOUT_S", 0.3)
+    with EmbeddedServer(tmp_path / "frozen") as server:
+        store = Store.from_url(server.url)
+        store.ping()  # connected, and answered
+        assert server.process is not None
+        outcome: list[BaseException | str] = []
+
+        def call() -> None:
+            try:
+                store.r.set("k", "v")
+                outcome.append("answered")
+            except BaseException as e:
+                outcome.append(e)
+
+        server.process.send_signal(signal.SIGSTOP)
+        t = threading.Thread(target=call, daemon=True)
+        try:
+            t.start()
+            t.join(20)  # the test's own deadline: without the timeout it waited for ever
+        finally:
+            server.process.send_signal(signal.SIGCONT)
+        assert not t.is_alive(), "a call to a server that stopped answering did not give up"
+        (error,) = outcome
+        assert isinstance(error, BaseException) and unreachable(error), error
+        store.close()
