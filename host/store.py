@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+import hiredis
 import msgspec
 import redis
 import redis.cluster
@@ -130,9 +131,11 @@ class CommitStream:
             self._conn = self.client.connection_pool.get_connection()
         try:
             # only a write with no reply outstanding may check the connection's health: a
-            # PING after unread replies would read a commit's reply as its own
-            packed = self._conn.pack_commands(commands)
-            self._conn.send_packed_command(packed, check_health=not self.calls)
+            # PING after unread replies would read a commit's reply as its own. The calls
+            # are packed by hiredis directly (every argument is bytes, str or int): redis-py's
+            # packer looks at each argument in Python first, a third of a commit's cost.
+            packed = b"".join([hiredis.pack_command(c) for c in commands])
+            self._conn.send_packed_command([packed], check_health=not self.calls)
         except BaseException:
             self._drop()
             raise
