@@ -51,6 +51,10 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+JOB_FIELDS = ("version", "state", "order", "due")
+"""The fields of a job hash a load reads (HMGET), in this order."""
+
+
 @dataclass(frozen=True, slots=True)
 class JobRecord:
     """The fields of one job hash, as stored."""
@@ -476,32 +480,52 @@ class Store:
     def _load(
         self, scope: str, jobs: Sequence[str], settings: bool
     ) -> tuple[int, dict[str, JobRecord | None], dict[str, str] | None]:
-        pipe = self.client(scope).pipeline(transaction=False)
-        pipe.time()
+        commands: list[tuple[Any, ...]] = [("TIME",)]
         if settings:
-            pipe.hgetall(keys.settings(scope))
-        for job in jobs:
-            pipe.hgetall(keys.job(scope, job))
-        out: Any = pipe.execute()
+            commands.append(("HGETALL", keys.settings(scope)))
+        commands += [("HMGET", keys.job(scope, job), *JOB_FIELDS) for job in jobs]
+        out = self._read_only(scope, commands)
         seconds, micros = out[0]
         now = int(seconds) * 1000 + int(micros) // 1000
         values = None
         if settings:
-            values = {_text(k): _text(v) for k, v in out[1].items()}
+            raw = out[1]  # a map in RESP3, a flat list in RESP2
+            pairs = raw.items() if isinstance(raw, dict) else zip(raw[::2], raw[1::2])
+            values = {_text(k): _text(v) for k, v in pairs}
             out = out[1:]
         records: dict[str, JobRecord | None] = {}
-        for job, h in zip(jobs, out[1:], strict=True):
+        for job, (version, state, order, due) in zip(jobs, out[1:], strict=True):
             records[job] = (
-                JobRecord(
-                    version=_text(h[b"version"]),
-                    state=bytes(h.get(b"state", b"")),
-                    order=bytes(h.get(b"order", b"")),
-                    due=_text(h.get(b"due", b"")),
-                )
-                if h and b"version" in h
-                else None
+                None
+                if version is None
+                else JobRecord(_text(version), state or b"", order or b"", _text(due or b""))
             )
         return now, records, values
+
+    def _read_only(self, scope: str, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Commands that change nothing, in one round trip on `scope`'s node, packed by
+        hiredis and read raw (no redis-py reply callbacks); an error reply raises. Sent
+        again once on a broken connection, as redis-py's pipeline would."""
+        pool = self.client(scope).connection_pool
+        packed = b"".join([hiredis.pack_command(c) for c in commands])
+        for attempt in (1, 2):
+            conn: Any = pool.get_connection()
+            try:
+                conn.send_packed_command([packed])
+                out = [conn.read_response() for _ in commands]
+            except (redis.ConnectionError, redis.TimeoutError) as e:
+                conn.disconnect()
+                pool.release(conn)
+                if attempt == 2 or isinstance(e, redis.BusyLoadingError):
+                    raise
+                continue
+            except BaseException:
+                conn.disconnect()
+                pool.release(conn)
+                raise
+            pool.release(conn)
+            return out
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def job(self, scope: str, job: str) -> JobRecord | None:
         return self.load(scope, [job])[1][job]

@@ -232,3 +232,27 @@ def test_a_server_that_stops_answering_is_unreachable_not_a_hang(
         (error,) = outcome
         assert isinstance(error, BaseException) and unreachable(error), error
         store.close()
+
+
+# -- the raw load, in both protocols
+
+
+def test_a_load_reads_the_same_in_resp2_and_resp3(host: Host) -> None:
+    """The load is read raw (no redis-py callbacks): a hash is a map in RESP3 and a flat
+    list in RESP2; both give the same records and settings."""
+    scope = host.scope("resp")
+    host.submit(scope, linear_recipe(1), job_id="j")
+    r = host.client()
+    r.hset(keys.settings(scope), mapping={"SFC_MAX_ATTEMPTS": "4", "answers_dropped": "2"})
+    seen = []
+    for protocol in (2, 3):
+        store = Store(redis.Redis.from_url(host.url, protocol=protocol))
+        host.stores.append(store)
+        _, records, values = store.load_batch(scope, ["j", "nope"])
+        record = records["j"]
+        assert record is not None and records["nope"] is None
+        seen.append((record, values))
+    assert seen[0] == seen[1]
+    record, values = seen[0]
+    assert values == {"SFC_MAX_ATTEMPTS": "4", "answers_dropped": "2"}
+    assert record.version == "1" and record.state.startswith(b"{") and record.due == ""
