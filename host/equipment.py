@@ -165,8 +165,9 @@ class Responder:
 
     def pump(self, block_ms: int | None = None, count: int = 500) -> int:
         """Answer what has come since the last call; returns the entries read. The answers,
-        the acks and the read of the next entries go in one pipeline: under load, a round
-        is one round trip (the entries read ahead are pending for this consumer)."""
+        the acks and the read of the next entries (blocking up to `block_ms`) go in one
+        pipeline: a round is one round trip (the entries read ahead are pending for this
+        consumer, and answered at the next call)."""
         rows, self._next = self._next, []
         if not rows:
             rows = self.store.read_equipment(self.scope, self.group, self.consumer, count, block_ms)
@@ -181,7 +182,7 @@ class Responder:
                 continue
             answers += self._answer(entry)
         self._next = self.store.reply_equipment(
-            self.scope, self.group, self.consumer, answers, [i for i, _ in rows], count
+            self.scope, self.group, self.consumer, answers, [i for i, _ in rows], count, block_ms
         )
         self.answered += len(answers)
         return len(rows)

@@ -490,7 +490,7 @@ class Store:
         values = None
         if settings:
             raw = out[1]  # a map in RESP3, a flat list in RESP2
-            pairs = raw.items() if isinstance(raw, dict) else zip(raw[::2], raw[1::2])
+            pairs = raw.items() if isinstance(raw, dict) else zip(raw[::2], raw[1::2], strict=True)
             values = {_text(k): _text(v) for k, v in pairs}
             out = out[1:]
         records: dict[str, JobRecord | None] = {}
@@ -920,15 +920,17 @@ class Store:
         answers: Sequence[Mapping[str, bytes]],
         done: Sequence[str],
         count: int,
+        block_ms: int | None = None,
     ) -> list[tuple[str, dict[bytes, bytes]]]:
         """An adapter's round, in one pipeline: XADD `answers` to the work stream, XACK the
-        equipment entries `done`, and read the next equipment entries (not blocking)."""
+        equipment entries `done`, and read the next equipment entries, blocking up to
+        `block_ms` (the answers and acks are written before the read waits)."""
         pipe = self.client(scope).pipeline(transaction=False)
         for fields in answers:
             pipe.xadd(keys.work(scope), dict(fields))  # type: ignore[arg-type]
         if done:
             pipe.xack(keys.equipment(scope), group, *done)
-        pipe.xreadgroup(group, consumer, {keys.equipment(scope): ">"}, count=count)
+        pipe.xreadgroup(group, consumer, {keys.equipment(scope): ">"}, count=count, block=block_ms)
         reply: Any = pipe.execute()[-1]
         return [(_text(i), f or {}) for _, entries in reply or [] for i, f in entries]
 
