@@ -282,7 +282,7 @@ class Evaluator:
         at = now
         for entry in entries:
             at = entry.ms if entry.kind == "tick" else now
-            before = joborder.path_text(order)
+            before = order
             sent = len(equipment)
             if isinstance(entry.data, MethodCall):
                 state, order, item, disposition = self._method(
@@ -294,8 +294,10 @@ class Evaluator:
                 )
             setattr(tally, disposition, getattr(tally, disposition) + 1)
             _observe(tally, job, entry, disposition, before, order, item, len(equipment) - sent)
-            if joborder.path_text(order) != before:
-                item = msgspec.structs.replace(item, order=joborder.path_text(order))
+            if order is not before:  # the orders are frozen: a move is a new object
+                path = joborder.path_text(order)
+                if item.order != path:
+                    item = msgspec.structs.replace(item, order=path)
             history.append(("evaluation", encode(item)))
         for kind, _ in equipment:
             tally.sent[kind] += 1
@@ -522,7 +524,7 @@ def _observe(
     job: str,
     entry: Entry,
     disposition: str,
-    before: str,
+    before: JobOrder,
     order: JobOrder,
     item: HistoryEntry,
     sent: int,
@@ -533,7 +535,7 @@ def _observe(
     tally.kinds[(entry.kind, disposition)] += 1
     if entry.kind == "answer" and sent and entry.ms:
         tally.answer_waits.append(max(0, item.at - entry.ms))
-    if before.split("/")[0] not in ("Ended", "Aborted") and joborder.ended(order):
+    if order is not before and joborder.ended(order) and not joborder.ended(before):
         r = order.result
         ended_by, reason = "unknown", item.reason
         if r is not UNSET:
