@@ -203,3 +203,14 @@ def counts(r: redis.Redis, scope: str) -> dict[str, int]:
         except ValueError:
             continue
     return out
+
+
+def pending_of(r: redis.Redis, scope: str) -> list[tuple[str, str, int]]:
+    """(entry id, consumer, deliveries) of the scope's pending work entries."""
+    rows: Any = r.xpending_range(keys.work(scope), keys.GROUP, "-", "+", 100)
+    return [(x["message_id"].decode(), x["consumer"].decode(), x["times_delivered"]) for x in rows]
+
+
+def started(host: Host, scope: str, job: str) -> bool:
+    """Whether the job's order is Running (its start was applied)."""
+    return host.order_path(scope, job).startswith("Running")

@@ -9,25 +9,13 @@ import threading
 from dataclasses import replace
 from typing import Any
 
-import redis
-
 from host import keys
 from host.entries import decode_history
 from host.equipment import Responder, always
 from host.store import ReadAhead
-from tests.hostkit import FAST, Host, linear_recipe
+from tests.hostkit import FAST, Host, linear_recipe, pending_of, started
 
 ONE = replace(FAST, read_count=1)
-
-
-def pending_of(r: redis.Redis, scope: str) -> list[tuple[str, str, int]]:
-    """(entry id, consumer, deliveries) of the work stream's pending entries."""
-    rows: Any = r.xpending_range(keys.work(scope), keys.GROUP, "-", "+", 100)
-    return [(x["message_id"].decode(), x["consumer"].decode(), x["times_delivered"]) for x in rows]
-
-
-def started(host: Host, scope: str, job: str) -> bool:
-    return host.order_path(scope, job).startswith("Running")
 
 
 def test_a_full_batch_reads_the_next_one_in_its_commit_pipeline(host: Host) -> None:

@@ -25,18 +25,9 @@ from host.apply import COMMIT_CHUNK
 from host.entries import decode_history
 from host.store import Store
 from host.worker import Worker
-from tests.hostkit import FAST, Host, linear_recipe, wait_for
+from tests.hostkit import FAST, Host, linear_recipe, pending_of, started, wait_for
 
 ONE = replace(FAST, read_count=1)
-
-
-def pending_of(r: redis.Redis, scope: str) -> list[tuple[str, str, int]]:
-    rows: Any = r.xpending_range(keys.work(scope), keys.GROUP, "-", "+", 100)
-    return [(x["message_id"].decode(), x["consumer"].decode(), x["times_delivered"]) for x in rows]
-
-
-def started(host: Host, scope: str, job: str) -> bool:
-    return host.order_path(scope, job).startswith("Running")
 
 
 def starts_in_history(host: Host, scope: str, job: str) -> int:
