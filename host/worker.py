@@ -185,8 +185,9 @@ class Worker:
 
             # A bug, or a stored state that does not decode: nothing was committed that
             # the commit did not ack, so the entries stay pending and are claimed later.
+            # (Commits that had gone out in an earlier chunk landed, and acked theirs.)
             log.exception(
-                "scope %s: a batch of %d entries raised; they stay pending",
+                "scope %s: a batch of %d entries raised; those it had not committed stay pending",
                 scope,
                 len(good),
                 extra={"scope": scope, "reason": f"{type(e).__name__}: {e}"},
