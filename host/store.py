@@ -98,11 +98,21 @@ class ReadAhead:
     into: list[tuple[str, str, dict[bytes, bytes]]]
 
 
+def _streams(reply: Any) -> list[tuple[Any, list[tuple[Any, Any]]]]:
+    """(stream, [(id, fields)]) of an XREAD/XREADGROUP reply as redis-py gives it: a list of
+    pairs in RESP2, a map of stream to a list of entry lists in RESP3."""
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        return [(k, [e for chunk in v for e in chunk]) for k, v in reply.items()]
+    return [(stream, entries) for stream, entries in reply]
+
+
 def _read_rows(reply: Any, scopes: Sequence[str]) -> list[tuple[str, str, dict[bytes, bytes]]]:
     """(scope, entry id, fields) of an XREADGROUP reply over the work streams of `scopes`."""
     by_key = {keys.work(s): s for s in scopes}
     out: list[tuple[str, str, dict[bytes, bytes]]] = []
-    for stream, entries in reply or []:
+    for stream, entries in _streams(reply):
         scope = by_key[_text(stream)]
         for entry_id, fields in entries:
             out.append((scope, _text(entry_id), fields or {}))
@@ -902,7 +912,7 @@ class Store:
         reply: Any = self.client(scope).xreadgroup(
             group, consumer, {keys.equipment(scope): ">"}, count=count, block=block_ms
         )
-        return [(_text(i), f or {}) for _, entries in reply or [] for i, f in entries]
+        return [(_text(i), f or {}) for _, entries in _streams(reply) for i, f in entries]
 
     def ack_equipment(self, scope: str, group: str, ids: Sequence[str]) -> None:
         if ids:
@@ -932,7 +942,7 @@ class Store:
             pipe.xack(keys.equipment(scope), group, *done)
         pipe.xreadgroup(group, consumer, {keys.equipment(scope): ">"}, count=count, block=block_ms)
         reply: Any = pipe.execute()[-1]
-        return [(_text(i), f or {}) for _, entries in reply or [] for i, f in entries]
+        return [(_text(i), f or {}) for _, entries in _streams(reply) for i, f in entries]
 
     def add_work_many(self, scope: str, entries: Sequence[Mapping[str, bytes]]) -> list[str]:
         pipe = self.client(scope).pipeline(transaction=False)

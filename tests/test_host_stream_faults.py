@@ -247,3 +247,25 @@ def test_a_load_reads_the_same_in_resp2_and_resp3(host: Host) -> None:
     record, values = seen[0]
     assert values == {"SFC_MAX_ATTEMPTS": "4", "answers_dropped": "2"}
     assert record.version == "1" and record.state.startswith(b"{") and record.due == ""
+
+
+def test_jobs_run_to_the_end_in_resp2_and_in_resp3(host: Host) -> None:
+    """A worker and equipment on clients of either protocol (a URL's `?protocol=3`): the
+    stream reads are a list of pairs in RESP2 and a map in RESP3."""
+    from host.equipment import Responder, always
+
+    for protocol in (2, 3):
+        scope = host.scope(f"resp{protocol}")
+        jobs = [host.submit(scope, linear_recipe(2), job_id=f"j{i}").job for i in range(3)]
+
+        def store() -> Store:
+            s = Store(redis.Redis.from_url(host.url, protocol=protocol))  # noqa: B023
+            host.stores.append(s)
+            return s
+
+        w = Worker(store(), replace(FAST, read_count=1), [scope])
+        w.refresh_scopes()
+        responder = Responder(store(), scope, always("ok"))
+        host.run([w], [responder], host.ended(scope, jobs), what=f"RESP{protocol} jobs")
+        assert all(host.order_path(scope, j) == "Ended/Completed" for j in jobs)
+        assert w.counters.outcome.applied == 3 * 3
