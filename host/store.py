@@ -98,6 +98,13 @@ class ReadAhead:
     into: list[tuple[str, str, dict[bytes, bytes]]]
 
 
+def _pack(commands: Sequence[tuple[Any, ...]]) -> bytes:
+    """Commands in the wire protocol, packed by hiredis directly (every argument is bytes,
+    str or int): redis-py's packer looks at each argument in Python first, which was a third
+    of a commit's cost on the hot path (the load and the commit stream)."""
+    return b"".join([hiredis.pack_command(c) for c in commands])
+
+
 def _streams(reply: Any) -> list[tuple[Any, list[tuple[Any, Any]]]]:
     """(stream, [(id, fields)]) of an XREAD/XREADGROUP reply as redis-py gives it: a list of
     pairs in RESP2, a map of stream to a list of entry lists in RESP3."""
@@ -145,11 +152,8 @@ class CommitStream:
             self._conn = self.client.connection_pool.get_connection()
         try:
             # only a write with no reply outstanding may check the connection's health: a
-            # PING after unread replies would read a commit's reply as its own. The calls
-            # are packed by hiredis directly (every argument is bytes, str or int): redis-py's
-            # packer looks at each argument in Python first, a third of a commit's cost.
-            packed = b"".join([hiredis.pack_command(c) for c in commands])
-            self._conn.send_packed_command([packed], check_health=not self.calls)
+            # PING after unread replies would read a commit's reply as its own
+            self._conn.send_packed_command([_pack(commands)], check_health=not self.calls)
         except BaseException:
             self._drop()
             raise
@@ -517,7 +521,7 @@ class Store:
         hiredis and read raw (no redis-py reply callbacks); an error reply raises. Sent
         again once on a broken connection, as redis-py's pipeline would."""
         pool = self.client(scope).connection_pool
-        packed = b"".join([hiredis.pack_command(c) for c in commands])
+        packed = _pack(commands)
         for attempt in (1, 2):
             conn: Any = pool.get_connection()
             try:
@@ -736,7 +740,7 @@ class Store:
         return _read_rows(reply, scopes)
 
     def can_read_ahead(self, scopes: Sequence[str]) -> bool:
-        """Whether a commit pipeline may read the next entries of `scopes`: one server
+        """Whether a commit stream may read the next entries of `scopes`: one server
         holds them all (on a cluster, only a worker of one scope reads ahead)."""
         return self.cluster is None or len(scopes) == 1
 

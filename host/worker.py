@@ -87,7 +87,7 @@ class Worker:
         """Prometheus metrics (host/metrics.py), when the process serves them."""
         self._claim_start: dict[str, str] = {}
         self.read_ahead = True
-        """Whether a batch's commit pipeline reads the next batch (Store.ReadAhead)."""
+        """Whether a full batch's commit stream reads the next batch (Store.ReadAhead)."""
         self._ahead: list[tuple[str, str, dict[bytes, bytes]]] = []
         """Entries read ahead, pending for this consumer: the next batch."""
 

@@ -1,4 +1,4 @@
-"""Reading ahead: a full batch's commit pipeline reads the worker's next batch, and an
+"""Reading ahead: a full batch's commit stream reads the worker's next batch, and an
 adapter's answers, acks and next read go in one pipeline. Nothing read ahead is lost or
 applied twice: it is pending for the reader, applied next, and applied before a worker stops.
 """
