@@ -45,7 +45,7 @@ from host import joborder, waits
 from host.entries import Entry, encode
 from host.outbox import outgoing
 from host.settings import Settings
-from host.store import Commit, CommitStream, JobRecord, ReadAhead, Store
+from host.store import Commit, CommitStream, JobRecord, Loaded, ReadAhead, Store
 from sfc.builder import build
 from sfc.codec import capabilities_decoder, state_decoder
 from sfc.evolution import evolve, next_deadline
@@ -651,10 +651,15 @@ class Applier:
         return repaired
 
     def apply(
-        self, scope: str, entries: Sequence[Entry], ahead: ReadAhead | None = None
+        self,
+        scope: str,
+        entries: Sequence[Entry],
+        ahead: ReadAhead | None = None,
+        loaded: Loaded | None = None,
     ) -> Outcome:
         """Apply `entries` (work entries of `scope`, in stream order) and commit them. With
-        `ahead`, the first commit stream also reads the next entries (into `ahead.into`)."""
+        `ahead`, the first round's load and commit stream also read ahead (ReadAhead). With
+        `loaded` (a load of the batch's jobs, read ahead), the first round loads nothing."""
         tally = Outcome()
         by_job: dict[str, list[Entry]] = {}
         for e in entries:
@@ -669,8 +674,8 @@ class Applier:
                 break
             if attempt:
                 self.sleep(min(0.05, 0.001 * 2**attempt))
-            pending = self._round(scope, pending, tally, ahead)
-            ahead = None
+            pending = self._round(scope, pending, tally, ahead, loaded)
+            ahead = loaded = None
         else:
             for job, es in pending.items():
                 tally.failed += [(e.id, f"job {job}: {CONFLICT_RETRIES} conflicts") for e in es]
@@ -775,8 +780,12 @@ class Applier:
         jobs: dict[str, list[Entry]],
         tally: Outcome,
         ahead: ReadAhead | None = None,
+        loaded: Loaded | None = None,
     ) -> dict[str, list[Entry]]:
-        now, records, values = self.store.load_batch(scope, list(jobs))
+        if loaded is not None and all(job in loaded[1] for job in jobs):
+            now, records, values = loaded
+        else:
+            now, records, values = self.store.load_batch(scope, list(jobs), ahead)
         config = ScopeConfig.of(values, self.settings)
         commits: list[Commit] = []
         counts: list[Outcome] = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -86,16 +86,88 @@ class Commit:
     """Work entries to queue in the same commit (kind, data)."""
 
 
-@dataclass(frozen=True, slots=True)
+Row = tuple[str, str, dict[bytes, bytes]]
+"""A work entry as read: (scope, entry id, fields)."""
+Loaded = tuple[int, dict[str, JobRecord | None], dict[str, str]]
+"""What applying a batch of one scope reads: the server's TIME (ms), the hashes of its jobs
+(None for a job not stored) and the scope's settings (Store.load_batch)."""
+
+
+@dataclass(slots=True)
 class ReadAhead:
-    """A read of new work entries (XREADGROUP `>`, up to `count` per stream, not blocking)
-    sent at the end of a batch's commit stream, for the worker's next batch. The entries go
-    into `into` as soon as they are read, so that a batch that raises afterwards does not
-    orphan them (they are pending for this consumer already)."""
+    """A worker's read ahead, carried by round trips it makes anyway, after their own
+    commands, so that under load a batch costs one round trip instead of three (read, load,
+    commit):
+
+    - a batch's commit stream loads the rows read ahead already (`rows`), after the batch's
+      commits: they move to `ready`, with their load in `loaded`, and make the next batch;
+    - a batch's commit stream, or its own load, reads up to `count` new entries per stream
+      (XREADGROUP `>`, not blocking; none when `count` is 0) into `rows`.
+
+    `rows` is the worker's list, changed in place: rows go into it as soon as they are read,
+    and leave it only once loaded, so that a batch that raises afterwards does not orphan
+    them (they are pending for this consumer already). `job_of` names a row's job (None: no
+    job to load, an event or a malformed entry); without it, nothing is loaded."""
 
     scopes: tuple[str, ...]
     count: int
-    into: list[tuple[str, str, dict[bytes, bytes]]]
+    rows: list[Row]
+    job_of: Callable[[Row], str | None] | None = None
+    ready: list[Row] = field(default_factory=list)
+    """The rows loaded by the last round trip, in the order read: the next batch."""
+    loaded: dict[str, Loaded] = field(default_factory=dict)
+    """Their loads, by scope."""
+    _plan: tuple[int, list[tuple[str, list[str]]], bool] = (0, [], False)
+
+    def commands(self, consumer: str, load: bool) -> list[tuple[Any, ...]]:
+        """The commands to send after a round trip's own: with `load`, the load of the rows
+        held now (TIME, then each scope's settings and job hashes); then the read."""
+        jobs: dict[str, dict[str, None]] = {}
+        held = len(self.rows) if load and self.job_of is not None else 0
+        for row in self.rows[:held]:
+            job = self.job_of(row) if self.job_of is not None else None
+            if job is not None:
+                jobs.setdefault(row[0], {})[job] = None
+        plan = [(scope, list(js)) for scope, js in jobs.items()]
+        out: list[tuple[Any, ...]] = []
+        if plan:
+            out.append(("TIME",))
+            for scope, js in plan:
+                out += _load_commands(scope, js)
+        else:
+            held = 0  # no job to load (events only): they are applied as read
+        if self.count > 0:
+            streams = [keys.work(s) for s in self.scopes]
+            out.append(
+                (
+                    "XREADGROUP", "GROUP", keys.GROUP, consumer, "COUNT", self.count,
+                    "STREAMS", *streams, *[">"] * len(streams),
+                )
+            )  # fmt: skip
+        self._plan = (held, plan, self.count > 0)
+        return out
+
+    def take(self, replies: Sequence[Any]) -> None:
+        """Take the replies of `commands` (raw; an error reply as its exception). A load
+        with an error reply loads nothing: its rows stay held and load with their batch. An
+        error reply to the read (NOGROUP of a scope just cleared) reads nothing: the next
+        read says."""
+        held, plan, read = self._plan
+        self._plan = (0, [], False)
+        at = 0
+        if plan:
+            n = 1 + sum(1 + len(js) for _, js in plan)
+            part, at = replies[:n], n
+            if not any(isinstance(x, Exception) for x in part):
+                now = _ms(part[0])
+                i = 1
+                for scope, js in plan:
+                    self.loaded[scope] = (now, *_load_result(part[i : i + 1 + len(js)], js))
+                    i += 1 + len(js)
+                self.ready += self.rows[:held]
+                del self.rows[:held]
+        if read and not isinstance(replies[at], Exception):
+            self.rows += _raw_rows(replies[at], self.scopes)
 
 
 def _pack(commands: Sequence[tuple[Any, ...]]) -> bytes:
@@ -124,6 +196,79 @@ def _read_rows(reply: Any, scopes: Sequence[str]) -> list[tuple[str, str, dict[b
         for entry_id, fields in entries:
             out.append((scope, _text(entry_id), fields or {}))
     return out
+
+
+def _raw_rows(reply: Any, scopes: Sequence[str]) -> list[Row]:
+    """(scope, entry id, fields) of a raw XREADGROUP reply (no redis-py callbacks) over the
+    work streams of `scopes`: a list of [stream, entries] in RESP2, a map in RESP3."""
+    if not reply:
+        return []
+    by_key = {keys.work(s): s for s in scopes}
+    out: list[Row] = []
+    for stream, entries in reply.items() if isinstance(reply, dict) else reply:
+        scope = by_key[_text(stream)]
+        for entry_id, flat in entries:
+            if isinstance(flat, dict):
+                values = flat
+            else:
+                values = dict(zip(flat[::2], flat[1::2], strict=True)) if flat else {}
+            out.append((scope, _text(entry_id), values))
+    return out
+
+
+def _replies(conn: Any, n: int) -> list[Any]:
+    """The next `n` raw replies on `conn` (no redis-py callbacks); an error reply as its
+    exception, so that the replies after it are still read."""
+    out: list[Any] = []
+    for _ in range(n):
+        try:
+            out.append(conn.read_response())
+        except redis.ResponseError as e:
+            out.append(e)
+    return out
+
+
+def _raised(replies: list[Any]) -> list[Any]:
+    """`replies`, when none is an error reply; else the first error raises."""
+    for x in replies:
+        if isinstance(x, Exception):
+            raise x
+    return replies
+
+
+def _ms(reply: Any) -> int:
+    """Epoch milliseconds of a TIME reply."""
+    seconds, micros = reply
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def _load_commands(scope: str, jobs: Sequence[str]) -> list[tuple[Any, ...]]:
+    """The settings of `scope` and the hashes of `jobs` (after a TIME): a batch's load."""
+    return [
+        ("HGETALL", keys.settings(scope)),
+        *[("HMGET", keys.job(scope, job), *JOB_FIELDS) for job in jobs],
+    ]
+
+
+def _load_result(
+    replies: Sequence[Any], jobs: Sequence[str]
+) -> tuple[dict[str, JobRecord | None], dict[str, str]]:
+    """The records and settings of `_load_commands`' raw replies."""
+    raw = replies[0]  # a map in RESP3, a flat list in RESP2
+    pairs = raw.items() if isinstance(raw, dict) else zip(raw[::2], raw[1::2], strict=True)
+    values = {_text(k): _text(v) for k, v in pairs}
+    return _records(replies[1:], jobs), values
+
+
+def _records(replies: Sequence[Any], jobs: Sequence[str]) -> dict[str, JobRecord | None]:
+    records: dict[str, JobRecord | None] = {}
+    for job, (version, state, order, due) in zip(jobs, replies, strict=True):
+        records[job] = (
+            None
+            if version is None
+            else JobRecord(_text(version), state or b"", order or b"", _text(due or b""))
+        )
+    return records
 
 
 class CommitStream:
@@ -159,34 +304,18 @@ class CommitStream:
             raise
 
     def finish(self) -> list[str]:
-        """Read every reply: each commit's result, and the entries read ahead (into
-        `ahead.into`). A commit that found the library missing is sent again once it is
-        loaded (the read is not)."""
-        if not self.calls:
+        """Read every reply: each commit's result, then the read ahead's (`ahead`: the load
+        of its rows and the read of more). A commit that found the library missing is sent
+        again once it is loaded (the read ahead is not)."""
+        extra = [] if self.ahead is None else self.ahead.commands(self.consumer, load=True)
+        if not self.calls and not extra:
             return []
-        if self.ahead is not None:
-            streams = [keys.work(s) for s in self.ahead.scopes]
-            self._write(
-                [
-                    (
-                        "XREADGROUP", "GROUP", keys.GROUP, self.consumer,
-                        "COUNT", self.ahead.count, "STREAMS", *streams, *[">"] * len(streams),
-                    )
-                ]
-            )  # fmt: skip
-        replies: list[Any] = []
+        if extra:
+            self._write(extra)
         try:
-            for _ in self.calls:
-                try:
-                    replies.append(self.client.parse_response(self._conn, "FCALL"))
-                except redis.ResponseError as e:
-                    replies.append(e)
+            replies = _replies(self._conn, len(self.calls))
             if self.ahead is not None:
-                try:
-                    reply = self.client.parse_response(self._conn, "XREADGROUP")
-                except redis.ResponseError:
-                    reply = None  # (NOGROUP of a scope just cleared): the next read says
-                self.ahead.into.extend(_read_rows(reply, self.ahead.scopes))
+                self.ahead.take(_replies(self._conn, len(extra)))
         except BaseException:
             self._drop()
             raise
@@ -222,9 +351,7 @@ class CommitStream:
         if self._conn is None:
             return
         try:
-            for _ in self.calls:
-                with contextlib.suppress(redis.ResponseError):
-                    self.client.parse_response(self._conn, "FCALL")
+            _replies(self._conn, len(self.calls))
         except Exception:  # the caller's error is the one to raise
             self._drop()
             return
@@ -479,58 +606,40 @@ class Store:
         return "" if value is None else _text(value)
 
     def load(self, scope: str, jobs: Sequence[str]) -> tuple[int, dict[str, JobRecord | None]]:
-        """The server's TIME and the hashes of `jobs`, in one pipeline."""
-        now, records, _ = self._load(scope, jobs, settings=False)
-        return now, records
+        """The server's TIME and the hashes of `jobs`, in one round trip."""
+        commands = [("TIME",), *[("HMGET", keys.job(scope, job), *JOB_FIELDS) for job in jobs]]
+        out = _raised(self._read_only(scope, commands))
+        return _ms(out[0]), _records(out[1:], jobs)
 
-    def load_batch(
-        self, scope: str, jobs: Sequence[str]
-    ) -> tuple[int, dict[str, JobRecord | None], dict[str, str]]:
-        """The server's TIME, the hashes of `jobs` and the scope's settings, in one
-        pipeline: what applying a batch reads."""
-        now, records, values = self._load(scope, jobs, settings=True)
-        return now, records, values or {}
-
-    def _load(
-        self, scope: str, jobs: Sequence[str], settings: bool
-    ) -> tuple[int, dict[str, JobRecord | None], dict[str, str] | None]:
-        commands: list[tuple[Any, ...]] = [("TIME",)]
-        if settings:
-            commands.append(("HGETALL", keys.settings(scope)))
-        commands += [("HMGET", keys.job(scope, job), *JOB_FIELDS) for job in jobs]
-        out = self._read_only(scope, commands)
-        seconds, micros = out[0]
-        now = int(seconds) * 1000 + int(micros) // 1000
-        values = None
-        if settings:
-            raw = out[1]  # a map in RESP3, a flat list in RESP2
-            pairs = raw.items() if isinstance(raw, dict) else zip(raw[::2], raw[1::2], strict=True)
-            values = {_text(k): _text(v) for k, v in pairs}
-            out = out[1:]
-        records: dict[str, JobRecord | None] = {}
-        for job, (version, state, order, due) in zip(jobs, out[1:], strict=True):
-            records[job] = (
-                None
-                if version is None
-                else JobRecord(_text(version), state or b"", order or b"", _text(due or b""))
-            )
-        return now, records, values
+    def load_batch(self, scope: str, jobs: Sequence[str], ahead: ReadAhead | None = None) -> Loaded:
+        """The server's TIME, the hashes of `jobs` and the scope's settings, in one round
+        trip: what applying a batch reads. With `ahead`, the round trip also reads ahead
+        (ReadAhead; it loads nothing: its rows load after this batch's commits)."""
+        commands = [("TIME",), *_load_commands(scope, jobs)]
+        extra = [] if ahead is None else ahead.commands(self.consumer, load=False)
+        out = self._read_only(scope, commands + extra)
+        if ahead is not None:
+            ahead.take(out[len(commands) :])
+        out = _raised(out[: len(commands)])
+        return (_ms(out[0]), *_load_result(out[1:], jobs))
 
     def _read_only(self, scope: str, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """Commands that change nothing, in one round trip on `scope`'s node, packed by
-        hiredis and read raw (no redis-py reply callbacks); an error reply raises. Sent
-        again once on a broken connection, as redis-py's pipeline would."""
+        """Commands in one round trip on `scope`'s node, packed by hiredis and read raw (no
+        redis-py reply callbacks); an error reply comes back as its exception. Commands that
+        change nothing are sent again once on a broken connection, as redis-py's pipeline
+        would; a read of new entries is not (what it read stays pending: it is claimed)."""
         pool = self.client(scope).connection_pool
         packed = _pack(commands)
+        again = not any(c[0] == "XREADGROUP" for c in commands)
         for attempt in (1, 2):
             conn: Any = pool.get_connection()
             try:
                 conn.send_packed_command([packed])
-                out = [conn.read_response() for _ in commands]
+                out = _replies(conn, len(commands))
             except (redis.ConnectionError, redis.TimeoutError) as e:
                 conn.disconnect()
                 pool.release(conn)
-                if attempt == 2 or isinstance(e, redis.BusyLoadingError):
+                if attempt == 2 or not again or isinstance(e, redis.BusyLoadingError):
                     raise
                 continue
             except BaseException:

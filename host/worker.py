@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from host.apply import Applier, Outcome
 from host.entries import Entry, EntryError, decode_work, job_of
 from host.settings import Settings
-from host.store import ReadAhead, Store, unreachable
+from host.store import Loaded, ReadAhead, Row, Store, unreachable
 
 if TYPE_CHECKING:
     from host.metrics import WorkerMetrics
@@ -87,9 +87,14 @@ class Worker:
         """Prometheus metrics (host/metrics.py), when the process serves them."""
         self._claim_start: dict[str, str] = {}
         self.read_ahead = True
-        """Whether a full batch's commit stream reads the next batch (Store.ReadAhead)."""
-        self._ahead: list[tuple[str, str, dict[bytes, bytes]]] = []
-        """Entries read ahead, pending for this consumer: the next batch."""
+        """Whether the round trips of a batch read ahead (Store.ReadAhead)."""
+        self._ahead: list[Row] = []
+        """Entries read ahead and not loaded yet, pending for this consumer."""
+        self._ready: tuple[list[Row], dict[str, Loaded]] | None = None
+        """Entries read ahead and loaded (by scope), pending for this consumer: the next
+        batch, read before the rows of `_ahead`."""
+        self._decoded: dict[tuple[str, str], Entry | EntryError] = {}
+        """Rows read ahead that were decoded to load their jobs, by (scope, entry id)."""
 
     # -- scopes and recovery
 
@@ -118,36 +123,51 @@ class Worker:
     # -- reading and applying
 
     def read_once(self, block_ms: int | None = None) -> Outcome:
-        """Read new entries of every scope (one batch each) and apply them."""
+        """Apply one batch: the entries read ahead, else new entries of every scope (one
+        batch each, blocking up to `block_ms`).
+
+        Under load a batch costs one round trip: its commit stream loads the rows read
+        ahead by the previous one, and reads the batch after them (ReadAhead)."""
         total = Outcome()
         if not self.scopes:
             return total
-        rows, self._ahead = self._ahead, []
+        loaded: dict[str, Loaded] = {}
+        if self._ready is not None:
+            (rows, loaded), self._ready = self._ready, None
+        else:
+            rows, self._ahead = self._ahead, []
         if not rows:
             rows = self.store.read(self.scopes, self.settings.read_count, block_ms)
         by_scope: dict[str, list[tuple[str, dict[bytes, bytes]]]] = {}
         for scope, entry_id, fields in rows:
             by_scope.setdefault(scope, []).append((entry_id, fields))
+        # a full read (COUNT is per stream): more entries wait, most likely, so this batch
+        # reads ahead (after a short one, the next read waits for more instead, so that
+        # batches do not shrink); the rows read ahead already load after its commits
+        full = any(len(e) >= self.settings.read_count for e in by_scope.values())
         ahead = None
-        if (
-            self.read_ahead
-            and any(len(e) >= self.settings.read_count for e in by_scope.values())
-            and self.store.can_read_ahead(self.scopes)
-        ):
-            # a full read (COUNT is per stream): more entries wait, most likely (a read
-            # after a short one waits for more instead, so that batches do not shrink)
-            ahead = ReadAhead(tuple(self.scopes), self.settings.read_count, self._ahead)
+        if self.read_ahead and (full or self._ahead) and self.store.can_read_ahead(self.scopes):
+            count = self.settings.read_count if full else 0
+            ahead = ReadAhead(tuple(self.scopes), count, self._ahead, self._row_job)
         last = next(reversed(by_scope), None)
-        for scope, entries in by_scope.items():
-            # the last scope's commits read the next batch (of every scope), after them
-            total.add(self._apply(scope, entries, 1, ahead if scope == last else None))
+        try:
+            for scope, entries in by_scope.items():
+                # the last scope's round trips read ahead (for every scope), after its own
+                total.add(
+                    self._apply(
+                        scope, entries, 1, ahead if scope == last else None, loaded.get(scope)
+                    )
+                )
+        finally:
+            if ahead is not None and ahead.ready:
+                self._ready = (ahead.ready, ahead.loaded)
         return total
 
     def drain(self) -> Outcome:
         """Apply the entries read ahead, reading nothing more: before the worker stops, so
         that they do not wait for another worker to claim them."""
         total = Outcome()
-        while self._ahead:
+        while self._ready is not None or self._ahead:
             read_ahead, self.read_ahead = self.read_ahead, False
             try:
                 total.add(self.read_once())
@@ -155,15 +175,32 @@ class Worker:
                 self.read_ahead = read_ahead
         return total
 
+    def _row_job(self, row: Row) -> str | None:
+        """The job of a row read ahead, to load it (ReadAhead.job_of); its decoding is kept
+        for when it is applied."""
+        scope, entry_id, fields = row
+        try:
+            entry: Entry | EntryError = decode_work(entry_id, fields)
+        except EntryError as e:
+            entry = e
+        self._decoded[scope, entry_id] = entry
+        return None if isinstance(entry, EntryError) else job_of(entry)
+
     def _decode(
         self, scope: str, entries: Sequence[tuple[str, dict[bytes, bytes]]], deliveries: int
     ) -> list[Entry]:
         good: list[Entry] = []
         for entry_id, fields in entries:
+            entry = self._decoded.pop((scope, entry_id), None)
             try:
-                good.append(decode_work(entry_id, fields))
+                if entry is None:
+                    entry = decode_work(entry_id, fields)
+                elif isinstance(entry, EntryError):
+                    raise entry
             except EntryError as e:
                 self._bury(scope, entry_id, f"malformed: {e}", None, deliveries, fields)
+                continue
+            good.append(entry)
         return good
 
     def _apply(
@@ -172,13 +209,14 @@ class Worker:
         entries: Sequence[tuple[str, dict[bytes, bytes]]],
         deliveries: int,
         ahead: ReadAhead | None = None,
+        loaded: Loaded | None = None,
     ) -> Outcome:
         started = time.perf_counter()
         good = self._decode(scope, entries, deliveries)
         if not good:
             return Outcome()
         try:
-            outcome = self.applier.apply(scope, good, ahead)
+            outcome = self.applier.apply(scope, good, ahead, loaded)
         except Exception as e:
             if unreachable(e):
                 raise  # the loop reconnects; the entries stay pending
@@ -422,7 +460,7 @@ class Worker:
                 if self.metrics is not None:
                     self.metrics.reconnect()
                 down_since, backoff = None, 0.0
-        waiting = len(self._ahead)
+        waiting = len(self._ahead) + (0 if self._ready is None else len(self._ready[0]))
         try:
             self.drain()
         except Exception as e:  # they stay pending: another worker claims them

@@ -9,8 +9,9 @@ import threading
 from dataclasses import replace
 from typing import Any
 
+from generated.work_entry_v1_0 import ResumeData
 from host import keys
-from host.entries import decode_history
+from host.entries import decode_history, fields
 from host.equipment import Responder, always
 from host.store import ReadAhead
 from tests.hostkit import FAST, Host, linear_recipe, pending_of, started
@@ -18,34 +19,76 @@ from tests.hostkit import FAST, Host, linear_recipe, pending_of, started
 ONE = replace(FAST, read_count=1)
 
 
-def test_a_full_batch_reads_the_next_one_in_its_commit_pipeline(host: Host) -> None:
+def loads_of(w: Any) -> list[list[str]]:
+    """Spy on a worker's own loads (the jobs of each `load_batch` round trip): the real
+    method runs, its calls are recorded."""
+    calls: list[list[str]] = []
+    inner = w.store.load_batch
+
+    def load_batch(scope: str, jobs: Any, ahead: Any = None) -> Any:
+        calls.append(list(jobs))
+        return inner(scope, jobs, ahead)
+
+    w.store.load_batch = load_batch
+    return calls
+
+
+def test_under_load_a_batch_is_loaded_and_read_by_the_round_trips_before_it(host: Host) -> None:
     scope = host.scope("ahead")
-    jobs = [host.submit(scope, linear_recipe(1), job_id=f"j{i}").job for i in range(3)]
+    jobs = [host.submit(scope, linear_recipe(1), job_id=f"j{i}").job for i in range(4)]
     r = host.client()
-    starts = [i for i, _ in r.xrange(keys.work(scope))]  # type: ignore[union-attr]
-    assert len(starts) == 3
+    starts = [i.decode() for i, _ in r.xrange(keys.work(scope))]  # type: ignore[union-attr]
+    assert len(starts) == 4
     w = host.worker([scope], ONE)
+    loads = loads_of(w)
 
     out = w.read_once(block_ms=100)
     assert out.applied == 1 and started(host, scope, "j0")
-    # the next start was read in the commit's pipeline: pending for this worker, once
-    assert pending_of(r, scope) == [(starts[1].decode(), w.consumer, 1)]
+    # its own load read the next start ahead; its commit stream loaded that one (after the
+    # commit) and read the third: both pending for this worker, delivered once
+    assert loads == [["j0"]]
+    assert pending_of(r, scope) == [(starts[1], w.consumer, 1), (starts[2], w.consumer, 1)]
+    assert w._ready is not None
+    assert [i for _, i, _ in w._ready[0]] == [starts[1]]
+    assert list(w._ready[1][scope][1]) == ["j1"]
+    assert [i for _, i, _ in w._ahead] == [starts[2]]
     assert not started(host, scope, "j1")
 
-    # the next call applies it without reading it again, and reads the third ahead
+    # the next batches need no load of their own: one round trip each
     assert w.read_once(block_ms=100).applied == 1
-    assert started(host, scope, "j1")
-    assert pending_of(r, scope) == [(starts[2].decode(), w.consumer, 1)]
+    assert started(host, scope, "j1") and loads == [["j0"]]
+    assert pending_of(r, scope) == [(starts[2], w.consumer, 1), (starts[3], w.consumer, 1)]
     assert w.read_once(block_ms=100).applied == 1
-    assert all(started(host, scope, j) for j in jobs)
+    assert w.read_once(block_ms=100).applied == 1
+    assert all(started(host, scope, j) for j in jobs) and loads == [["j0"]]
     assert pending_of(r, scope) == []
+    assert w._ready is None and w._ahead == [] and w._decoded == {}
     assert r.xlen(keys.work(scope)) == 0
     # each start was applied once: one evaluation each in the history
     for job in jobs:
-        starts_seen = [
-            h for _, h in ((i, decode_history(f)) for i, f in host.store().history(scope, job, 10))
-        ]
-        assert [h.event for h in starts_seen] == ["start"], starts_seen
+        seen = [decode_history(f) for _, f in host.store().history(scope, job, 10)]
+        assert [h.event for h in seen] == ["start"], seen
+
+
+def test_a_job_read_ahead_is_loaded_after_the_commit_before_it(host: Host) -> None:
+    """A job with entries in two batches in a row: its load for the second batch runs
+    after the first batch's commit on the server, so it sees that commit (no conflict)."""
+    scope = host.scope("same")
+    store = host.store()
+    # j's start, a resume for j, then k's start: j is in the first batch and in the
+    # second, whose load the first batch's commit stream carries
+    host.submit(scope, linear_recipe(2), job_id="j")
+    store.add_work(scope, fields("resume", ResumeData(job="j")))
+    host.submit(scope, linear_recipe(1), job_id="k")
+    w = host.worker([scope], ONE)
+    loads = loads_of(w)
+    for _ in range(3):
+        assert w.read_once(block_ms=100).applied + w.counters.outcome.absorbed >= 1
+    assert loads == [["j"]] and w.counters.outcome.conflicts == 0
+    assert started(host, scope, "j") and started(host, scope, "k")
+    events = [decode_history(f).event for _, f in store.history(scope, "j", 10)]
+    assert events == ["start", "resume"], events
+    assert pending_of(host.client(), scope) == []
 
 
 def test_a_short_batch_reads_nothing_ahead(host: Host) -> None:

@@ -148,7 +148,9 @@ def test_an_entry_read_ahead_then_claimed_by_another_worker_is_gone_for_the_read
     r = host.client()
     assert a.read_once(block_ms=100).applied == 1
     ((entry, owner, _),) = pending_of(r, scope)
-    assert owner == a.consumer and [i for _, i, _ in a._ahead] == [entry]
+    # read ahead by a's load, and loaded by its commit stream: a's next batch
+    assert owner == a.consumer and a._ready is not None
+    assert [i for _, i, _ in a._ready[0]] == [entry] and a._ahead == []
     # a stalls (an outage, a stopped process) past the autoclaim idle; b claims and applies
     wait_for(
         lambda: (
