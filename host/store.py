@@ -51,6 +51,8 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+_READS = frozenset({"TIME", "HGETALL", "HMGET"})
+"""The commands of a round trip that may be sent again after a broken connection."""
 JOB_FIELDS = ("version", "state", "order", "due")
 """The fields of a job hash a load reads (HMGET), in this order."""
 
@@ -198,22 +200,29 @@ def _read_rows(reply: Any, scopes: Sequence[str]) -> list[tuple[str, str, dict[b
     return out
 
 
-def _raw_rows(reply: Any, scopes: Sequence[str]) -> list[Row]:
-    """(scope, entry id, fields) of a raw XREADGROUP reply (no redis-py callbacks) over the
-    work streams of `scopes`: a list of [stream, entries] in RESP2, a map in RESP3."""
+def _raw_entries(reply: Any) -> list[tuple[str, str, dict[bytes, bytes]]]:
+    """(stream, entry id, fields) of a raw XREAD/XREADGROUP reply (no redis-py callbacks): a
+    list of [stream, entries] in RESP2, a map in RESP3. An entry deleted while pending has
+    no fields."""
     if not reply:
         return []
-    by_key = {keys.work(s): s for s in scopes}
-    out: list[Row] = []
+    out: list[tuple[str, str, dict[bytes, bytes]]] = []
     for stream, entries in reply.items() if isinstance(reply, dict) else reply:
-        scope = by_key[_text(stream)]
+        name = _text(stream)
         for entry_id, flat in entries:
             if isinstance(flat, dict):
                 values = flat
             else:
                 values = dict(zip(flat[::2], flat[1::2], strict=True)) if flat else {}
-            out.append((scope, _text(entry_id), values))
+            out.append((name, _text(entry_id), values))
     return out
+
+
+def _raw_rows(reply: Any, scopes: Sequence[str]) -> list[Row]:
+    """(scope, entry id, fields) of a raw XREADGROUP reply over the work streams of
+    `scopes`."""
+    by_key = {keys.work(s): s for s in scopes}
+    return [(by_key[stream], i, f) for stream, i, f in _raw_entries(reply)]
 
 
 def _replies(conn: Any, n: int) -> list[Any]:
@@ -608,7 +617,7 @@ class Store:
     def load(self, scope: str, jobs: Sequence[str]) -> tuple[int, dict[str, JobRecord | None]]:
         """The server's TIME and the hashes of `jobs`, in one round trip."""
         commands = [("TIME",), *[("HMGET", keys.job(scope, job), *JOB_FIELDS) for job in jobs]]
-        out = _raised(self._read_only(scope, commands))
+        out = _raised(self._round_trip(scope, commands))
         return _ms(out[0]), _records(out[1:], jobs)
 
     def load_batch(self, scope: str, jobs: Sequence[str], ahead: ReadAhead | None = None) -> Loaded:
@@ -617,20 +626,21 @@ class Store:
         (ReadAhead; it loads nothing: its rows load after this batch's commits)."""
         commands = [("TIME",), *_load_commands(scope, jobs)]
         extra = [] if ahead is None else ahead.commands(self.consumer, load=False)
-        out = self._read_only(scope, commands + extra)
+        out = self._round_trip(scope, commands + extra)
         if ahead is not None:
             ahead.take(out[len(commands) :])
         out = _raised(out[: len(commands)])
         return (_ms(out[0]), *_load_result(out[1:], jobs))
 
-    def _read_only(self, scope: str, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    def _round_trip(self, scope: str, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Commands in one round trip on `scope`'s node, packed by hiredis and read raw (no
         redis-py reply callbacks); an error reply comes back as its exception. Commands that
-        change nothing are sent again once on a broken connection, as redis-py's pipeline
-        would; a read of new entries is not (what it read stays pending: it is claimed)."""
+        change nothing (a load) are sent again once on a broken connection, as redis-py's
+        pipeline would; others are not (entries a lost read took stay pending: they are
+        claimed; a lost XADD's caller is told)."""
         pool = self.client(scope).connection_pool
         packed = _pack(commands)
-        again = not any(c[0] == "XREADGROUP" for c in commands)
+        again = all(c[0] in _READS for c in commands)
         for attempt in (1, 2):
             conn: Any = pool.get_connection()
             try:
@@ -1045,17 +1055,22 @@ class Store:
         count: int,
         block_ms: int | None = None,
     ) -> list[tuple[str, dict[bytes, bytes]]]:
-        """An adapter's round, in one pipeline: XADD `answers` to the work stream, XACK the
-        equipment entries `done`, and read the next equipment entries, blocking up to
-        `block_ms` (the answers and acks are written before the read waits)."""
-        pipe = self.client(scope).pipeline(transaction=False)
-        for fields in answers:
-            pipe.xadd(keys.work(scope), dict(fields))  # type: ignore[arg-type]
+        """An adapter's round, in one round trip: XADD `answers` to the work stream, XACK
+        the equipment entries `done`, and read the next equipment entries, blocking up to
+        `block_ms` (the answers and acks are written before the read waits). Packed by
+        hiredis and read raw, as the worker's hot path is; an error reply raises."""
+        work, equipment = keys.work(scope), keys.equipment(scope)
+        commands: list[tuple[Any, ...]] = [
+            ("XADD", work, "*", *[x for kv in fields.items() for x in kv]) for fields in answers
+        ]
         if done:
-            pipe.xack(keys.equipment(scope), group, *done)
-        pipe.xreadgroup(group, consumer, {keys.equipment(scope): ">"}, count=count, block=block_ms)
-        reply: Any = pipe.execute()[-1]
-        return [(_text(i), f or {}) for _, entries in _streams(reply) for i, f in entries]
+            commands.append(("XACK", equipment, group, *done))
+        read: tuple[Any, ...] = ("XREADGROUP", "GROUP", group, consumer, "COUNT", count)
+        if block_ms is not None:
+            read += ("BLOCK", block_ms)
+        commands.append((*read, "STREAMS", equipment, ">"))
+        out = _raised(self._round_trip(scope, commands))
+        return [(i, f) for _, i, f in _raw_entries(out[-1])]
 
     def add_work_many(self, scope: str, entries: Sequence[Mapping[str, bytes]]) -> list[str]:
         pipe = self.client(scope).pipeline(transaction=False)
