@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import msgspec
 from msgspec import UNSET
@@ -236,6 +236,9 @@ RECIPE_EVENTS = {"Pause": "hold", "Resume": "release", "Stop": "stopped", "Abort
 """What each method does to a running recipe: hold, release, or cancel with that reason."""
 
 
+T = TypeVar("T")
+
+
 def decode_order(raw: bytes) -> JobOrder:
     return _order_decoder.decode(raw)
 
@@ -253,12 +256,43 @@ def open_command_ids(state: SfcState, except_action: str | None = None) -> list[
     return ids
 
 
+class Decoded(Generic[T]):
+    """Decoded stored documents (states, orders) by their bytes, the oldest dropped first
+    past `limit`: a job's next load returns the bytes its last commit wrote, so the commit
+    keeps their decoding. The objects are shared, which is safe because nothing changes
+    them: `evolve` and the order functions return new ones (a property test holds evolve
+    to it). Bytes are compared whole, so a job another worker moved is decoded afresh."""
+
+    def __init__(self, decode: Callable[[bytes], T], limit: int = 4096) -> None:
+        if limit < 1:
+            raise ValueError(f"a cache of decoded documents holds at least 1, not {limit}")
+        self.decode = decode
+        self.limit = limit
+        self.items: dict[bytes, T] = {}
+
+    def get(self, raw: bytes) -> T:
+        value = self.items.get(raw)
+        if value is None:
+            value = self.decode(raw)
+            self.put(raw, value)
+        return value
+
+    def put(self, raw: bytes, value: T) -> bytes:
+        items = self.items
+        if len(items) >= self.limit:
+            del items[next(iter(items))]
+        items[raw] = value
+        return raw
+
+
 class Evaluator:
     """Evolves one job's entries in memory and describes the commit (no I/O but the graph)."""
 
     def __init__(self, graphs: GraphCache, settings: Settings) -> None:
         self.graphs = graphs
         self.settings = settings
+        self.states: Decoded[SfcState] = Decoded(state_decoder.decode)
+        self.orders: Decoded[JobOrder] = Decoded(decode_order)
 
     def evaluate(
         self,
@@ -272,8 +306,8 @@ class Evaluator:
     ) -> Commit:
         """The commit of `entries`; their dispositions are added to `tally` (the caller
         counts them only when the commit lands)."""
-        state = state_decoder.decode(record.state)
-        order = decode_order(record.order)
+        state = self.states.get(record.state)
+        order = self.orders.get(record.order)
         graph = self.graphs.get(order.recipe_hash, order.dataschema)
         loaded, loaded_order = state, order
         equipment: list[tuple[str, bytes]] = []
@@ -309,8 +343,8 @@ class Evaluator:
             job=job,
             version=record.version,
             # what did not change is written back as it was read (encoding it is the cost)
-            state=record.state if state is loaded else encode(state),
-            order=record.order if order is loaded_order else encode(order),
+            state=record.state if state is loaded else self.states.put(encode(state), state),
+            order=record.order if order is loaded_order else self.orders.put(encode(order), order),
             due=due,
             active=running,
             acks=[e.id for e in entries if e.id],

@@ -140,7 +140,8 @@ def state_of(order: JobOrder) -> str:
 
 def path_text(order: JobOrder) -> str:
     """The state path in words: `Ended/Completed`."""
-    return "/".join(e.state_text for e in order.state)
+    path = order.state
+    return path[0].state_text if len(path) == 1 else "/".join([e.state_text for e in path])
 
 
 def allowed(method: str, order: JobOrder | None) -> ReturnStatus:

@@ -65,8 +65,8 @@ def matches(
 def open_waits(state: SfcState, graph: Graph) -> dict[tuple[str, str], Wait]:
     """The open waits of a state, by (type id, member)."""
     out: dict[tuple[str, str], Wait] = {}
-    if state.status != "running":
-        return out
+    if state.status != "running" or not graph.waits_by_type:
+        return out  # (a recipe without pull events has no waits: the common case is free)
     job = state.job_id
     for name, rec in state.actions.items():
         if rec.status != "open" or rec.work != "await":
