@@ -233,3 +233,27 @@ def test_a_batch_that_raises_after_a_chunk_went_out_loses_nothing(host: Host) ->
     for job in jobs:
         history = [decode_history(f) for _, f in host.store().history(scope, job, 10)]
         assert [h.event for h in history] == ["start"], (job, history)
+
+
+def test_a_large_batch_reads_ahead_in_its_commit_stream_only_and_loads_nothing_ahead(
+    host: Host,
+) -> None:
+    """Above LOAD_AHEAD_MAX a held batch would make an entry wait a whole batch longer, for
+    a round trip that is a small share of the batch: the read ahead is the next batch, which
+    loads itself."""
+    from host.worker import LOAD_AHEAD_MAX
+
+    n = LOAD_AHEAD_MAX + 1
+    scope = host.scope("large")
+    for i in range(3 * n):
+        host.submit(scope, linear_recipe(1), job_id=f"j{i}")
+    w = host.worker([scope], replace(FAST, read_count=n))
+    loads = loads_of(w)
+    assert w.read_once(block_ms=100).applied == n
+    # one batch read ahead, in the commit stream (the load read nothing): not loaded
+    assert w._ready is None and len(w._ahead) == n and w._decoded == {}
+    assert len(pending_of(host.client(), scope)) == n
+    assert w.read_once(block_ms=100).applied == n
+    assert w.read_once(block_ms=100).applied == n
+    assert len(loads) == 3 and [len(x) for x in loads] == [n, n, n]
+    assert pending_of(host.client(), scope) == []
