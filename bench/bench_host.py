@@ -81,6 +81,9 @@ def linear(n: int) -> bytes:
     return json.dumps(doc).encode()
 
 
+_UNSET = object()
+
+
 @dataclass
 class Split:
     seconds: dict[str, float] = field(default_factory=dict)
@@ -94,22 +97,26 @@ class Split:
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t
 
-    def wrap(self, obj: Any, method: str, name: str, restore: bool = False) -> None:
-        """Time `obj.method` under `name`; with `restore`, `undo` puts it back (for a
-        class's method, which outlives the round)."""
+    def wrap(self, obj: Any, method: str, name: str) -> None:
+        """Time `obj.method` under `name` until `restore`: a class's method outlives the
+        round, and an instance's wrapper holds the instance in a reference cycle (kept until
+        the collector's next full pass, which then frees a worker's caches in whatever round
+        runs: a pause of tens of ms in the latency rounds)."""
         inner: Callable[..., Any] = getattr(obj, method)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             with self.part(name):
                 return inner(*args, **kwargs)
 
-        if restore:
-            self.undo.append((obj, method, obj.__dict__[method]))
+        self.undo.append((obj, method, obj.__dict__.get(method, _UNSET)))
         setattr(obj, method, timed)
 
     def restore(self) -> None:
         for obj, method, original in reversed(self.undo):
-            setattr(obj, method, original)
+            if original is _UNSET:
+                delattr(obj, method)
+            else:
+                setattr(obj, method, original)
         self.undo.clear()
 
 
@@ -264,7 +271,7 @@ def push_round(url: str, n: int, read_count: int = 100) -> tuple[float, int, Spl
     split.wrap(worker.store, "load_batch", "load")
     split.wrap(worker.applier.evaluator, "evaluate", "evaluate")
     split.wrap(worker.applier, "_send", "commit")  # the chunks' calls, packed and written
-    split.wrap(CommitStream, "finish", "commit", restore=True)  # the replies
+    split.wrap(CommitStream, "finish", "commit")  # the replies
     responder = responder_process(url, scope)
     try:
         r = store.r

@@ -261,9 +261,11 @@ class Decoded(Generic[T]):
     past `limit`: a job's next load returns the bytes its last commit wrote, so the commit
     keeps their decoding. The objects are shared, which is safe because nothing changes
     them: `evolve` and the order functions return new ones (a property test holds evolve
-    to it). Bytes are compared whole, so a job another worker moved is decoded afresh."""
+    to it). Bytes are compared whole, so a job another worker moved is decoded afresh.
+    The limit is modest because a decoded state is some 30 objects the collector tracks:
+    every full pass of it walks what the cache holds."""
 
-    def __init__(self, decode: Callable[[bytes], T], limit: int = 4096) -> None:
+    def __init__(self, decode: Callable[[bytes], T], limit: int = 1024) -> None:
         if limit < 1:
             raise ValueError(f"a cache of decoded documents holds at least 1, not {limit}")
         self.decode = decode
