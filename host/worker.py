@@ -35,8 +35,8 @@ log = logging.getLogger("sfc.host.worker")
 LOAD_AHEAD_MAX = 20
 """The largest SFC_READ_COUNT whose batches are loaded ahead (ReadAhead): a small batch takes
 well under a millisecond, so holding one more loaded batch costs little latency and saves
-half its round trips; a large batch saves a small share of its time, and an entry would
-wait a whole batch longer (the p99 at half the load went from 5-7 ms to 15-30 ms at 100)."""
+half its round trips; a large batch saves a small share of its time (no throughput gain was
+measurable at 100), and an entry read ahead would wait up to a whole batch longer."""
 TRIM_INTERVAL_MS = 60_000
 """How often a worker trims the equipment stream of each scope it serves."""
 
