@@ -821,12 +821,7 @@ class Applier:
         if loaded is not None and all(job in loaded[1] for job in jobs):
             now, records, values = loaded
         else:
-            # a worker that loads ahead reads ahead in the load too (then its commit stream
-            # loads those rows); one that does not reads ahead in the commit stream only
-            loads = ahead is not None and ahead.job_of is not None
-            now, records, values = self.store.load_batch(
-                scope, list(jobs), ahead if loads else None
-            )
+            now, records, values = self.store.load_batch(scope, list(jobs), ahead)
         config = ScopeConfig.of(values, self.settings)
         commits: list[Commit] = []
         counts: list[Outcome] = []

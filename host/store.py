@@ -125,9 +125,10 @@ class ReadAhead:
         """The commands to send after a round trip's own: with `load`, the load of the rows
         held now (TIME, then each scope's settings and job hashes); then the read."""
         jobs: dict[str, dict[str, None]] = {}
-        held = len(self.rows) if load and self.job_of is not None else 0
+        job_of = self.job_of if load else None
+        held = 0 if job_of is None else len(self.rows)
         for row in self.rows[:held]:
-            job = self.job_of(row) if self.job_of is not None else None
+            job = job_of(row) if job_of is not None else None
             if job is not None:
                 jobs.setdefault(row[0], {})[job] = None
         plan = [(scope, list(js)) for scope, js in jobs.items()]
@@ -138,15 +139,13 @@ class ReadAhead:
                 out += _load_commands(scope, js)
         else:
             held = 0  # no job to load (events only): they are applied as read
-        if self.count > 0:
+        # a batch's own load reads ahead only for a worker that loads ahead: it is that
+        # batch's commit stream that loads the rows (one that does not reads in the stream)
+        read = self.count > 0 and (load or self.job_of is not None)
+        if read:
             streams = [keys.work(s) for s in self.scopes]
-            out.append(
-                (
-                    "XREADGROUP", "GROUP", keys.GROUP, consumer, "COUNT", self.count,
-                    "STREAMS", *streams, *[">"] * len(streams),
-                )
-            )  # fmt: skip
-        self._plan = (held, plan, self.count > 0)
+            out.append(_xreadgroup(keys.GROUP, consumer, self.count, None, streams))
+        self._plan = (held, plan, read)
         return out
 
     def take(self, replies: Sequence[Any]) -> None:
@@ -179,25 +178,15 @@ def _pack(commands: Sequence[tuple[Any, ...]]) -> bytes:
     return b"".join([hiredis.pack_command(c) for c in commands])
 
 
-def _streams(reply: Any) -> list[tuple[Any, list[tuple[Any, Any]]]]:
-    """(stream, [(id, fields)]) of an XREAD/XREADGROUP reply as redis-py gives it: a list of
-    pairs in RESP2, a map of stream to a list of entry lists in RESP3."""
-    if not reply:
-        return []
-    if isinstance(reply, dict):
-        return [(k, [e for chunk in v for e in chunk]) for k, v in reply.items()]
-    return [(stream, entries) for stream, entries in reply]
-
-
-def _read_rows(reply: Any, scopes: Sequence[str]) -> list[tuple[str, str, dict[bytes, bytes]]]:
-    """(scope, entry id, fields) of an XREADGROUP reply over the work streams of `scopes`."""
-    by_key = {keys.work(s): s for s in scopes}
-    out: list[tuple[str, str, dict[bytes, bytes]]] = []
-    for stream, entries in _streams(reply):
-        scope = by_key[_text(stream)]
-        for entry_id, fields in entries:
-            out.append((scope, _text(entry_id), fields or {}))
-    return out
+def _xreadgroup(
+    group: str, consumer: str, count: int, block_ms: int | None, streams: Sequence[str]
+) -> tuple[Any, ...]:
+    """XREADGROUP of new entries (`>`) of `streams`; blocking only when `block_ms` is set."""
+    block = () if block_ms is None else ("BLOCK", block_ms)
+    return (
+        "XREADGROUP", "GROUP", group, consumer, "COUNT", count, *block,
+        "STREAMS", *streams, *[">"] * len(streams),
+    )  # fmt: skip
 
 
 def _raw_entries(reply: Any) -> list[tuple[str, str, dict[bytes, bytes]]]:
@@ -848,15 +837,9 @@ class Store:
                 wait = min(block_ms, CLUSTER_BLOCK_MS)
                 each = self.read([scopes[self._turn]], count, wait, consumer)
             return each
-        streams = {keys.work(s): ">" for s in scopes}
-        reply: Any = self.client(scopes[0]).xreadgroup(
-            keys.GROUP,
-            who,
-            streams,  # type: ignore[arg-type]
-            count=count,
-            block=block_ms,
-        )
-        return _read_rows(reply, scopes)
+        read = _xreadgroup(keys.GROUP, who, count, block_ms, [keys.work(s) for s in scopes])
+        (reply,) = _raised(self._round_trip(scopes[0], [read]))
+        return _raw_rows(reply, scopes)
 
     def can_read_ahead(self, scopes: Sequence[str]) -> bool:
         """Whether a commit stream may read the next entries of `scopes`: one server
@@ -1032,10 +1015,9 @@ class Store:
     def read_equipment(
         self, scope: str, group: str, consumer: str, count: int, block_ms: int | None
     ) -> list[tuple[str, dict[bytes, bytes]]]:
-        reply: Any = self.client(scope).xreadgroup(
-            group, consumer, {keys.equipment(scope): ">"}, count=count, block=block_ms
-        )
-        return [(_text(i), f or {}) for _, entries in _streams(reply) for i, f in entries]
+        read = _xreadgroup(group, consumer, count, block_ms, [keys.equipment(scope)])
+        (reply,) = _raised(self._round_trip(scope, [read]))
+        return [(i, f) for _, i, f in _raw_entries(reply)]
 
     def ack_equipment(self, scope: str, group: str, ids: Sequence[str]) -> None:
         if ids:
@@ -1065,10 +1047,7 @@ class Store:
         ]
         if done:
             commands.append(("XACK", equipment, group, *done))
-        read: tuple[Any, ...] = ("XREADGROUP", "GROUP", group, consumer, "COUNT", count)
-        if block_ms is not None:
-            read += ("BLOCK", block_ms)
-        commands.append((*read, "STREAMS", equipment, ">"))
+        commands.append(_xreadgroup(group, consumer, count, block_ms, [equipment]))
         out = _raised(self._round_trip(scope, commands))
         return [(i, f) for _, i, f in _raw_entries(out[-1])]
 
