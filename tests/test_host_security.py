@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import select
 import socket
 import ssl
 import subprocess
@@ -173,26 +174,29 @@ class TlsProxy:
                 continue
             self.accepted += 1
             upstream = socket.create_connection(self.target)
-            for a, b in ((tls, upstream), (upstream, tls)):
-                t = threading.Thread(target=self._pipe, args=(a, b), daemon=True)
-                t.start()
-                self.threads.append(t)
+            t = threading.Thread(target=self._pump, args=(tls, upstream), daemon=True)
+            t.start()
+            self.threads.append(t)
 
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, tls: ssl.SSLSocket, upstream: socket.socket) -> None:
+        """Both directions of one connection in one thread: an SSL object used by two
+        threads at once (one reading, one writing under a timeout) dropped connections."""
         try:
             while not self.stopped.is_set():
-                src.settimeout(0.2)
-                try:
-                    data = src.recv(65536)
-                except TimeoutError:
-                    continue
-                if not data:
-                    break
-                dst.sendall(data)
+                ready = [tls] if tls.pending() else select.select([tls, upstream], [], [], 0.2)[0]
+                for src in ready:
+                    dst = upstream if src is tls else tls
+                    try:
+                        data = src.recv(65536)
+                    except ssl.SSLWantReadError:
+                        continue
+                    if not data:
+                        return
+                    dst.sendall(data)
         except OSError:
             pass
         finally:
-            for sock in (src, dst):
+            for sock in (tls, upstream):
                 with contextlib.suppress(OSError):
                     sock.close()
 
