@@ -43,7 +43,7 @@ from host.server import (
 )
 from host.settings import Settings
 from host.store import Store, StoreError
-from host.worker import Worker, consumer_name
+from host.worker import Worker, consumer_name, tune_collector
 from sfc.codec import capabilities_decoder
 
 if TYPE_CHECKING:
@@ -152,6 +152,7 @@ def _worker_main(
 
         metrics = WorkerMetrics()
     worker = Worker(store, settings, scopes, consumer=consumer, metrics=metrics)
+    tune_collector()
     log.info("worker %s started", consumer)
     try:
         worker.run(stop)

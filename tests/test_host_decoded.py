@@ -1,9 +1,12 @@
 """The evaluator keeps decoded states and orders by their bytes (host/apply.py, Decoded):
-it never changes what is evaluated, only how often bytes are decoded."""
+it never changes what is evaluated, only how often bytes are decoded. And a worker process's
+garbage collector (host/worker.py, tune_collector)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
@@ -73,3 +76,21 @@ def test_a_worker_reuses_the_state_its_commit_wrote_and_decodes_a_moved_job_agai
     moved = raw.replace(b'"status":"completed"', b'"status": "completed"')
     assert moved != raw
     assert states.get(moved) == states.get(raw) and len(misses) == len(jobs) + 1
+
+
+def test_a_worker_process_freezes_its_start_up_and_collects_young_objects_rarely() -> None:
+    # in a process of its own: the collector's settings are the process's
+    code = (
+        "import gc, json\n"
+        "from host.worker import tune_collector\n"
+        "before = gc.get_threshold()\n"
+        "tune_collector()\n"
+        "print(json.dumps([before, gc.get_threshold(), gc.get_freeze_count()]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    before, after, frozen = json.loads(out)
+    assert before[0] == 700  # Python's default, which the worker leaves
+    assert after == [50_000, before[1], before[2]]
+    assert frozen > 10_000  # the modules and classes of host and sfc
