@@ -171,7 +171,7 @@ end
 -- KEYS: due, work, heartbeat, active, outage
 -- ARGV: outage threshold ms, limit
 -- Returns {'ok', ticks}, or {'outage', gap}: an outage pass is under way (or began now), and
--- ordinary expiry waits until it ends.
+-- ordinary expiry waits until it ends and every tick it queued has been applied.
 local function sweep(keys, args)
   local due, work, heartbeat, active, outage = keys[1], keys[2], keys[3], keys[4], keys[5]
   local threshold, limit = tonumber(args[1]), tonumber(args[2])
@@ -188,6 +188,17 @@ local function sweep(keys, args)
       redis.call('SUNIONSTORE', outage, active)
     end
     return {'outage', gap}
+  end
+  -- Until the pass's ticks have left the work stream (applied, or dead), a job's due entry
+  -- may hold its deadline from before the outage: put back by a recovery `repair`, or by the
+  -- commit of another entry, from a hash the outage tick has not moved yet. Popping it now
+  -- would time the job out if its tick were applied before the outage tick.
+  local settle = redis.call('HMGET', heartbeat, 'settleFrom', 'settleTo')
+  if settle[1] and settle[2] then
+    if #redis.call('XRANGE', work, settle[1], settle[2], 'COUNT', 1) > 0 then
+      return {'ok', '0'}
+    end
+    redis.call('HDEL', heartbeat, 'settleFrom', 'settleTo')
   end
   local jobs = redis.call('ZRANGE', due, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
   for _, j in ipairs(jobs) do
@@ -210,8 +221,11 @@ local function outage(keys, args)
   local jobs = redis.call('SPOP', pass, tonumber(args[1]))
   for _, j in ipairs(jobs) do
     redis.call('ZREM', due, j)
-    redis.call('XADD', work, '*', 'v', '1', 'kind', 'tick',
+    local id = redis.call('XADD', work, '*', 'v', '1', 'kind', 'tick',
       'data', cjson.encode({job = j, outageMs = tonumber(gap)}))
+    -- the range of the pass's ticks, which ordinary expiry waits for (see sweep)
+    redis.call('HSETNX', heartbeat, 'settleFrom', id)
+    redis.call('HSET', heartbeat, 'settleTo', id)
   end
   if redis.call('SCARD', pass) == 0 then
     redis.call('HDEL', heartbeat, 'gap', 'since')

@@ -193,3 +193,54 @@ def test_the_equipment_stream_is_trimmed_below_what_every_group_acknowledged_and
     store.ack_equipment(scope, "late", [i for i, _ in rest])
     assert store.trim_equipment(scope, 86_400_000, now=later) == total - 2
     assert r.xlen(keys.equipment(scope)) == 0
+
+
+def test_an_instance_taking_the_scope_up_during_an_outage_pass_times_no_job_out(
+    host: Host,
+) -> None:
+    """A late instance's recovery (`repair`) runs after another instance's outage pass took
+    a job off the due index, and before that job's outage tick is applied: it puts the job's
+    deadline from before the outage back on the due index. No sweep may pop it until the
+    outage tick is applied: a tick applied first (by another instance) timed the job out
+    (tests/test_host_faults.py::test_2_everything_down_past_the_deadlines, rarely)."""
+    scope = host.scope("outage-repair")
+    settings = replace(FAST, outage_threshold=1000)
+    job = host.submit(scope, linear_recipe(2, timeout_s=1, max_attempts=1), job_id="j").job
+    a = host.worker([scope], settings)
+    host.run([a], [], lambda: _state(host, scope, job).status == "running", sweep=False)
+    a.sweep_once()  # the heartbeat
+    deadline = _state(host, scope, job).actions["a1"].deadline
+    assert deadline is not None
+    stopped_at = _server_ms(host)
+    wait_for(
+        lambda: _server_ms(host) > max(stopped_at + 1500, deadline + 200),
+        timeout=10,
+        what="an outage past the threshold and the deadline",
+    )
+    # every instance was down; b comes back: its first sweep runs the whole outage pass
+    b = host.worker([scope], settings)
+    b.sweep_once()
+    assert b.counters.outages == 1
+    r = host.client()
+    assert r.zscore(keys.due(scope), job) is None  # left off until its outage tick is applied
+    # c takes the scope up before b has applied the outage tick: its recovery puts the job's
+    # deadline back on the due index from the hash, which the outage has not moved yet
+    c = host.worker([scope], settings)
+    assert r.zscore(keys.due(scope), job) == deadline
+    swept: list[int] = []
+
+    def race(commits: list[Commit]) -> None:
+        # b has loaded and evolved the outage tick; before it commits, c sweeps and applies
+        b.applier.before_commit = None
+        swept.append(c.sweep_once())
+        c.read_once(block_ms=50)
+
+    b.applier.before_commit = race
+    b.read_once(block_ms=100)
+    assert swept == [0], "a sweep ticked the job before its outage tick was applied"
+    assert _state(host, scope, job).status == "running", host.order_path(scope, job)
+    moved = _state(host, scope, job).actions["a1"].deadline
+    assert moved is not None and moved >= deadline + 1000
+    assert r.zscore(keys.due(scope), job) == moved
+    host.run([b, c], [host.responder(scope)], host.ended(scope, [job]))
+    assert host.order_path(scope, job) == "Ended/Completed"
