@@ -57,7 +57,9 @@ from host.worker import Worker, tune_collector
 
 JOBS = 200
 STEPS = 10
-ROUNDS = 3
+ROUNDS = 5
+"""Rounds per figure: one round of (b) is a fraction of a second, and this machine's speed moves
+by +-20% from one second to the next."""
 FLOOR_EVENTS = 2000
 SETTINGS = Settings(sweep_interval=1000, read_count=100)
 
