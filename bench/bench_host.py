@@ -34,6 +34,7 @@ Figures are medians over ROUNDS rounds, with min-max; compare them side by side.
 
 from __future__ import annotations
 
+import gc
 import os
 import statistics
 import subprocess
@@ -232,6 +233,7 @@ def paced_round(url: str, n: int, rate: float) -> list[int]:
         assert submit(store, scope, recipe, job_id=f"j{i}").ok
     worker = Worker(Store.from_url(url), SETTINGS, [scope])
     worker.refresh_scopes()
+    gc.collect()  # the rounds before left garbage a worker process would not have
     responder = paced_responder_process(url, scope, rate)
     try:
         while worker.counters.outcome.applied < JOBS * (STEPS + 1):
@@ -278,6 +280,7 @@ def push_round(url: str, n: int, read_count: int = 100) -> tuple[float, int, Spl
     split.wrap(worker.applier, "_send", "commit")  # the chunks' calls, packed and written
     split.wrap(CommitStream, "finish", "commit")  # the replies
     responder = responder_process(url, scope)
+    gc.collect()  # the rounds before left garbage a worker process would not have
     try:
         r = store.r
         cpu0, server0 = time.process_time(), server_cpu(store)
