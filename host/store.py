@@ -301,10 +301,11 @@ class CommitStream:
             self._drop()
             raise
 
-    def finish(self) -> list[str]:
+    def finish(self) -> list[str | Exception]:
         """Read every reply: each commit's result, then the read ahead's (`ahead`: the load
         of its rows and the read of more). A commit that found the library missing is sent
-        again once it is loaded (the read ahead is not)."""
+        again once it is loaded (the read ahead is not). A commit's error reply (out of
+        memory, a key of the wrong type) is its result: the other commits landed."""
         extra = [] if self.ahead is None else self.ahead.commands(self.consumer, load=True)
         if not self.calls and not extra:
             return []
@@ -330,9 +331,9 @@ class CommitStream:
             for i, x in zip(missing, again, strict=True):
                 replies[i] = x
         for x in replies:
-            if isinstance(x, Exception):
-                raise x
-        return [_text(x) for x in replies]
+            if isinstance(x, Exception) and unreachable(x):
+                raise x  # the server is loading: nothing landed
+        return [x if isinstance(x, Exception) else _text(x) for x in replies]
 
     def _drop(self) -> None:
         """A connection whose replies were not all read goes: it cannot be used again."""

@@ -257,3 +257,26 @@ def test_a_large_batch_reads_ahead_in_its_commit_stream_only_and_loads_nothing_a
     assert w.read_once(block_ms=100).applied == n
     assert len(loads) == 3 and [len(x) for x in loads] == [n, n, n]
     assert pending_of(host.client(), scope) == []
+
+
+def test_a_commit_with_an_error_reply_fails_alone(host: Host) -> None:
+    """One job's commit gets an error reply (here its hash turned into a string between
+    the load and the commit): its entry stays pending with the server's error; the other
+    commits of the batch landed and are counted."""
+    scope = host.scope("error-reply")
+    jobs = [host.submit(scope, linear_recipe(1), job_id=f"j{i}").job for i in range(5)]
+    r = host.client()
+    starts = {job: i.decode() for job, (i, _) in zip(jobs, r.xrange(keys.work(scope)), strict=True)}  # type: ignore[union-attr]
+    w = host.worker([scope], replace(FAST, read_count=100))
+
+    def break_j2(commits: list[Any]) -> None:
+        r.delete(keys.job(scope, "j2"))
+        r.set(keys.job(scope, "j2"), "not a hash")
+
+    w.applier.before_commit = break_j2
+    outcome = w.read_once(block_ms=100)
+    assert outcome.applied == 4 and w.counters.batches == 1
+    ((entry, why),) = outcome.failed
+    assert entry == starts["j2"] and why.startswith("the commit failed: ") and "WRONGTYPE" in why
+    assert [i for i, _, _ in pending_of(r, scope)] == [starts["j2"]]
+    assert all(started(host, scope, j) for j in jobs if j != "j2")
