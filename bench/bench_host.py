@@ -319,12 +319,19 @@ def processes_round(url: str, n: int, workers: int) -> float:
     try:
         # the workers are up when every job's first command is out: the clock starts with
         # the equipment, and counts the answers (a worker process's start is not timed)
+        deadline = time.monotonic() + 120
         while r.xlen(keys.equipment(scope)) < JOBS:
+            if time.monotonic() > deadline or not all(serving.alive()):
+                raise RuntimeError(
+                    f"the worker processes did not start every job: {serving.alive()}"
+                )
             time.sleep(0.01)
         responder = responder_process(url, scope)
         t0 = time.perf_counter()
         go(responder)
         while not (r.scard(keys.active(scope)) == 0 and r.xlen(keys.work(scope)) == 0):
+            if time.monotonic() > deadline + 120:
+                raise RuntimeError("the worker processes did not end every job in 120 s")
             time.sleep(0.01)
         elapsed = time.perf_counter() - t0
     finally:
