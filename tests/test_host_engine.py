@@ -10,7 +10,9 @@ from host import keys
 from host.entries import decode_history, fields
 from host.joborder import job_response, path_text
 from host.jobs import clear
+from host.settings import Settings
 from host.store import Commit
+from host.worker import Worker
 from sfc.codec import state_decoder
 from tests.hostkit import FAST, Host, linear_recipe, wait_for
 
@@ -56,6 +58,21 @@ def test_silent_equipment_is_sent_again_then_the_job_aborts_with_timeout(host: H
     assert deadlines[1] - deadlines[0] >= 1000
 
 
+def _after_outage(host: Host, scope: str, settings: Settings, down_ms: int, past: int) -> Worker:
+    """Wait, on the server's clock, `down_ms` from now and past `past` (no worker sweeps
+    meanwhile: an outage); then a new worker's first sweep finds the gap."""
+    stopped_at = _server_ms(host)
+    wait_for(
+        lambda: _server_ms(host) > max(stopped_at + down_ms, past),
+        timeout=10,
+        what="an outage past the threshold and the deadlines",
+    )
+    worker = host.worker([scope], settings)
+    worker.sweep_once()
+    assert worker.counters.outages == 1
+    return worker
+
+
 def _server_ms(host: Host) -> int:
     return host.store().time_ms()
 
@@ -86,17 +103,9 @@ def test_an_outage_moves_every_open_deadline_and_no_job_times_out(host: Host) ->
     wait_for(lambda: _server_ms(host) > quick_deadline, what="the quick job's deadline")
     assert a.sweep_once() == 1
     assert host.client().zscore(keys.due(scope), quick) is None  # popped: no due entry
-    stopped_at = _server_ms(host)
     latest = max(d for d in before.values() if d is not None)
-    wait_for(
-        lambda: _server_ms(host) > max(stopped_at + 2500, latest + 500),
-        timeout=10,
-        what="an outage longer than the threshold and the open deadlines",
-    )
     # one instance starts again: its first sweep finds the gap and ticks every active job
-    b = host.worker([scope], settings)
-    b.sweep_once()
-    assert b.counters.outages == 1
+    b = _after_outage(host, scope, settings, 2500, latest + 500)
     host.run([b], [], lambda: all(_moved(host, scope, j, before[j]) for j in slow), sweep=False)
     for job in slow:
         assert _state(host, scope, job).status == "running"
@@ -211,16 +220,8 @@ def test_an_instance_taking_the_scope_up_during_an_outage_pass_times_no_job_out(
     a.sweep_once()  # the heartbeat
     deadline = _state(host, scope, job).actions["a1"].deadline
     assert deadline is not None
-    stopped_at = _server_ms(host)
-    wait_for(
-        lambda: _server_ms(host) > max(stopped_at + 1500, deadline + 200),
-        timeout=10,
-        what="an outage past the threshold and the deadline",
-    )
     # every instance was down; b comes back: its first sweep runs the whole outage pass
-    b = host.worker([scope], settings)
-    b.sweep_once()
-    assert b.counters.outages == 1
+    b = _after_outage(host, scope, settings, 1500, deadline + 200)
     r = host.client()
     assert r.zscore(keys.due(scope), job) is None  # left off until its outage tick is applied
     # c takes the scope up before b has applied the outage tick: its recovery puts the job's
