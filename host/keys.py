@@ -17,7 +17,7 @@ SCOPES = "sfc:scopes"
 ENTRY_FORMAT = "1"
 """The `v` field of every stream entry."""
 
-_NAME = re.compile(r"[^{}\x00-\x20\x7f]+")
+_NAME = re.compile(r"[^{}\x00-\x20\x7f\ud800-\udfff]+")
 SCOPE_LIMIT = 64
 JOB_LIMIT = 128
 
@@ -34,6 +34,8 @@ def check_name(value: str, what: str, limit: int) -> str:
         raise KeyError_(f"the {what} has {len(value)} characters; at most {limit} are allowed")
     if _NAME.fullmatch(value) is None:
         bad = next(c for c in value if _NAME.fullmatch(c) is None)
+        if "\ud800" <= bad <= "\udfff":  # from bytes that were not UTF-8 (a command line's)
+            raise KeyError_(f"the {what} {value!r} contains {bad!r}, which is not UTF-8 text")
         raise KeyError_(
             f"the {what} {value!r} contains {bad!r}: braces, spaces and control characters "
             "are not allowed"
