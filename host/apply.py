@@ -873,7 +873,7 @@ class Applier:
                 tally.gone += len(c.acks)
             elif result == "missing":
                 again[c.job] = jobs[c.job]
-            elif isinstance(result, Exception):  # this commit wrote nothing: they stay pending
+            elif isinstance(result, Exception):  # not acked: the entries stay pending
                 why = f"the commit failed: {type(result).__name__}: {result}"
                 tally.failed += [(e.id, why) for e in jobs[c.job]]
         return again
