@@ -41,8 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -95,24 +94,22 @@ class Split:
     seconds: dict[str, float] = field(default_factory=dict)
     undo: list[tuple[Any, str, Any]] = field(default_factory=list)
 
-    @contextmanager
-    def part(self, name: str) -> Iterator[None]:
-        t = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t
-
     def wrap(self, obj: Any, method: str, name: str) -> None:
         """Time `obj.method` under `name` until `restore`: a class's method outlives the
         round, and an instance's wrapper holds the instance in a reference cycle (kept until
         the collector's next full pass, which then frees a worker's caches in whatever round
         runs: a pause of tens of ms in the latency rounds)."""
         inner: Callable[..., Any] = getattr(obj, method)
+        seconds, clock = self.seconds, time.perf_counter
 
         def timed(*args: Any, **kwargs: Any) -> Any:
-            with self.part(name):
+            # no context manager: this runs once per job evaluated, and the worker's CPU per
+            # event is measured with it in place
+            t = clock()
+            try:
                 return inner(*args, **kwargs)
+            finally:
+                seconds[name] = seconds.get(name, 0.0) + clock() - t
 
         self.undo.append((obj, method, obj.__dict__.get(method, _UNSET)))
         setattr(obj, method, timed)

@@ -805,10 +805,10 @@ class Applier:
             return
         self.store.repair(scope, job, record.version, None, [(type_id, "rem", member, 0)])
 
-    def _send(self, stream: CommitStream, commits: list[Commit]) -> None:
+    def _send(self, stream: CommitStream, commits: list[Commit], hold: bool = False) -> None:
         if commits and self.before_commit is not None:
             self.before_commit(commits)
-        stream.send(commits)
+        stream.send(commits, hold)
 
     def _round(
         self,
@@ -849,7 +849,8 @@ class Applier:
                     # the server runs these while the next jobs are evaluated
                     self._send(stream, commits[sent:])
                     sent = len(commits)
-            self._send(stream, commits[sent:])
+            # the last chunk goes out with the stream's read ahead, in one write
+            self._send(stream, commits[sent:], hold=True)
             if missing:
                 answers = [e.id for e in missing if e.kind == "answer"]
                 others = [e.id for e in missing if e.kind != "answer"]

@@ -271,3 +271,122 @@ def test_jobs_run_to_the_end_in_resp2_and_in_resp3(host: Host) -> None:
         host.run([w], [responder], host.ended(scope, jobs), what=f"RESP{protocol} jobs")
         assert all(host.order_path(scope, j) == "Ended/Completed" for j in jobs)
         assert w.counters.outcome.applied == 3 * 3
+
+
+# -- the connection a thread keeps between round trips (Store._lease)
+
+
+def _named_worker(host: Host, scope: str, name: str) -> Worker:
+    return _worker_on(host, redis.Redis.from_url(host.url, client_name=name), scope)
+
+
+def test_a_kept_connection_the_server_closed_is_connected_again(host: Host) -> None:
+    """A worker keeps its connection between batches. When the server closes it (a
+    restart, an idle timeout, CLIENT KILL), the next batch connects again, as a connection
+    taken from redis-py's pool would: without that check, its commit went out on the dead
+    socket and the batch failed as if the server were unreachable (its entries then waited
+    for XAUTOCLAIM)."""
+    scope = host.scope("killed")
+    jobs = [host.submit(scope, linear_recipe(1), job_id=f"j{i}").job for i in range(3)]
+    name = f"kept-{scope}"
+    w = _named_worker(host, scope, name)
+    w.settings = replace(w.settings, read_count=1)
+    r = host.client()
+    for n in range(1, 4):
+        killed = [c for c in r.client_list() if c["name"] == name]
+        assert killed, "the worker's connections are open between batches"
+        for c in killed:
+            r.client_kill_filter(_id=c["id"])
+        assert w.read_once(block_ms=100).applied == 1
+        assert sum(started(host, scope, j) for j in jobs) == n
+    assert pending_of(r, scope) == []
+
+
+def test_threads_sharing_a_store_each_read_their_own_replies(host: Host) -> None:
+    import threading
+
+    scope = host.scope("threads")
+    host.submit(scope, linear_recipe(1), job_id="a")
+    host.submit(scope, linear_recipe(2), job_id="b")
+    store = host.store()
+    orders = {j: store.job(scope, j).order for j in "ab"}  # type: ignore[union-attr]
+    assert orders["a"] != orders["b"]
+    wrong: list[str] = []
+
+    def loads(job: str) -> None:
+        for _ in range(300):
+            _, records, _ = store.load_batch(scope, [job])
+            record = records[job]
+            if record is None or record.order != orders[job]:
+                wrong.append(job)
+
+    threads = [threading.Thread(target=loads, args=(j,)) for j in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads) and wrong == []
+
+
+def test_a_forked_process_does_not_use_its_parents_kept_connection(host: Host) -> None:
+    """A child forked from a process that kept a connection would share its socket: both
+    would read each other's replies. The child connects on its own."""
+    import os
+
+    scope = host.scope("fork")
+    host.submit(scope, linear_recipe(1), job_id="a")
+    host.submit(scope, linear_recipe(2), job_id="b")
+    store = host.store()
+    orders = {j: store.job(scope, j).order for j in "ab"}  # type: ignore[union-attr]
+    store.load_batch(scope, ["a"])  # the connection is kept now
+
+    def loads(job: str) -> bool:
+        for _ in range(300):
+            _, records, _ = store.load_batch(scope, [job])
+            record = records[job]
+            if record is None or record.order != orders[job]:
+                return False
+        return True
+
+    pid = os.fork()
+    if pid == 0:  # the child: its verdict is its exit code
+        code = 1
+        try:
+            code = 0 if loads("b") else 3
+        finally:
+            os._exit(code)
+    ok = loads("a")
+    _, status = os.waitpid(pid, 0)
+    assert ok and os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_batch_that_raises_while_its_last_chunk_is_held_writes_none_of_it(
+    host: Host,
+) -> None:
+    """The last chunk is held for the write that carries the read ahead. When the batch
+    raises before that write (here the ack of a job that is missing), the chunks written
+    land and the held one is never written: its entries stay pending, and the kept
+    connection still answers in order."""
+    scope = host.scope("held")
+    n = COMMIT_CHUNK + 3
+    jobs = [host.submit(scope, linear_recipe(1), job_id=f"j{i}").job for i in range(n)]
+    host.submit(scope, linear_recipe(1), job_id="gone")
+    r = host.client()
+    r.delete(keys.job(scope, "gone"))
+    w = host.worker([scope], replace(FAST, read_count=100))
+    inner = w.store.ack
+
+    def ack_fails(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug between the held chunk and the stream's finish")
+
+    w.store.ack = ack_fails  # type: ignore[method-assign]
+    outcome = w.read_once(block_ms=100)
+    assert outcome.applied == 0 and len(outcome.failed) == n + 1  # the batch raised
+    assert sum(started(host, scope, j) for j in jobs) == COMMIT_CHUNK
+    assert len(pending_of(r, scope)) == 4  # the held chunk's 3, and the missing job's start
+    w.store.ack = inner  # type: ignore[method-assign]
+    host.run([w], [], lambda: all(started(host, scope, j) for j in jobs), sweep=False)
+    assert pending_of(r, scope) == []
+    for job in jobs:
+        history = [decode_history(f) for _, f in host.store().history(scope, job, 10)]
+        assert [h.event for h in history] == ["start"], (job, history)
