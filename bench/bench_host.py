@@ -25,6 +25,8 @@
   one equipment and one history entry, one entry acked) sent as the worker sends its
   commits (Store.commit_stream), timed alone and pipelined by 100. The ratio says how close
   the worker comes to the floor.
+- **The transport.** The server's Unix socket, which `sfc serve` gives the workers of its
+  embedded server; the floor and (b) are taken over TCP as well, in the same rounds.
 
 The worker in this process runs with the garbage collector a worker process sets up
 (host.worker.tune_collector).
@@ -507,7 +509,9 @@ def _spread(values: list[float]) -> str:
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, EmbeddedServer(Path(tmp)) as server:
-        url = server.url
+        # the transport `sfc serve` gives the workers of its embedded server: the Unix
+        # socket; every figure is also taken over TCP, side by side
+        url, tcp = server.local_url, server.url
         Store.from_url(url).load_library()
         tune_collector()
         rates: list[float] = []
@@ -522,6 +526,12 @@ def main() -> None:
         lat: list[int] = []
         cpus: list[Cpu] = []
         ub_cpus: list[Cpu] = []
+        over_tcp: dict[str, list[float]] = {
+            "alone": [],
+            "piped": [],
+            "batched": [],
+            "unbatched": [],
+        }
         for n in range(ROUNDS):
             event_rate, per_event = events_round(url, n)
             event_rates.append(event_rate)
@@ -538,10 +548,17 @@ def main() -> None:
             ub_cpus.append(ub_cpu)
             one.append(processes_round(url, n, 1))
             two.append(processes_round(url, n, 2))
+            over_tcp["alone"].append(1e6 / floor_round(tcp, 1))
+            over_tcp["piped"].append(1e6 / floor_round(tcp, 100))
+            over_tcp["batched"].append(push_round(tcp, n)[0])
+            over_tcp["unbatched"].append(push_round(tcp, n, read_count=1)[0])
         floor_alone = 1e6 / statistics.median(alone)
         floor_piped = 1e6 / statistics.median(piped)
         rate = statistics.median(rates)
-        print(f"push jobs: {JOBS} jobs of linear-{STEPS}, responder answering at once")
+        print(
+            f"push jobs: {JOBS} jobs of linear-{STEPS}, responder answering at once; on the "
+            "server's Unix socket, as `sfc serve` runs its workers"
+        )
         print(
             f"  (a) floor, alone          {statistics.median(alone):,.1f} us/event "
             f"= {floor_alone:,.0f} events/s"
@@ -569,6 +586,13 @@ def main() -> None:
                 f"{med.server:,.0f} us, responder {med.responder:,.0f} us: {med.total:,.0f} us "
                 f"in all, a ceiling of {cores * 1e6 / med.total:,.0f} events/s on {cores} cores"
             )
+        tm = {k: statistics.median(v) for k, v in over_tcp.items()}
+        print(
+            f"      over TCP (127.0.0.1): floor alone {tm['alone']:,.0f}/s, pipelined 100 "
+            f"{tm['piped']:,.0f}/s; batched {_spread(over_tcp['batched'])}/s "
+            f"({tm['batched'] / tm['piped']:.2f}), unbatched {_spread(over_tcp['unbatched'])}/s "
+            f"({tm['unbatched'] / tm['alone']:.2f})"
+        )
         print(
             f"  (c) worker processes: 1 -> {_spread(one)}, 2 -> {_spread(two)} events/s; "
             f"x{statistics.median(two) / statistics.median(one):.2f}"

@@ -222,6 +222,9 @@ class Serving:
     settings: Mapping[str, str] = field(default_factory=dict)
     """Setting texts by name (`SWEEP_INTERVAL`...), passed to every worker."""
     url: str = ""
+    worker_url: str = ""
+    """The URL the worker processes use: the embedded server's Unix socket when this serve
+    runs it (EmbeddedServer.local_url), else `url`."""
     server: EmbeddedServer | None = None
     attached: bool = False
     """True when another `sfc serve` runs the embedded server of this data directory."""
@@ -264,7 +267,7 @@ class Serving:
     def start_server(self) -> str:
         """Connect to `redis_url`, or start (or attach to) the embedded server."""
         if self.redis_url:
-            self.url = self.redis_url
+            self.url = self.worker_url = self.redis_url
             return self.url
         directory = data_dir_of(self.data_dir)
         self._lock = lock_data_dir(directory)
@@ -275,7 +278,7 @@ class Serving:
                     f"{directory} is locked by another sfc serve, but it has no "
                     f"{CONNECTION_FILE} yet; try again in a moment"
                 )
-            self.url, self.attached = url, True
+            self.url, self.worker_url, self.attached = url, url, True
             return url
         _stop_left_server(directory)
         # the port of the last run, when it is free: instances that stayed attached, and
@@ -287,6 +290,7 @@ class Serving:
             pid_file.write_text(f"{self.server.process.pid}\n", encoding="utf-8")
         (directory / PORT_FILE).write_text(f"{self.server.port}\n", encoding="utf-8")
         self.url = self.server.url
+        self.worker_url = self.server.local_url
         write_connection_file(directory, self.url, os.getpid())
         return self.url
 
@@ -300,7 +304,7 @@ class Serving:
             p = ctx.Process(
                 target=_worker_main,
                 args=(
-                    self.url,
+                    self.worker_url or self.url,
                     None if self.scopes is None else list(self.scopes),
                     dict(self.settings),
                     name,

@@ -23,6 +23,9 @@ import redis
 Fsync = Literal["everysec", "always"]
 CONNECTION_FILE = "server.json"
 LOCK_FILE = "serve.lock"
+SOCKET_FILE = "valkey.sock"
+SOCKET_PATH_MAX = 100
+"""The longest Unix socket path the server is given (a socket address holds 107 bytes)."""
 
 
 class ServerError(RuntimeError):
@@ -63,10 +66,22 @@ class EmbeddedServer:
         self.fsync = fsync
         self.extra = extra or []
         self.process: subprocess.Popen[bytes] | None = None
+        sock = (self.data_dir / SOCKET_FILE).resolve()
+        self.socket: Path | None = sock if len(os.fsencode(sock)) <= SOCKET_PATH_MAX else None
+        """The server's Unix socket in its data directory (owner only), when the path fits
+        in a socket address; None: TCP only."""
 
     @property
     def url(self) -> str:
+        """The server on TCP, for any process that can reach 127.0.0.1."""
         return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def local_url(self) -> str:
+        """The server for processes of this user on this machine: its Unix socket, when it
+        has one. A round trip on it costs both sides fewer system calls than on TCP
+        (measured: one worker applying one entry a batch, 1.2 times the events/s)."""
+        return self.url if self.socket is None else f"unix://{self.socket}?db=0"
 
     def command(self) -> list[str]:
         return [
@@ -80,6 +95,8 @@ class EmbeddedServer:
             "--daemonize", "no",
             "--logfile", str((self.data_dir / "valkey.log").resolve()),
             "--protected-mode", "yes",
+            *(() if self.socket is None else (
+                "--unixsocket", str(self.socket), "--unixsocketperm", "700")),
             *self.extra,
         ]  # fmt: skip
 

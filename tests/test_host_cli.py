@@ -32,6 +32,7 @@ import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_IMODE, S_ISSOCK
 from typing import Any
 
 import pytest
@@ -851,6 +852,16 @@ def test_a_second_serve_attaches_and_a_clean_stop_loses_nothing(tmp_path: Path) 
             lambda: consumer_pids(url, scope) == sorted([first.pid, second.pid]),
             what="a worker of each serve in the scope's group",
         )
+        # the first serve runs the server: its worker is on the server's Unix socket (owner
+        # only); the attached one is on the TCP URL of server.json
+        sock = (data / "valkey.sock").stat()
+        assert S_ISSOCK(sock.st_mode) and S_IMODE(sock.st_mode) == 0o700
+        client = redis.Redis.from_url(url)
+        try:
+            flags = [c["flags"] for c in client.client_list()]
+        finally:
+            client.close()
+        assert any("U" in f for f in flags), flags
 
         # equipment first, so that the next jobs' work stays pending; then serve, at once
         assert equipment.stop() == 0

@@ -390,3 +390,23 @@ def test_a_batch_that_raises_while_its_last_chunk_is_held_writes_none_of_it(
     for job in jobs:
         history = [decode_history(f) for _, f in host.store().history(scope, job, 10)]
         assert [h.event for h in history] == ["start"], (job, history)
+
+
+def test_an_embedded_server_takes_local_processes_on_its_unix_socket(tmp_path: Any) -> None:
+    """Its workers use the socket (fewer system calls a round trip than TCP); a data
+    directory whose socket path would not fit a socket address gets TCP alone."""
+    from host.server import SOCKET_PATH_MAX, EmbeddedServer
+
+    with EmbeddedServer(tmp_path / "short") as server:
+        assert server.socket is not None and server.local_url.startswith("unix://")
+        store = Store.from_url(server.local_url)
+        assert store.time_ms() > 0
+        kinds = [c["flags"] for c in redis.Redis.from_url(server.url).client_list()]
+        assert any("U" in f for f in kinds), kinds  # the store's connection is on the socket
+        store.close()
+    deep = tmp_path / ("d" * (SOCKET_PATH_MAX - len(str(tmp_path))))
+    with EmbeddedServer(deep) as server:
+        assert server.socket is None and server.local_url == server.url
+        store = Store.from_url(server.local_url)
+        assert store.time_ms() > 0
+        store.close()
