@@ -269,6 +269,10 @@ def _records(replies: Sequence[Any], jobs: Sequence[str]) -> dict[str, JobRecord
     return records
 
 
+KEEP_MIN_POOL = 4
+"""The smallest connection pool a store keeps a connection of between round trips."""
+
+
 class CommitStream:
     """One batch's commits, sent in chunks on one connection while the caller evaluates the
     next jobs, so that the server runs a chunk while the worker works on the next one. The
@@ -431,22 +435,32 @@ class Store:
         with something to read (the server closed it: a restart, an idle timeout, CLIENT
         KILL) is connected again, as the pool does with its own."""
         got = self._kept.pop(pool, None)
-        if got is not None and got[0] == os.getpid():
-            conn = got[1]
-            try:
-                if conn.can_read():
-                    raise redis.ConnectionError("the connection has data")
-            except (redis.ConnectionError, redis.TimeoutError, OSError):
-                conn.disconnect()  # the next write connects again
-            return conn
-        return pool.get_connection()
+        if got is None or got[0] != os.getpid():
+            return pool.get_connection()
+        conn = got[1]
+        if getattr(conn, "_sock", None) is None:
+            return conn  # disconnected (Store.close): the next write connects
+        try:
+            if conn.should_reconnect() or conn.can_read():
+                raise redis.ConnectionError("the connection has data")
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            conn.disconnect()  # the next write connects again
+        except BaseException:
+            pool.release(conn)
+            raise
+        return conn
 
     def _give_back(self, pool: Any, conn: Any) -> None:
         """Keep a connection whose replies were all read for the next `_lease` (one per
         pool; the pool counts it as in use, and disconnects it when closed); when one is
-        kept already, this one goes back to the pool."""
+        kept already, or the pool is limited to fewer than KEEP_MIN_POOL connections
+        (`?max_connections=` in the URL: the store's other commands need theirs), this one
+        goes back to the pool."""
         kept = (os.getpid(), conn)
-        if self._kept.setdefault(pool, kept) is not kept:
+        limit = getattr(pool, "max_connections", None)
+        if (limit is not None and limit < KEEP_MIN_POOL) or self._kept.setdefault(
+            pool, kept
+        ) is not kept:
             pool.release(conn)
 
     def client(self, scope: str) -> redis.Redis:

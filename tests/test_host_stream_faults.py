@@ -410,3 +410,35 @@ def test_an_embedded_server_takes_local_processes_on_its_unix_socket(tmp_path: A
         store = Store.from_url(server.local_url)
         assert store.time_ms() > 0
         store.close()
+
+
+def test_a_socket_path_with_url_characters_and_one_that_cannot_be_opened(tmp_path: Any) -> None:
+    """A data directory may hold `?`, `#` or `%` (the URL quotes them); where the socket
+    cannot be opened (here a directory is in its place; a filesystem without sockets does
+    the same), the server starts on TCP alone."""
+    from host.server import SOCKET_FILE, EmbeddedServer
+
+    with EmbeddedServer(tmp_path / "line?1#a%41 b") as server:
+        assert server.socket is not None
+        store = Store.from_url(server.local_url)
+        assert store.time_ms() > 0
+        store.close()
+    blocked = tmp_path / "blocked"
+    (blocked / SOCKET_FILE).mkdir(parents=True)
+    (blocked / SOCKET_FILE / "x").write_text("keeps it from being removed")
+    with EmbeddedServer(blocked) as server:
+        assert server.socket is None and server.local_url == server.url
+        assert Store.from_url(server.local_url).time_ms() > 0
+
+
+def test_a_store_on_a_small_pool_keeps_no_connection(host: Host) -> None:
+    """With `?max_connections=1` every call needs the one connection: a kept one would
+    leave none for the store's other commands."""
+    scope = host.scope("small")
+    host.submit(scope, linear_recipe(1), job_id="j")
+    store = Store.from_url(host.url + "?max_connections=1")
+    host.stores.append(store)
+    for _ in range(3):
+        _, records, _ = store.load_batch(scope, ["j"])
+        assert records["j"] is not None
+        assert store.time_ms() > 0
