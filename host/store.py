@@ -531,6 +531,14 @@ class Store:
             raise StoreError(f"cannot reach {where}: {e}") from None
 
     def close(self) -> None:
+        """Close the client's connections, and the kept ones (on a cluster, a node that
+        left the cluster's view keeps its pool, which the cluster's close does not reach)."""
+        kept, self._kept = self._kept, {}
+        for pool, (pid, conn) in kept.items():
+            if pid == os.getpid():
+                with contextlib.suppress(Exception):
+                    conn.disconnect()
+                    pool.release(conn)
         with contextlib.suppress(redis.RedisError):
             self.r.close()
 

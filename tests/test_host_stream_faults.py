@@ -442,3 +442,21 @@ def test_a_store_on_a_small_pool_keeps_no_connection(host: Host) -> None:
         _, records, _ = store.load_batch(scope, ["j"])
         assert records["j"] is not None
         assert store.time_ms() > 0
+
+
+def test_a_closed_store_closes_its_kept_connection_and_works_again(host: Host) -> None:
+    scope = host.scope("closed")
+    host.submit(scope, linear_recipe(1), job_id="j")
+    name = f"closing-{scope}"
+    store = Store(redis.Redis.from_url(host.url, client_name=name))
+    store.load_batch(scope, ["j"])  # kept now
+    r = host.client()
+    assert [c for c in r.client_list() if c["name"] == name]
+    store.close()
+    wait_for(
+        lambda: not [c for c in r.client_list() if c["name"] == name],
+        what="the kept connection to close",
+    )
+    _, records, _ = store.load_batch(scope, ["j"])  # connects again
+    assert records["j"] is not None
+    store.close()
