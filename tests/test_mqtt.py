@@ -559,9 +559,16 @@ def test_a_hold_that_overtakes_its_work_is_not_held_and_the_work_runs_on(rig: Ri
     job = host.submit(scope, TIGHTENING, job_id="t").job
     worker = host.worker([scope])
     b1 = rig.bridge("b1")
-    host.run([worker], [], lambda: "t:clamp#1" in device.seen_ids)
-    # b1 stalls after reading the push of tighten: the entry stays pending with it
+    host.run([worker], [], lambda: any(c == "t:clamp#1" for _, _, c in _commands(host, scope)))
+    # b1 relays clamp's push and its answer while the worker does not run, then stops: the
+    # push of tighten comes after it (stepping the worker until the device had seen clamp
+    # let the worker apply the answer in the same steps, and b1 sent tighten's push too)
+    wait_for(
+        lambda: "t:clamp#1" in device.seen_ids and host.client().xlen(keys.work(scope)) > 0,
+        what="clamp's answer relayed",
+    )
     rig.stop(b1)
+    # b1 stalls after reading the push of tighten: the entry stays pending with it
     stalled = host.store()
     host.run([worker], [], lambda: any(c == "t:tighten#2" for _, _, c in _commands(host, scope)))
     rows = stalled.read_equipment(scope, "g", "b1", 10, None)
