@@ -8,6 +8,10 @@
   claim_once never reads ahead.
 
 Written by a review of the change; the first three failed before its fixes.
+
+Then the connection a store keeps between round trips (a server that closed it, threads,
+fork, a small pool, close), a batch's held last chunk, and the embedded server's Unix
+socket (odd paths, one that cannot be opened).
 """
 
 from __future__ import annotations
@@ -273,11 +277,22 @@ def test_jobs_run_to_the_end_in_resp2_and_in_resp3(host: Host) -> None:
         assert w.counters.outcome.applied == 3 * 3
 
 
-# -- the connection a thread keeps between round trips (Store._lease)
+# -- the connection a store keeps between round trips (Store._lease), and the Unix socket
 
 
 def _named_worker(host: Host, scope: str, name: str) -> Worker:
     return _worker_on(host, redis.Redis.from_url(host.url, client_name=name), scope)
+
+
+def _loads_read_their_own(store: Store, scope: str, job: str, order: bytes) -> bool:
+    """Whether 300 loads of `job` on `store` all read its own stored order (a connection
+    shared with another caller would hand it the other's replies)."""
+    for _ in range(300):
+        _, records, _ = store.load_batch(scope, [job])
+        record = records[job]
+        if record is None or record.order != order:
+            return False
+    return True
 
 
 def test_a_kept_connection_the_server_closed_is_connected_again(host: Host) -> None:
@@ -314,11 +329,8 @@ def test_threads_sharing_a_store_each_read_their_own_replies(host: Host) -> None
     wrong: list[str] = []
 
     def loads(job: str) -> None:
-        for _ in range(300):
-            _, records, _ = store.load_batch(scope, [job])
-            record = records[job]
-            if record is None or record.order != orders[job]:
-                wrong.append(job)
+        if not _loads_read_their_own(store, scope, job, orders[job]):
+            wrong.append(job)
 
     threads = [threading.Thread(target=loads, args=(j,)) for j in "ab"]
     for t in threads:
@@ -339,23 +351,14 @@ def test_a_forked_process_does_not_use_its_parents_kept_connection(host: Host) -
     store = host.store()
     orders = {j: store.job(scope, j).order for j in "ab"}  # type: ignore[union-attr]
     store.load_batch(scope, ["a"])  # the connection is kept now
-
-    def loads(job: str) -> bool:
-        for _ in range(300):
-            _, records, _ = store.load_batch(scope, [job])
-            record = records[job]
-            if record is None or record.order != orders[job]:
-                return False
-        return True
-
     pid = os.fork()
     if pid == 0:  # the child: its verdict is its exit code
         code = 1
         try:
-            code = 0 if loads("b") else 3
+            code = 0 if _loads_read_their_own(store, scope, "b", orders["b"]) else 3
         finally:
             os._exit(code)
-    ok = loads("a")
+    ok = _loads_read_their_own(store, scope, "a", orders["a"])
     _, status = os.waitpid(pid, 0)
     assert ok and os.waitstatus_to_exitcode(status) == 0
 
@@ -401,7 +404,9 @@ def test_an_embedded_server_takes_local_processes_on_its_unix_socket(tmp_path: A
         assert server.socket is not None and server.local_url.startswith("unix://")
         store = Store.from_url(server.local_url)
         assert store.time_ms() > 0
-        kinds = [c["flags"] for c in redis.Redis.from_url(server.url).client_list()]
+        tcp = redis.Redis.from_url(server.url)
+        kinds = [c["flags"] for c in tcp.client_list()]
+        tcp.close()
         assert any("U" in f for f in kinds), kinds  # the store's connection is on the socket
         store.close()
     deep = tmp_path / ("d" * (SOCKET_PATH_MAX - len(str(tmp_path))))
@@ -428,7 +433,9 @@ def test_a_socket_path_with_url_characters_and_one_that_cannot_be_opened(tmp_pat
     (blocked / SOCKET_FILE / "x").write_text("keeps it from being removed")
     with EmbeddedServer(blocked) as server:
         assert server.socket is None and server.local_url == server.url
-        assert Store.from_url(server.local_url).time_ms() > 0
+        store = Store.from_url(server.local_url)
+        assert store.time_ms() > 0
+        store.close()
 
 
 def test_a_store_on_a_small_pool_keeps_no_connection(host: Host) -> None:
