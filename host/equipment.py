@@ -12,6 +12,7 @@ the bench and the scripted equipment use it.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -157,6 +158,10 @@ class Responder:
     on_await: Callable[[AwaitData], None] | None = None
     seen: set[str] = field(default_factory=set)
     answered: int = 0
+    linger: float = 0.0
+    """Seconds a short read waits for more commands before they are answered (0: answer at
+    once). Commands that come one at a time then cost one round, not one round each."""
+    sleep: Callable[[float], None] = time.sleep
     _next: list[tuple[str, dict[bytes, bytes]]] = field(default_factory=list)
     """Equipment entries read ahead with the last answers: the next round's."""
 
@@ -173,6 +178,11 @@ class Responder:
             rows = self.store.read_equipment(self.scope, self.group, self.consumer, count, block_ms)
         if not rows:
             return 0
+        if self.linger > 0 and len(rows) < count:
+            self.sleep(self.linger)
+            rows += self.store.read_equipment(
+                self.scope, self.group, self.consumer, count - len(rows), None
+            )
         answers: list[dict[str, bytes]] = []
         for entry_id, raw in rows:
             try:

@@ -186,6 +186,32 @@ def test_a_responder_answers_acks_and_reads_ahead_in_one_pipeline(host: Host) ->
     assert responder.answered == 8
 
 
+def test_a_lingering_responder_answers_what_came_while_it_waited_in_the_same_round(
+    host: Host,
+) -> None:
+    """Responder.linger: a short read waits, then reads again, and answers both reads in one
+    round; a full read does not wait."""
+    scope = host.scope("linger")
+    jobs = [host.submit(scope, linear_recipe(1), job_id=f"j{i}").job for i in range(3)]
+    w = host.worker([scope], replace(FAST, read_count=1))
+    assert w.read_once(block_ms=100).applied == 1  # one push
+
+    waited: list[float] = []
+
+    def meanwhile(seconds: float) -> None:
+        waited.append(seconds)
+        assert w.read_once(block_ms=100).applied == 1  # a second push comes while it waits
+
+    responder = Responder(host.store(), scope, always("ok"), linger=0.25, sleep=meanwhile)
+    assert responder.pump(block_ms=100) == 2
+    assert responder.answered == 2
+    assert waited == [0.25]
+    assert w.read_once(block_ms=100).applied == 1  # the third push
+    assert responder.pump(block_ms=100, count=1) == 1  # a full read: no wait
+    assert waited == [0.25]
+    host.run([w], [responder], host.ended(scope, jobs))
+
+
 def test_a_large_batch_commits_in_chunks_sent_while_the_next_jobs_are_evaluated(
     host: Host,
 ) -> None:
