@@ -24,7 +24,8 @@
   HMGET, read raw) and one commit-shaped `sfc1_commit` (the job's real state and order,
   one equipment and one history entry, one entry acked) sent as the worker sends its
   commits (Store.commit_stream), timed alone and pipelined by 100. The ratio says how close
-  the worker comes to the floor.
+  the worker comes to the floor: of the medians, and round by round, each figure of (b) over
+  the floor taken just before it.
 - **The transport.** The server's Unix socket, which `sfc serve` gives the workers of its
   embedded server; the floor and (b) are taken over TCP as well, in the same rounds.
 
@@ -511,6 +512,12 @@ def cluster_round(jobs_per_scope: int = JOBS) -> tuple[float, int]:
             cluster.stop()
 
 
+def _ratios(values: list[float], floors: list[float]) -> str:
+    """The median and min-max of each round's figure over the floor taken next to it."""
+    r = [v / f for v, f in zip(values, floors, strict=True)]
+    return f"median {statistics.median(r):.2f}, {min(r):.2f}-{max(r):.2f}"
+
+
 def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
 
@@ -544,13 +551,15 @@ def main() -> None:
             event_rate, per_event = events_round(url, n)
             event_rates.append(event_rate)
             loads.append(per_event)
-            alone.append(floor_round(url, 1))
+            # each figure of (b) next to its floor: this machine's speed moves within a
+            # second, so a round's ratio compares the two at nearly the same speed
             piped.append(floor_round(url, 100))
             rate, _, split, lats, cpu = push_round(url, n)
             rates.append(rate)
             splits.append(split)
             cpus.append(cpu)
             lat += lats
+            alone.append(floor_round(url, 1))
             ub_rate, _, _, _, ub_cpu = push_round(url, n, read_count=1)
             unbatched.append(ub_rate)
             ub_cpus.append(ub_cpu)
@@ -580,13 +589,19 @@ def main() -> None:
             f"  (b) one worker, batched (100)  {_spread(rates)} events/s   (issue #9 target "
             f"2,000; #15 targets 10,000 and 50% of the floor)"
         )
-        print(f"      / floor pipelined 100      {rate / floor_piped:.2f}")
+        print(
+            f"      / floor pipelined 100      {rate / floor_piped:.2f} (round by round: "
+            f"{_ratios(rates, [1e6 / us for us in piped])})"
+        )
         ub = statistics.median(unbatched)
         print(
             f"  (b) one worker, unbatched (1)  {_spread(unbatched)} events/s   (#15 target: "
             f"80% of the floor alone)"
         )
-        print(f"      / floor alone              {ub / floor_alone:.2f}")
+        print(
+            f"      / floor alone              {ub / floor_alone:.2f} (round by round: "
+            f"{_ratios(unbatched, [1e6 / us for us in alone])})"
+        )
         cores = os.cpu_count() or 1
         for label, cs in (("batched", cpus), ("unbatched", ub_cpus)):
             med = Cpu(*(statistics.median(getattr(c, k) for c in cs) for k in CPU_PARTS))
