@@ -5,8 +5,9 @@
 - **Push jobs.** JOBS jobs of a linear-10 recipe are stored with StoreAndStart; then one
   worker (this process, one thread) applies them while an in-process responder (a child
   process, so that it does not take the worker's interpreter lock) answers every push `ok`,
-  gathering a short read's pushes for up to RESPONDER_LINGER first. The figure is the entries applied (start and answers) per second of wall time, from
-  the first read to the last job ended; where the worker's time went is split into reading,
+  gathering a short read's pushes for up to RESPONDER_LINGER first. The figure is the
+  entries applied (start and answers) per second of wall time, from the first read to the
+  last job ended; where the worker's time went is split into reading,
   loading (TIME and the hashes), evaluating (decode, evolve, encode) and committing.
 - **Pull events.** JOBS jobs each wait for one type with a `{jobId}` selector; one event per
   job is published (newest wait first) and the worker offers them: events applied per
@@ -573,8 +574,8 @@ def main() -> None:
         floor_piped = 1e6 / statistics.median(piped)
         rate = statistics.median(rates)
         print(
-            f"push jobs: {JOBS} jobs of linear-{STEPS}, the responder answering ok (after gathering "
-            f"a short read's pushes for {RESPONDER_LINGER * 1000:g} ms); on the "
+            f"push jobs: {JOBS} jobs of linear-{STEPS}, the responder answering ok (after "
+            f"gathering a short read's pushes for {RESPONDER_LINGER * 1000:g} ms); on the "
             "server's Unix socket, as `sfc serve` runs its workers"
         )
         print(

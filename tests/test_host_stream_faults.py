@@ -395,6 +395,15 @@ def test_a_batch_that_raises_while_its_last_chunk_is_held_writes_none_of_it(
         assert [h.event for h in history] == ["start"], (job, history)
 
 
+def _reaches(url: str) -> None:
+    """A store on `url` gets an answer from the server."""
+    store = Store.from_url(url)
+    try:
+        assert store.time_ms() > 0
+    finally:
+        store.close()
+
+
 def test_an_embedded_server_takes_local_processes_on_its_unix_socket(tmp_path: Any) -> None:
     """Its workers use the socket (fewer system calls a round trip than TCP); a data
     directory whose socket path would not fit a socket address gets TCP alone."""
@@ -413,15 +422,6 @@ def test_an_embedded_server_takes_local_processes_on_its_unix_socket(tmp_path: A
     with EmbeddedServer(deep) as server:
         assert server.socket is None and server.local_url == server.url
         _reaches(server.local_url)
-
-
-def _reaches(url: str) -> None:
-    """A store on `url` gets an answer from the server."""
-    store = Store.from_url(url)
-    try:
-        assert store.time_ms() > 0
-    finally:
-        store.close()
 
 
 def test_a_socket_path_with_url_characters_and_one_that_cannot_be_opened(tmp_path: Any) -> None:
