@@ -697,21 +697,61 @@ class Applier:
         `ahead`, the first round's load and commit stream also read ahead (ReadAhead). With
         `loaded` (a load of the batch's jobs, read ahead), the first round loads nothing."""
         tally = Outcome()
-        by_job: dict[str, list[Entry]] = {}
-        for e in entries:
-            if isinstance(e.data, EventData):
-                by_job.setdefault("", []).append(e)
-            else:
-                by_job.setdefault(e.data.job, []).append(e)
-        events = by_job.pop("", [])
-        pending = by_job
-        for attempt in range(CONFLICT_RETRIES):
+        jobs, events = _by_job(entries)
+        pending = self._round(scope, jobs, tally, ahead, loaded) if jobs else {}
+        self._finish(scope, pending, events, tally)
+        return tally
+
+    def prepare(self, scope: str, entries: Sequence[Entry], loaded: Loaded | None) -> Round:
+        """The first round of `apply`, evaluated and not sent (`send`, then `land`): a
+        worker evaluates its next batch while the server runs the one in flight. Jobs that
+        `loaded` lacks are loaded now."""
+        jobs, events = _by_job(entries)
+        tally = Outcome()
+        if not jobs:
+            return Round(scope, jobs, events, tally)
+        if loaded is None or not all(job in loaded[1] for job in jobs):
+            loaded = self.store.load_batch(scope, list(jobs))
+        commits, counts, missing = self._evaluate(scope, jobs, loaded, tally, None)
+        return Round(scope, jobs, events, tally, commits, counts, missing)
+
+    def send(self, r: Round, ahead: ReadAhead | None = None) -> None:
+        """Write the commits of a prepared round, and then `ahead`'s commands, in one
+        write; their replies are read by `land`."""
+        stream = r.stream = self.store.commit_stream(r.scope, ahead)
+        try:
+            self._send(stream, r.commits, hold=True)
+            stream.flush()
+        except BaseException:
+            stream.close()
+            raise
+
+    def land(self, r: Round) -> Outcome:
+        """The rest of `apply` for a round `send` wrote: its results, the retries of its
+        conflicts, its dropped entries and its events."""
+        tally = r.tally
+        results: list[str | Exception] = []
+        try:
+            self._drop_missing(r.scope, r.missing, tally)
+            if r.stream is not None:
+                results = r.stream.collect()
+        except BaseException:
+            if r.stream is not None:
+                r.stream.close()
+            raise
+        pending = self._results(r.jobs, r.commits, r.counts, results, tally)
+        self._finish(r.scope, pending, r.events, tally)
+        return tally
+
+    def _finish(
+        self, scope: str, pending: dict[str, list[Entry]], events: list[Entry], tally: Outcome
+    ) -> None:
+        """After a batch's first round: retry its conflicts, then offer its events."""
+        for attempt in range(1, CONFLICT_RETRIES):
             if not pending:
                 break
-            if attempt:
-                self.sleep(min(0.05, 0.001 * 2**attempt))
-            pending = self._round(scope, pending, tally, ahead, loaded)
-            ahead = loaded = None
+            self.sleep(min(0.05, 0.001 * 2**attempt))
+            pending = self._round(scope, pending, tally)
         else:
             for job, es in pending.items():
                 tally.failed += [(e.id, f"job {job}: {CONFLICT_RETRIES} conflicts") for e in es]
@@ -721,7 +761,6 @@ class Applier:
             except Exception as x:  # a broken stored state: the event stays pending
                 log.exception("scope %s: offering event %s raised", scope, e.id)
                 tally.failed.append((e.id, f"{type(x).__name__}: {x}"))
-        return tally
 
     def offer(self, scope: str, entry: Entry, tally: Outcome) -> str:
         """Offer an event entry to the waits that match it, oldest first, until one takes it.
@@ -818,51 +857,78 @@ class Applier:
         ahead: ReadAhead | None = None,
         loaded: Loaded | None = None,
     ) -> dict[str, list[Entry]]:
-        if loaded is not None and all(job in loaded[1] for job in jobs):
-            now, records, values = loaded
-        else:
-            now, records, values = self.store.load_batch(scope, list(jobs), ahead)
-        config = ScopeConfig.of(values, self.settings)
-        commits: list[Commit] = []
-        counts: list[Outcome] = []
-        missing: list[Entry] = []
+        """Load (unless `loaded` has every job), evaluate, commit; the jobs to try again."""
+        if loaded is None or not all(job in loaded[1] for job in jobs):
+            loaded = self.store.load_batch(scope, list(jobs), ahead)
         stream = self.store.commit_stream(scope, ahead)
-        sent = 0
         try:
-            for job, es in jobs.items():
-                record = records[job]
-                if record is None:
-                    missing += es
-                    continue
-                try:
-                    local = Outcome()
-                    commits.append(
-                        self.evaluator.evaluate(scope, job, record, es, now, config, local)
-                    )
-                    counts.append(local)
-                except Exception as e:  # a broken stored state: the entries stay pending
-                    log.exception(
-                        "job %s in scope %s: applying %d entries raised", job, scope, len(es)
-                    )
-                    tally.failed += [(x.id, f"{type(e).__name__}: {e}") for x in es]
-                if len(commits) - sent >= COMMIT_CHUNK:
-                    # the server runs these while the next jobs are evaluated
-                    self._send(stream, commits[sent:])
-                    sent = len(commits)
-            # the last chunk goes out with the stream's read ahead, in one write
-            self._send(stream, commits[sent:], hold=True)
-            if missing:
-                answers = [e.id for e in missing if e.kind == "answer"]
-                others = [e.id for e in missing if e.kind != "answer"]
-                for ids, counter in ((answers, ANSWERS_DROPPED), (others, ENTRIES_DROPPED)):
-                    if ids and self.store.ack(scope, ids, counter) == "gone":
-                        tally.gone += len(ids)
-                tally.dropped += len(missing)
-                tally.kinds.update((e.kind, "dropped") for e in missing)
+            commits, counts, missing = self._evaluate(scope, jobs, loaded, tally, stream)
+            self._drop_missing(scope, missing, tally)
             results = stream.finish()
         except BaseException:
             stream.close()
             raise
+        return self._results(jobs, commits, counts, results, tally)
+
+    def _evaluate(
+        self,
+        scope: str,
+        jobs: dict[str, list[Entry]],
+        loaded: Loaded,
+        tally: Outcome,
+        stream: CommitStream | None,
+    ) -> tuple[list[Commit], list[Outcome], list[Entry]]:
+        """Evaluate each job's entries: (commits, their tallies, entries of missing jobs).
+        With `stream`, the commits are sent as they are made, in chunks of COMMIT_CHUNK, and
+        the last chunk is held for the stream's read ahead."""
+        now, records, values = loaded
+        config = ScopeConfig.of(values, self.settings)
+        commits: list[Commit] = []
+        counts: list[Outcome] = []
+        missing: list[Entry] = []
+        sent = 0
+        for job, es in jobs.items():
+            record = records[job]
+            if record is None:
+                missing += es
+                continue
+            try:
+                local = Outcome()
+                commits.append(self.evaluator.evaluate(scope, job, record, es, now, config, local))
+                counts.append(local)
+            except Exception as e:  # a broken stored state: the entries stay pending
+                log.exception("job %s in scope %s: applying %d entries raised", job, scope, len(es))
+                tally.failed += [(x.id, f"{type(e).__name__}: {e}") for x in es]
+            if stream is not None and len(commits) - sent >= COMMIT_CHUNK:
+                # the server runs these while the next jobs are evaluated
+                self._send(stream, commits[sent:])
+                sent = len(commits)
+        if stream is not None:
+            # the last chunk goes out with the stream's read ahead, in one write
+            self._send(stream, commits[sent:], hold=True)
+        return commits, counts, missing
+
+    def _drop_missing(self, scope: str, missing: list[Entry], tally: Outcome) -> None:
+        """Ack the entries of jobs that are not stored (cleared), counted as dropped."""
+        if not missing:
+            return
+        answers = [e.id for e in missing if e.kind == "answer"]
+        others = [e.id for e in missing if e.kind != "answer"]
+        for ids, counter in ((answers, ANSWERS_DROPPED), (others, ENTRIES_DROPPED)):
+            if ids and self.store.ack(scope, ids, counter) == "gone":
+                tally.gone += len(ids)
+        tally.dropped += len(missing)
+        tally.kinds.update((e.kind, "dropped") for e in missing)
+
+    @staticmethod
+    def _results(
+        jobs: dict[str, list[Entry]],
+        commits: list[Commit],
+        counts: list[Outcome],
+        results: list[str | Exception],
+        tally: Outcome,
+    ) -> dict[str, list[Entry]]:
+        """Count what landed; the jobs to try again (a conflict, or a job that went)."""
         again: dict[str, list[Entry]] = {}
         for c, local, result in zip(commits, counts, results, strict=True):
             if result == "ok":
@@ -878,3 +944,30 @@ class Applier:
                 why = f"the commit failed: {type(result).__name__}: {result}"
                 tally.failed += [(e.id, why) for e in jobs[c.job]]
         return again
+
+
+def _by_job(entries: Sequence[Entry]) -> tuple[dict[str, list[Entry]], list[Entry]]:
+    """A batch's entries by job, in stream order, and its events (no job of their own)."""
+    by_job: dict[str, list[Entry]] = {}
+    events: list[Entry] = []
+    for e in entries:
+        if isinstance(e.data, EventData):
+            events.append(e)
+        else:
+            by_job.setdefault(e.data.job, []).append(e)
+    return by_job, events
+
+
+@dataclass(slots=True)
+class Round:
+    """A scope's batch prepared by `Applier.prepare`: evaluated, then sent (`send`), its
+    results read by `land`."""
+
+    scope: str
+    jobs: dict[str, list[Entry]]
+    events: list[Entry]
+    tally: Outcome
+    commits: list[Commit] = field(default_factory=list)
+    counts: list[Outcome] = field(default_factory=list)
+    missing: list[Entry] = field(default_factory=list)
+    stream: CommitStream | None = None

@@ -300,6 +300,10 @@ class CommitStream:
         self.written = 0
         """How many of `calls` went out: their replies are owed."""
         self._held: list[tuple[Any, ...]] = []
+        self._extra: list[tuple[Any, ...]] = []
+        """The read ahead's commands, written by `flush` after the calls."""
+        self._flushed = False
+        self._extra_written = False
         self._conn: Any = None
 
     def send(self, commits: Sequence[Commit], hold: bool = False) -> None:
@@ -328,16 +332,34 @@ class CommitStream:
             self._drop()
             raise
         self.written = len(self.calls)
+        if extra:
+            self._extra_written = True
 
     def finish(self) -> list[str | Exception]:
-        """Read every reply: each commit's result, then the read ahead's (`ahead`: the load
-        of its rows and the read of more). A commit that found the library missing is sent
-        again once it is loaded (the read ahead is not). A commit's error reply (out of
-        memory, a key of the wrong type) is its result: the other commits landed."""
-        extra = [] if self.ahead is None else self.ahead.commands(self.consumer, load=True)
+        """Write what is held with the read ahead (`flush`), then read every reply
+        (`collect`)."""
+        self.flush()
+        return self.collect()
+
+    def flush(self) -> None:
+        """Write the held calls, then the read ahead's commands (`ahead`: the load of its
+        rows and the read of more), in one write; their replies are owed to `collect`."""
+        if self._flushed:
+            return
+        self._flushed = True
+        self._extra = [] if self.ahead is None else self.ahead.commands(self.consumer, load=True)
+        if self.calls or self._extra:
+            self._write(self._extra)
+
+    def collect(self) -> list[str | Exception]:
+        """Read every reply (after `flush`): each commit's result, then the read ahead's. A
+        commit that found the library missing is sent again once it is loaded (the read
+        ahead is not). A commit's error reply (out of memory, a key of the wrong type) is its
+        result: the other commits landed."""
+        self.flush()
+        extra = self._extra
         if not self.calls and not extra:
             return []
-        self._write(extra)
         try:
             replies = _replies(self._conn, len(self.calls))
             if self.ahead is not None:
@@ -372,14 +394,18 @@ class CommitStream:
 
     def close(self) -> None:
         """After the caller raised: read the replies of what was written (those commits
-        land, each whole, as any sent call does) and give the connection back; when even
-        that fails, drop it. Held calls are not written. The caller's entries that were not
-        committed stay pending."""
+        land, each whole, as any sent call does; the rows a written read ahead read are
+        kept in its `rows`) and give the connection back; when even that fails, drop it.
+        Held calls are not written. The caller's entries that were not committed stay
+        pending."""
         self._held = []
         if self._conn is None:
             return
         try:
             _replies(self._conn, self.written)
+            if self._extra_written and self.ahead is not None:
+                # the rows it read are pending for this consumer: they are kept (ReadAhead)
+                self.ahead.take(_replies(self._conn, len(self._extra)))
         except Exception:  # the caller's error is the one to raise
             self._drop()
             return
