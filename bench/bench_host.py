@@ -70,6 +70,9 @@ RESPONDER_LINGER = 0.005
 (Responder.linger). Its process shares this machine's 2 cores with the worker and the server,
 where real equipment would not: answering each command of an unbatched worker alone cost it
 a round trip, and the server and the worker a share of their cores, per event."""
+OVERLAP = True
+"""Whether the bench's workers evaluate a batch while the one before is in flight
+(Worker.overlap), as `sfc serve` runs them."""
 SETTINGS = Settings(sweep_interval=1000, read_count=100)
 
 
@@ -240,7 +243,7 @@ def paced_round(url: str, n: int, rate: float) -> list[int]:
     recipe = linear(STEPS)
     for i in range(JOBS):
         assert submit(store, scope, recipe, job_id=f"j{i}").ok
-    worker = Worker(Store.from_url(url), SETTINGS, [scope])
+    worker = Worker(Store.from_url(url), SETTINGS, [scope], overlap=OVERLAP)
     worker.refresh_scopes()
     gc.collect()  # the rounds before left garbage a worker process would not have
     responder = paced_responder_process(url, scope, rate)
@@ -280,14 +283,17 @@ def push_round(url: str, n: int, read_count: int = 100) -> tuple[float, int, Spl
     recipe = linear(STEPS)
     for i in range(JOBS):
         assert submit(store, scope, recipe, job_id=f"j{i}").ok
-    worker = Worker(Store.from_url(url), replace(SETTINGS, read_count=read_count), [scope])
+    worker = Worker(
+        Store.from_url(url), replace(SETTINGS, read_count=read_count), [scope], overlap=OVERLAP
+    )
     worker.refresh_scopes()
     split = Split()
     split.wrap(worker.store, "read", "read")
     split.wrap(worker.store, "load_batch", "load")
     split.wrap(worker.applier.evaluator, "evaluate", "evaluate")
     split.wrap(worker.applier, "_send", "commit")  # the chunks' calls, packed and written
-    split.wrap(CommitStream, "finish", "commit")  # the replies
+    split.wrap(CommitStream, "flush", "commit")  # the last chunk and the read ahead
+    split.wrap(CommitStream, "collect", "commit")  # the replies
     responder = responder_process(url, scope)
     gc.collect()  # the rounds before left garbage a worker process would not have
     try:

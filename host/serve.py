@@ -151,7 +151,7 @@ def _worker_main(
         from host.metrics import WorkerMetrics
 
         metrics = WorkerMetrics()
-    worker = Worker(store, settings, scopes, consumer=consumer, metrics=metrics)
+    worker = Worker(store, settings, scopes, consumer=consumer, metrics=metrics, overlap=True)
     tune_collector()
     log.info("worker %s started", consumer)
     try:

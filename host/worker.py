@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from host.apply import Applier, Outcome
+from host.apply import Applier, Outcome, Round
 from host.entries import Entry, EntryError, decode_work, job_of
 from host.settings import Settings
 from host.store import Loaded, ReadAhead, Row, Store, unreachable
@@ -82,6 +82,34 @@ class Counters:
     trimmed: int = 0
 
 
+@dataclass(slots=True)
+class Flight:
+    """A batch whose commits are written and whose replies are not read yet (Worker.overlap):
+    each scope's round with its entries, the read ahead its write carried, and its jobs."""
+
+    rounds: list[tuple[Round, list[Entry]]]
+    ahead: ReadAhead | None
+    jobs: set[tuple[str, str]]
+    started: float
+
+
+def _merged(
+    ready: tuple[list[Row], dict[str, Loaded]] | None,
+    rows: list[Row],
+    loaded: dict[str, Loaded],
+) -> tuple[list[Row], dict[str, Loaded]]:
+    """Rows loaded ahead, then more rows with their newer load: a job's newer record wins."""
+    if ready is None:
+        return rows, loaded
+    merged = dict(ready[1])
+    for scope, (now, records, values) in loaded.items():
+        old = merged.get(scope)
+        if old is not None:
+            records = {**old[1], **records}
+        merged[scope] = (now, records, values)
+    return ready[0] + rows, merged
+
+
 class Worker:
     """One consumer of the work streams of `scopes` (every registered scope when None)."""
 
@@ -95,6 +123,7 @@ class Worker:
         applier: Applier | None = None,
         clock: Callable[[], float] = time.monotonic,
         metrics: WorkerMetrics | None = None,
+        overlap: bool = False,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -120,6 +149,13 @@ class Worker:
         batch, read before the rows of `_ahead`."""
         self._decoded: dict[tuple[str, str], Entry | EntryError] = {}
         """Rows read ahead that were decoded to load their jobs, by (scope, entry id)."""
+        self.overlap = overlap
+        """Whether a batch loaded ahead is evaluated while the batch before it is in flight
+        (its commits written, their replies not read yet): `read_once` then returns what
+        landed, the batch before. `sfc serve` overlaps; a worker stepped by a test does not,
+        unless it says so."""
+        self._flight: Flight | None = None
+        """The batch in flight, when overlapping."""
 
     # -- scopes and recovery
 
@@ -153,12 +189,33 @@ class Worker:
 
         Under load a batch costs one round trip: its commit stream loads the rows read
         ahead by the previous one, and reads the batch after them (ReadAhead)."""
+        if self._flight is not None:
+            shared = self._shared(self._flight)
+            if shared is None or shared:
+                # nothing to evaluate meanwhile, or a job of the next batch is in flight:
+                # the batch in flight lands first, and that job is loaded again
+                landed = self._land()
+                if self._ready is not None:
+                    for scope, job in shared or ():
+                        load = self._ready[1].get(scope)
+                        if load is not None:
+                            load[1].pop(job, None)
+                return landed
         total = Outcome()
         if not self.scopes:
             return total
         loaded: dict[str, Loaded] = {}
+        from_ready = self._ready is not None
         if self._ready is not None:
             (rows, loaded), self._ready = self._ready, None
+            if self._overlapping():
+                # loaded ahead by two round trips at once: one batch now, the rest next
+                n = self._batch_end(rows)
+                if n < len(rows):
+                    rows, self._ready = rows[:n], (rows[n:], loaded)
+        elif self._overlapping():  # it may have read two batches ahead: one now
+            n = self._batch_end(self._ahead)
+            rows, self._ahead = self._ahead[:n], self._ahead[n:]
         else:
             rows, self._ahead = self._ahead, []
         if not rows:
@@ -170,9 +227,11 @@ class Worker:
         # reads ahead (after a short one, the next read waits for more instead, so that
         # batches do not shrink); the rows read ahead already load after its commits
         full = any(len(e) >= self.settings.read_count for e in by_scope.values())
+        if from_ready and self._overlapping():
+            return self._fly(by_scope, loaded, full)
         ahead = None
         if self.read_ahead and (full or self._ahead) and self.store.can_read_ahead(self.scopes):
-            count = self.settings.read_count if full else 0
+            count = self._ahead_count() if full else 0
             loads = self.settings.read_count <= LOAD_AHEAD_MAX
             job_of = self._row_job if loads else None
             ahead = ReadAhead(tuple(self.scopes), count, self._ahead, job_of)
@@ -190,11 +249,116 @@ class Worker:
                 self._ready = (ahead.ready, ahead.loaded)
         return total
 
+    def _overlapping(self) -> bool:
+        """Whether batches overlap now (`overlap`): small ones, read and loaded ahead. A
+        large batch's commits go out in chunks as it is evaluated already (Applier), and
+        overlapping batches of 100 gained nothing measurable."""
+        return (
+            self.overlap
+            and self.read_ahead
+            and self.settings.read_count <= LOAD_AHEAD_MAX
+            and self.store.can_read_ahead(self.scopes)
+        )
+
+    def _batch_end(self, rows: list[Row]) -> int:
+        """How many of `rows` make one batch: up to SFC_READ_COUNT of each scope."""
+        per: dict[str, int] = {}
+        limit = self.settings.read_count
+        for i, (scope, _, _) in enumerate(rows):
+            n = per[scope] = per.get(scope, 0) + 1
+            if n > limit:
+                return i
+        return len(rows)
+
+    def _ahead_count(self) -> int:
+        """How many entries a round trip reads ahead per stream: one batch, or, for a worker
+        that overlaps, two while fewer than two batches wait read or loaded (so that the
+        batch after the one in flight is loaded when the one in flight is written)."""
+        count = self.settings.read_count
+        if not self._overlapping():
+            return count
+        waiting = len(self._ahead) + (0 if self._ready is None else len(self._ready[0]))
+        return count if waiting >= 2 * count else 2 * count
+
+    def _shared(self, flight: Flight) -> set[tuple[str, str]] | None:
+        """The jobs of the next batch loaded ahead that are in flight (loaded before the
+        flight's commits: stale); None when there is no such batch to evaluate meanwhile."""
+        if self._ready is None or not self._overlapping():
+            return None
+        shared: set[tuple[str, str]] = set()
+        rows = self._ready[0]
+        for scope, entry_id, _ in rows[: self._batch_end(rows)]:
+            entry = self._decoded.get((scope, entry_id))
+            job = job_of(entry) if isinstance(entry, Entry) else None
+            if job is not None and (scope, job) in flight.jobs:
+                shared.add((scope, job))
+        return shared
+
+    def _fly(
+        self,
+        by_scope: dict[str, list[tuple[str, dict[bytes, bytes]]]],
+        loaded: dict[str, Loaded],
+        full: bool,
+    ) -> Outcome:
+        """Evaluate a batch loaded ahead while the one before is in flight, then land that
+        one (its replies carry the next batch and the rows after it), then write this one's
+        commits with the read ahead that follows, and leave them in flight."""
+        started = time.perf_counter()
+        prepared: list[tuple[Round, list[Entry]]] = []
+        total = Outcome()
+        for scope, entries in by_scope.items():
+            good = self._decode(scope, entries, 1)
+            if not good:
+                continue
+            try:
+                prepared.append((self.applier.prepare(scope, good, loaded.get(scope)), good))
+            except Exception as e:
+                if unreachable(e):
+                    raise  # the loop reconnects; the entries stay pending
+                total.add(self._raised(scope, good, e))
+        total.add(self._land())
+        if not prepared:
+            return total
+        ahead = None
+        if full or self._ahead:
+            count = self._ahead_count() if full else 0
+            ahead = ReadAhead(tuple(self.scopes), count, self._ahead, self._row_job)
+        flight = self._flight = Flight([], ahead, set(), started)
+        last = len(prepared) - 1
+        for i, (r, good) in enumerate(prepared):
+            # the last round's write reads ahead (for every scope), after its commits
+            self.applier.send(r, ahead if i == last else None)
+            flight.rounds.append((r, good))
+            flight.jobs.update((r.scope, job) for job in r.jobs)
+        return total
+
+    def _land(self) -> Outcome:
+        """Read the replies of the batch in flight, and finish it (Applier.land); the rows
+        its read ahead loaded make the next batch."""
+        flight, self._flight = self._flight, None
+        total = Outcome()
+        if flight is None:
+            return total
+        try:
+            for i, (r, good) in enumerate(flight.rounds):
+                try:
+                    total.add(self._guarded(r.scope, good, flight.started, self.applier.land, r))
+                except BaseException:
+                    for later, _ in flight.rounds[i + 1 :]:
+                        if later.stream is not None:
+                            later.stream.close()  # their commits land; their replies go
+                    raise
+        finally:
+            ahead = flight.ahead
+            if ahead is not None and ahead.ready:
+                self._ready = _merged(self._ready, ahead.ready, ahead.loaded)
+        return total
+
     def drain(self) -> Outcome:
         """Apply the entries read ahead, reading nothing more: before the worker stops, so
         that they do not wait for another worker to claim them."""
         total = Outcome()
-        while self._ready is not None or self._ahead:
+        while self._ready is not None or self._ahead or self._flight is not None:
             read_ahead, self.read_ahead = self.read_ahead, False
             try:
                 total.add(self.read_once())
@@ -242,28 +406,42 @@ class Worker:
         good = self._decode(scope, entries, deliveries)
         if not good:
             return Outcome()
+        return self._guarded(scope, good, started, self.applier.apply, scope, good, ahead, loaded)
+
+    def _guarded(
+        self,
+        scope: str,
+        good: list[Entry],
+        started: float,
+        step: Callable[..., Outcome],
+        *args: object,
+    ) -> Outcome:
+        """`step(*args)`, which applies `good`, counted and reported; one that raises (but
+        for an unreachable server) is logged, and its entries stay pending."""
         try:
-            outcome = self.applier.apply(scope, good, ahead, loaded)
+            outcome = step(*args)
         except Exception as e:
             if unreachable(e):
                 raise  # the loop reconnects; the entries stay pending
-
-            # A bug, or a stored state that does not decode: nothing was committed that
-            # the commit did not ack, so the entries stay pending and are claimed later.
-            # (Commits that had gone out in an earlier chunk landed, and acked theirs.)
-            log.exception(
-                "scope %s: a batch of %d entries raised; those it had not committed stay pending",
-                scope,
-                len(good),
-                extra={"scope": scope, "reason": f"{type(e).__name__}: {e}"},
-            )
-            if self.metrics is not None:
-                self.metrics.failed(scope, len(good))
-            return Outcome(failed=[(e.id, "the batch raised") for e in good])
+            return self._raised(scope, good, e)
         self.counters.batches += 1
         self.counters.outcome.add(outcome)
         self._report(scope, outcome, time.perf_counter() - started, len(good))
         return outcome
+
+    def _raised(self, scope: str, good: list[Entry], e: Exception) -> Outcome:
+        # A bug, or a stored state that does not decode: nothing was committed that the
+        # commit did not ack, so the entries stay pending and are claimed later. (Commits
+        # that had gone out in an earlier chunk landed, and acked theirs.)
+        log.exception(
+            "scope %s: a batch of %d entries raised; those it had not committed stay pending",
+            scope,
+            len(good),
+            extra={"scope": scope, "reason": f"{type(e).__name__}: {e}"},
+        )
+        if self.metrics is not None:
+            self.metrics.failed(scope, len(good))
+        return Outcome(failed=[(x.id, "the batch raised") for x in good])
 
     def _report(self, scope: str, outcome: Outcome, seconds: float, entries: int) -> None:
         """The logs and metrics of an applied batch: entries that stay pending and faults at
@@ -488,6 +666,8 @@ class Worker:
                     self.metrics.reconnect()
                 down_since, backoff = None, 0.0
         waiting = len(self._ahead) + (0 if self._ready is None else len(self._ready[0]))
+        if self._flight is not None:
+            waiting += sum(len(good) for _, good in self._flight.rounds)
         try:
             self.drain()
         except Exception as e:  # they stay pending: another worker claims them

@@ -106,9 +106,13 @@ class Host:
         return s
 
     def worker(
-        self, scopes: Sequence[str] | None, settings: Settings = FAST, consumer: str | None = None
+        self,
+        scopes: Sequence[str] | None,
+        settings: Settings = FAST,
+        consumer: str | None = None,
+        overlap: bool = False,
     ) -> Worker:
-        w = Worker(self.store(), settings, scopes, consumer=consumer)
+        w = Worker(self.store(), settings, scopes, consumer=consumer, overlap=overlap)
         w.refresh_scopes()
         return w
 

@@ -81,7 +81,9 @@ def caught_holding(
     return holding
 
 
-def workers_killed(fleet: Fleet, jobs: int, kills: int, instances: int = 3) -> None:
+def workers_killed(
+    fleet: Fleet, jobs: int, kills: int, instances: int = 3, env: dict[str, str] | None = None
+) -> None:
     t0 = time.monotonic()
     _, rnd = seeded("fault 1 (workers killed)")
     server = fleet.server()
@@ -90,7 +92,7 @@ def workers_killed(fleet: Fleet, jobs: int, kills: int, instances: int = 3) -> N
     equipment = fleet.scripted(
         server.url, scope, {"replies": {"jam": ["error:jammed"]}, "default": "ok@20"}
     )
-    fleet_of = [fleet.instance(server.url, scope) for _ in range(instances)]
+    fleet_of = [fleet.instance(server.url, scope, env) for _ in range(instances)]
     for i in fleet_of:
         i.wait_serving()
     good = chain_recipe(["a1", "a2", "a3"])
@@ -131,6 +133,7 @@ def workers_killed(fleet: Fleet, jobs: int, kills: int, instances: int = 3) -> N
     assert equipment.error is None
     print_figures(
         "1 workers killed",
+        env=env or {},
         jobs=jobs,
         instances=instances,
         kills=kills,
@@ -149,9 +152,20 @@ def test_1_workers_killed_mid_flight(fleet: Fleet) -> None:
     workers_killed(fleet, jobs=30, kills=2)
 
 
+def test_1_workers_killed_with_a_batch_in_flight(fleet: Fleet) -> None:
+    """One entry a batch: each worker evaluates its next batch while the one before is in
+    flight (Worker.overlap), so a kill finds commits written whose replies were not read."""
+    workers_killed(fleet, jobs=30, kills=2, env={"SFC_READ_COUNT": "1"})
+
+
 @pytest.mark.faults_long
 def test_1_workers_killed_mid_flight_long(fleet: Fleet) -> None:
     workers_killed(fleet, jobs=300, kills=6)
+
+
+@pytest.mark.faults_long
+def test_1_workers_killed_with_a_batch_in_flight_long(fleet: Fleet) -> None:
+    workers_killed(fleet, jobs=300, kills=6, env={"SFC_READ_COUNT": "1"})
 
 
 # -- 3. the server dies

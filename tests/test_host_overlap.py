@@ -1,0 +1,202 @@
+"""Overlapping batches (Worker.overlap, as `sfc serve` runs its workers): a small batch loaded
+ahead is evaluated while the batch before it is in flight, its commits written and their
+replies not read yet. Nothing is applied twice or out of order, a job in flight is loaded
+again before its next entry is evaluated, a conflict found on landing is retried, and what
+is in flight lands before the worker stops."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from typing import Any
+
+from generated.work_entry_v1_0 import ResumeData
+from host import keys
+from host.entries import decode_history, fields
+from host.worker import LOAD_AHEAD_MAX
+from tests.faultkit import wait_until
+from tests.hostkit import FAST, Host, linear_recipe, pending_of, started
+
+ONE = replace(FAST, read_count=1)
+
+
+def loads_of(w: Any) -> list[list[str]]:
+    """Spy on a worker's own loads (the jobs of each `load_batch` round trip)."""
+    calls: list[list[str]] = []
+    inner = w.store.load_batch
+
+    def load_batch(scope: str, jobs: Any, ahead: Any = None) -> Any:
+        calls.append(list(jobs))
+        return inner(scope, jobs, ahead)
+
+    w.store.load_batch = load_batch
+    return calls
+
+
+def events_of(host: Host, scope: str, job: str) -> list[str]:
+    return [decode_history(f).event for _, f in host.store().history(scope, job, 20)]
+
+
+def test_a_batch_is_evaluated_while_the_one_before_is_in_flight(host: Host) -> None:
+    scope = host.scope("overlap")
+    jobs = [host.submit(scope, linear_recipe(1), job_id=f"j{i}").job for i in range(6)]
+    w = host.worker([scope], ONE, overlap=True)
+    loads = loads_of(w)
+    r = host.client()
+
+    # the first batch is applied as read; its round trips read and load two batches ahead
+    assert w.read_once(block_ms=100).applied == 1 and started(host, scope, "j0")
+    assert w._flight is None and w._ready is not None
+    # the next one goes in flight: written, not landed, while j2 waits loaded
+    assert w.read_once(block_ms=100).applied == 0
+    assert w._flight is not None and [j for _, j in w._flight.jobs] == ["j1"]
+    wait_until(lambda: started(host, scope, "j1"), timeout=10, what="j1 to start on the server")
+    assert w.counters.outcome.applied == 1  # counted when it lands
+    # from now on each call evaluates one batch and lands the one before
+    for n in range(2, 6):
+        out = w.read_once(block_ms=100)
+        assert out.applied == 1, n
+        assert w._flight is not None and [j for _, j in w._flight.jobs] == [f"j{n}"]
+        assert w.counters.outcome.applied == n
+    assert w.drain().applied == 1
+    assert w._flight is None and w._ready is None and w._ahead == [] and w._decoded == {}
+    assert w.counters.outcome.applied == 6 and w.counters.outcome.conflicts == 0
+    assert all(started(host, scope, j) for j in jobs)
+    assert loads == [["j0"]]  # every later batch was loaded ahead
+    assert pending_of(r, scope) == [] and r.xlen(keys.work(scope)) == 0
+    for job in jobs:
+        assert events_of(host, scope, job) == ["start"]
+
+
+def test_a_job_in_flight_lands_before_its_next_entry_is_evaluated(host: Host) -> None:
+    """j's start and a resume for j, one batch apart: the resume was loaded before the start
+    was committed, so the start lands first and j is loaded again (no conflict)."""
+    scope = host.scope("same")
+    store = host.store()
+    for name in ("a", "b", "c"):
+        host.submit(scope, linear_recipe(1), job_id=name)
+    host.submit(scope, linear_recipe(2), job_id="j")
+    store.add_work(scope, fields("resume", ResumeData(job="j")))
+    host.submit(scope, linear_recipe(1), job_id="d")
+    w = host.worker([scope], ONE, overlap=True)
+    loads = loads_of(w)
+    landed_first = False
+    for _ in range(20):
+        flight = w._flight
+        w.read_once(block_ms=50)
+        if flight is not None and (scope, "j") in flight.jobs and w._flight is None:
+            landed_first = True  # j was in flight and its next entry was next: it landed
+    w.drain()
+    assert landed_first
+    assert w.counters.outcome.conflicts == 0
+    assert loads.count(["j"]) == 1, loads  # loaded again after its start landed
+    assert events_of(host, scope, "j") == ["start", "resume"]
+    assert all(started(host, scope, job) for job in ("a", "b", "c", "d", "j"))
+    assert pending_of(host.client(), scope) == []
+
+
+def test_a_conflict_found_when_a_batch_lands_is_applied_again(host: Host) -> None:
+    """Another worker moves a job after this one loaded it ahead: the commit in flight
+    conflicts, and landing loads the job again and applies the entry on the new state."""
+    scope = host.scope("moved")
+    for i in range(4):
+        host.submit(scope, linear_recipe(1), job_id=f"j{i}")
+    w = host.worker([scope], ONE, overlap=True)
+    assert w.read_once(block_ms=100).applied == 1
+    assert w._ready is not None and [i for _, i, _ in w._ready[0]]
+    ready_jobs = list(w._ready[1][scope][1])
+    assert "j1" in ready_jobs
+    # another worker applies a resume for j1 after j1 was loaded here
+    host.store().add_work(scope, fields("resume", ResumeData(job="j1")))
+    other = host.worker([scope], ONE)
+    other.read_ahead = False
+    assert other.read_once(block_ms=100).absorbed == 1
+    w.read_once(block_ms=100)  # j1's start goes in flight, on its stale load
+    for _ in range(20):
+        if w._flight is None and w._ready is None and not w._ahead:
+            break
+        w.read_once(block_ms=50)
+    assert w.counters.outcome.conflicts == 1
+    assert w.counters.outcome.applied == 4
+    assert events_of(host, scope, "j1") == ["resume", "start"]
+    assert all(started(host, scope, f"j{i}") for i in range(4))
+    assert pending_of(host.client(), scope) == []
+
+
+def test_entries_of_jobs_run_to_their_end_once_and_in_order_with_overlap(host: Host) -> None:
+    """Jobs of three steps in two scopes, the equipment answering at once: every job
+    completes, each entry is applied once, in the order of its job's history."""
+    scopes = [host.scope("run-a"), host.scope("run-b")]
+    for scope in scopes:
+        for i in range(12):
+            host.submit(scope, linear_recipe(3), job_id=f"j{i}")
+    w = host.worker(scopes, ONE, overlap=True)
+    responders = [host.responder(scope) for scope in scopes]
+    stop = threading.Event()
+
+    def answer() -> None:
+        while not stop.is_set():
+            for responder in responders:
+                responder.pump(block_ms=5)
+
+    t = threading.Thread(target=answer, daemon=True)
+    t.start()
+    flights = 0
+    try:
+        for _ in range(2000):
+            w.read_once(block_ms=20)
+            flights += w._flight is not None
+            if all(
+                host.order_path(s, f"j{i}") == "Ended/Completed" for s in scopes for i in range(12)
+            ):
+                break
+        w.drain()
+    finally:
+        stop.set()
+        t.join(timeout=10)
+    assert flights > 0
+    for scope in scopes:
+        for i in range(12):
+            assert host.order_path(scope, f"j{i}") == "Ended/Completed"
+            assert events_of(host, scope, f"j{i}") == ["start", "answer", "answer", "answer"]
+        assert pending_of(host.client(), scope) == []
+    assert w.counters.outcome.applied == 2 * 12 * 4
+
+
+def test_a_stopping_worker_lands_its_batch_in_flight(host: Host) -> None:
+    scope = host.scope("stop")
+    for i in range(5):
+        host.submit(scope, linear_recipe(1), job_id=f"j{i}")
+    w = host.worker([scope], ONE, overlap=True)
+    stop = threading.Event()
+    stopped_with_flight = threading.Event()
+    inner = w.read_once
+
+    def read_once(block_ms: int | None = None) -> Any:
+        out = inner(block_ms)
+        if w._flight is not None:
+            stopped_with_flight.set()
+            stop.set()  # stop with a batch in flight
+        return out
+
+    w.read_once = read_once  # type: ignore[method-assign]
+    w.run(stop)
+    assert stopped_with_flight.is_set()
+    assert w._flight is None and w._ready is None and w._ahead == []
+    assert all(started(host, scope, f"j{i}") for i in range(5))
+    assert w.counters.outcome.applied == 5
+    assert pending_of(host.client(), scope) == []
+
+
+def test_large_batches_do_not_overlap(host: Host) -> None:
+    """Above LOAD_AHEAD_MAX a batch's commits go out in chunks as it is evaluated; it is
+    applied as before, and nothing is left in flight."""
+    scope = host.scope("large")
+    n = LOAD_AHEAD_MAX + 1
+    for i in range(3 * n):
+        host.submit(scope, linear_recipe(1), job_id=f"j{i}")
+    w = host.worker([scope], replace(FAST, read_count=n), overlap=True)
+    for _ in range(3):
+        assert w.read_once(block_ms=100).applied == n
+        assert w._flight is None
+    assert all(started(host, scope, f"j{i}") for i in range(3 * n))
