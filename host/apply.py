@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -160,10 +159,10 @@ class Outcome:
     failed: list[tuple[str, str]] = field(default_factory=list)
     """(entry id, error) of entries whose processing raised; they stay pending."""
     # -- for the metrics and the logs (host/metrics.py): counted when the commit lands
-    kinds: Counter[tuple[str, str]] = field(default_factory=Counter)
+    kinds: dict[tuple[str, str], int] = field(default_factory=dict)
     """(entry kind, disposition) -> entries: applied, absorbed, rejected, dropped,
     duplicate, unmatched."""
-    sent: Counter[str] = field(default_factory=Counter)
+    sent: dict[str, int] = field(default_factory=dict)
     """Equipment entries appended, by kind (push, hold, restart, await, withdraw)."""
     answer_waits: list[int] = field(default_factory=list)
     """For each answer whose commit appended commands: ms from the answer's entry id to the
@@ -181,15 +180,16 @@ class Outcome:
         self.duplicates += other.duplicates
         self.unmatched += other.unmatched
         self.loads += other.loads
-        # the lists and counters are mostly empty: Counter.update costs even then
+        # the lists and counts are mostly empty (plain dicts: a Counter costs some µs to
+        # make, and a few are made per job)
         if other.failed:
             self.failed += other.failed
         kinds = self.kinds
         for key, n in other.kinds.items():
-            kinds[key] += n
+            kinds[key] = kinds.get(key, 0) + n
         sent = self.sent
         for kind, n in other.sent.items():
-            sent[kind] += n
+            sent[kind] = sent.get(kind, 0) + n
         if other.answer_waits:
             self.answer_waits += other.answer_waits
         if other.ends:
@@ -336,7 +336,7 @@ class Evaluator:
                     item = msgspec.structs.replace(item, order=path)
             history.append(("evaluation", encode(item)))
         for kind, _ in equipment:
-            tally.sent[kind] += 1
+            tally.sent[kind] = tally.sent.get(kind, 0) + 1
         due = next_deadline(state)
         running = state.status == "running" and not joborder.ended(order)
         wait_ops = [] if isinstance(graph, str) else waits.changes(loaded, state, graph, at)
@@ -568,7 +568,8 @@ def _observe(
     """What the metrics and the logs need of one evaluated work entry (not of a method)."""
     if isinstance(entry.data, MethodCall):
         return
-    tally.kinds[(entry.kind, disposition)] += 1
+    key = (entry.kind, disposition)
+    tally.kinds[key] = tally.kinds.get(key, 0) + 1
     if entry.kind == "answer" and sent and entry.ms:
         tally.answer_waits.append(max(0, item.at - entry.ms))
     if order is not before and joborder.ended(order) and not joborder.ended(before):
@@ -826,10 +827,10 @@ class Applier:
             return "gone"
         if counter == EVENTS_DUPLICATE:
             tally.duplicates += 1
-            tally.kinds["event", "duplicate"] += 1
+            tally.kinds["event", "duplicate"] = tally.kinds.get(("event", "duplicate"), 0) + 1
             return "duplicate"
         tally.unmatched += 1
-        tally.kinds["event", "unmatched"] += 1
+        tally.kinds["event", "unmatched"] = tally.kinds.get(("event", "unmatched"), 0) + 1
         return "unmatched"
 
     def _drop_stale(
@@ -887,7 +888,9 @@ class Applier:
         counts: list[Outcome] = []
         missing: list[Entry] = []
         sent = 0
+        left = len(jobs)
         for job, es in jobs.items():
+            left -= 1
             record = records[job]
             if record is None:
                 missing += es
@@ -899,8 +902,11 @@ class Applier:
             except Exception as e:  # a broken stored state: the entries stay pending
                 log.exception("job %s in scope %s: applying %d entries raised", job, scope, len(es))
                 tally.failed += [(x.id, f"{type(e).__name__}: {e}") for x in es]
-            if stream is not None and len(commits) - sent >= COMMIT_CHUNK:
-                # the server runs these while the next jobs are evaluated
+            waiting = len(commits) - sent
+            if stream is not None and (waiting >= COMMIT_CHUNK or (sent and 0 < left < waiting)):
+                # the server runs these while the next jobs are evaluated; after the first
+                # chunk, the chunks halve towards the end, so that the server has little
+                # left to run when the last is written
                 self._send(stream, commits[sent:])
                 sent = len(commits)
         if stream is not None:
@@ -918,7 +924,8 @@ class Applier:
             if ids and self.store.ack(scope, ids, counter) == "gone":
                 tally.gone += len(ids)
         tally.dropped += len(missing)
-        tally.kinds.update((e.kind, "dropped") for e in missing)
+        for e in missing:
+            tally.kinds[e.kind, "dropped"] = tally.kinds.get((e.kind, "dropped"), 0) + 1
 
     @staticmethod
     def _results(

@@ -79,7 +79,7 @@ def test_a_stream_that_outlasts_the_health_check_interval_commits_every_chunk(
     w = _worker_on(host, client, scope)
     calls = _stall_before_second_chunk(w, 0.3)
     outcome = w.read_once(block_ms=100)  # raised redis.ConnectionError before the fix
-    assert calls == [COMMIT_CHUNK, 3]
+    assert calls == [COMMIT_CHUNK, 2, 1]  # the second is written mid-stream
     assert outcome.applied == n
     assert all(started(host, scope, j) for j in jobs)
 
@@ -102,7 +102,7 @@ def test_a_health_check_mid_stream_with_a_retrying_client_does_not_misread_repli
     w = _worker_on(host, client, scope)
     calls = _stall_before_second_chunk(w, 0.3)
     outcome = w.read_once(block_ms=100)  # TimeoutError after 2 s before the fix
-    assert calls == [COMMIT_CHUNK, 3]
+    assert calls == [COMMIT_CHUNK, 2, 1]  # the second is written mid-stream
     assert outcome.applied == n
     assert all(started(host, scope, j) for j in jobs)
 
@@ -371,7 +371,7 @@ def test_a_batch_that_raises_while_its_last_chunk_is_held_writes_none_of_it(
     land and the held one is never written: its entries stay pending, and the kept
     connection still answers in order."""
     scope = host.scope("held")
-    n = COMMIT_CHUNK + 3
+    n = COMMIT_CHUNK + 1  # one held: a chunk halves only when more wait than are left
     jobs = [host.submit(scope, linear_recipe(1), job_id=f"j{i}").job for i in range(n)]
     host.submit(scope, linear_recipe(1), job_id="gone")
     r = host.client()
@@ -386,7 +386,7 @@ def test_a_batch_that_raises_while_its_last_chunk_is_held_writes_none_of_it(
     outcome = w.read_once(block_ms=100)
     assert outcome.applied == 0 and len(outcome.failed) == n + 1  # the batch raised
     assert sum(started(host, scope, j) for j in jobs) == COMMIT_CHUNK
-    assert len(pending_of(r, scope)) == 4  # the held chunk's 3, and the missing job's start
+    assert len(pending_of(r, scope)) == 2  # the held chunk's 1, and the missing job's start
     w.store.ack = inner  # type: ignore[method-assign]
     host.run([w], [], lambda: all(started(host, scope, j) for j in jobs), sweep=False)
     assert pending_of(r, scope) == []
