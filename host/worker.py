@@ -97,11 +97,22 @@ def _merged(
     ready: tuple[list[Row], dict[str, Loaded]] | None,
     rows: list[Row],
     loaded: dict[str, Loaded],
+    job_of: Callable[[Row], str | None],
 ) -> tuple[list[Row], dict[str, Loaded]]:
-    """Rows loaded ahead, then more rows with their newer load: a job's newer record wins."""
+    """Rows loaded ahead, then more rows with their newer load: a job's newer record wins,
+    and of the older load only the records of jobs with rows waiting are kept."""
     if ready is None:
         return rows, loaded
-    merged = dict(ready[1])
+    keep: dict[str, set[str]] = {}
+    for row in ready[0]:
+        job = job_of(row)
+        if job is not None:
+            keep.setdefault(row[0], set()).add(job)
+    merged: dict[str, Loaded] = {}
+    for scope, (now, records, values) in ready[1].items():
+        jobs = keep.get(scope)
+        if jobs:
+            merged[scope] = (now, {j: r for j, r in records.items() if j in jobs}, values)
     for scope, (now, records, values) in loaded.items():
         old = merged.get(scope)
         if old is not None:
@@ -287,12 +298,16 @@ class Worker:
             return None
         shared: set[tuple[str, str]] = set()
         rows = self._ready[0]
-        for scope, entry_id, _ in rows[: self._batch_end(rows)]:
-            entry = self._decoded.get((scope, entry_id))
-            job = job_of(entry) if isinstance(entry, Entry) else None
-            if job is not None and (scope, job) in flight.jobs:
-                shared.add((scope, job))
+        for row in rows[: self._batch_end(rows)]:
+            job = self._job_read(row)
+            if job is not None and (row[0], job) in flight.jobs:
+                shared.add((row[0], job))
         return shared
+
+    def _job_read(self, row: Row) -> str | None:
+        """The job of a row read ahead and decoded (`_row_job`); None for an event."""
+        entry = self._decoded.get((row[0], row[1]))
+        return job_of(entry) if isinstance(entry, Entry) else None
 
     def _fly(
         self,
@@ -351,7 +366,7 @@ class Worker:
         finally:
             ahead = flight.ahead
             if ahead is not None and ahead.ready:
-                self._ready = _merged(self._ready, ahead.ready, ahead.loaded)
+                self._ready = _merged(self._ready, ahead.ready, ahead.loaded, self._job_read)
         return total
 
     def drain(self) -> Outcome:

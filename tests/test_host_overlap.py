@@ -10,10 +10,14 @@ import threading
 from dataclasses import replace
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from generated.work_entry_v1_0 import ResumeData
 from host import keys
 from host.entries import decode_history, fields
-from host.worker import LOAD_AHEAD_MAX
+from host.store import JobRecord, Loaded, Row
+from host.worker import LOAD_AHEAD_MAX, _merged
 from tests.faultkit import wait_until
 from tests.hostkit import FAST, Host, linear_recipe, pending_of, started
 
@@ -142,10 +146,13 @@ def test_entries_of_jobs_run_to_their_end_once_and_in_order_with_overlap(host: H
     t = threading.Thread(target=answer, daemon=True)
     t.start()
     flights = 0
+    most = 0  # records held in loads ahead: only those of rows waiting, and the batch taken
     try:
         for _ in range(2000):
             w.read_once(block_ms=20)
             flights += w._flight is not None
+            if w._ready is not None:
+                most = max(most, sum(len(load[1]) for load in w._ready[1].values()))
             if all(
                 host.order_path(s, f"j{i}") == "Ended/Completed" for s in scopes for i in range(12)
             ):
@@ -155,6 +162,7 @@ def test_entries_of_jobs_run_to_their_end_once_and_in_order_with_overlap(host: H
         stop.set()
         t.join(timeout=10)
     assert flights > 0
+    assert most <= 4 * len(scopes), most
     for scope in scopes:
         for i in range(12):
             assert host.order_path(scope, f"j{i}") == "Ended/Completed"
@@ -200,3 +208,29 @@ def test_large_batches_do_not_overlap(host: Host) -> None:
         assert w.read_once(block_ms=100).applied == n
         assert w._flight is None
     assert all(started(host, scope, f"j{i}") for i in range(3 * n))
+
+
+@given(
+    old=st.lists(st.sampled_from(["a", "b", "c", "d"]), max_size=4),
+    waiting=st.lists(st.sampled_from(["a", "b", "c", "d", None]), max_size=4),
+    new=st.lists(st.sampled_from(["b", "c", "e"]), max_size=3),
+)
+def test_merged_loads_keep_the_newer_record_and_only_jobs_with_rows_waiting(
+    old: list[str], waiting: list[str | None], new: list[str]
+) -> None:
+    """Pure: `_merged` keeps, of the older load, the jobs of rows still waiting; the newer
+    load's records win; the rows keep their order."""
+    rec = lambda job, v: JobRecord(v, job.encode(), b"", "")  # noqa: E731
+    ready_rows: list[Row] = [("s", f"w{i}", {}) for i, _ in enumerate(waiting)]
+    jobs_of = {f"w{i}": j for i, j in enumerate(waiting)}
+    new_rows: list[Row] = [("s", f"n{i}", {}) for i, _ in enumerate(new)]
+    jobs_of |= {f"n{i}": j for i, j in enumerate(new)}
+    ready = (ready_rows, {"s": (1, {j: rec(j, "1") for j in old}, {})})
+    loaded: dict[str, Loaded] = {"s": (2, {j: rec(j, "2") for j in new}, {"x": "y"})}
+    rows, merged = _merged(ready, new_rows, loaded, lambda row: jobs_of[row[1]])
+    assert rows == ready_rows + new_rows
+    now, records, values = merged["s"]
+    assert now == 2 and values == {"x": "y"}
+    expected = {j: "1" for j in old if j in waiting} | {j: "2" for j in new}
+    assert {j: r.version for j, r in records.items()} == expected
+    assert _merged(None, new_rows, loaded, lambda row: None) == (new_rows, loaded)
