@@ -583,6 +583,7 @@ def main() -> None:
             f"push jobs: {JOBS} jobs of linear-{STEPS}, the responder answering ok (after "
             f"gathering a short read's pushes for {RESPONDER_LINGER * 1000:g} ms); on the "
             "server's Unix socket, as `sfc serve` runs its workers"
+            + (" (small batches overlapping)" if OVERLAP else "")
         )
         print(
             f"  (a) floor, alone          {statistics.median(alone):,.1f} us/event "
