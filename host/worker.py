@@ -98,27 +98,34 @@ def _merged(
     rows: list[Row],
     loaded: dict[str, Loaded],
     job_of: Callable[[Row], str | None],
-) -> tuple[list[Row], dict[str, Loaded]]:
-    """Rows loaded ahead, then more rows with their newer load: a job's newer record wins,
-    and of the older load only the records of jobs with rows waiting are kept."""
-    if ready is None:
-        return rows, loaded
+    stale: set[tuple[str, str]] = frozenset(),  # type: ignore[assignment]
+    stale_new: set[tuple[str, str]] = frozenset(),  # type: ignore[assignment]
+) -> tuple[list[Row], dict[str, Loaded]] | None:
+    """Rows loaded ahead, then more rows with their newer load (None when there are no
+    rows). Of the older load only the records of jobs with rows waiting are kept, and none
+    of `stale` (jobs committed since: they load again); of the newer load none of
+    `stale_new`. A job's newer record wins."""
+    old_rows, old_loaded = ready if ready is not None else ([], {})
+    if not old_rows and not rows:
+        return None
     keep: dict[str, set[str]] = {}
-    for row in ready[0]:
+    for row in old_rows:
         job = job_of(row)
-        if job is not None:
+        if job is not None and (row[0], job) not in stale:
             keep.setdefault(row[0], set()).add(job)
     merged: dict[str, Loaded] = {}
-    for scope, (now, records, values) in ready[1].items():
+    for scope, (now, records, values) in old_loaded.items():
         jobs = keep.get(scope)
         if jobs:
             merged[scope] = (now, {j: r for j, r in records.items() if j in jobs}, values)
     for scope, (now, records, values) in loaded.items():
+        if stale_new:
+            records = {j: r for j, r in records.items() if (scope, j) not in stale_new}
         old = merged.get(scope)
         if old is not None:
             records = {**old[1], **records}
         merged[scope] = (now, records, values)
-    return ready[0] + rows, merged
+    return old_rows + rows, merged
 
 
 class Worker:
@@ -204,14 +211,8 @@ class Worker:
             shared = self._shared(self._flight)
             if shared is None or shared:
                 # nothing to evaluate meanwhile, or a job of the next batch is in flight:
-                # the batch in flight lands first, and that job is loaded again
-                landed = self._land()
-                if self._ready is not None:
-                    for scope, job in shared or ():
-                        load = self._ready[1].get(scope)
-                        if load is not None:
-                            load[1].pop(job, None)
-                return landed
+                # the batch in flight lands first (and its jobs load again)
+                return self._land()
         total = Outcome()
         if not self.scopes:
             return total
@@ -221,12 +222,11 @@ class Worker:
             (rows, loaded), self._ready = self._ready, None
             if self._overlapping():
                 # loaded ahead by two round trips at once: one batch now, the rest next
-                n = self._batch_end(rows)
-                if n < len(rows):
-                    rows, self._ready = rows[:n], (rows[n:], loaded)
+                rows, rest = self._split(rows)
+                if rest:
+                    self._ready = (rest, loaded)
         elif self._overlapping():  # it may have read two batches ahead: one now
-            n = self._batch_end(self._ahead)
-            rows, self._ahead = self._ahead[:n], self._ahead[n:]
+            rows, self._ahead = self._split(self._ahead)
         else:
             rows, self._ahead = self._ahead, []
         if not rows:
@@ -239,7 +239,7 @@ class Worker:
         # batches do not shrink); the rows read ahead already load after its commits
         full = any(len(e) >= self.settings.read_count for e in by_scope.values())
         if from_ready and self._overlapping():
-            return self._fly(by_scope, loaded, full)
+            return self._fly(rows, by_scope, loaded, full)
         ahead = None
         if self.read_ahead and (full or self._ahead) and self.store.can_read_ahead(self.scopes):
             count = self._ahead_count() if full else 0
@@ -271,15 +271,16 @@ class Worker:
             and self.store.can_read_ahead(self.scopes)
         )
 
-    def _batch_end(self, rows: list[Row]) -> int:
-        """How many of `rows` make one batch: up to SFC_READ_COUNT of each scope."""
+    def _split(self, rows: list[Row]) -> tuple[list[Row], list[Row]]:
+        """One batch of `rows` (up to SFC_READ_COUNT of each scope, in order) and the rest."""
         per: dict[str, int] = {}
         limit = self.settings.read_count
-        for i, (scope, _, _) in enumerate(rows):
-            n = per[scope] = per.get(scope, 0) + 1
-            if n > limit:
-                return i
-        return len(rows)
+        batch: list[Row] = []
+        rest: list[Row] = []
+        for row in rows:
+            n = per[row[0]] = per.get(row[0], 0) + 1
+            (batch if n <= limit else rest).append(row)
+        return batch, rest
 
     def _ahead_count(self) -> int:
         """How many entries a round trip reads ahead per stream: one batch, or, for a worker
@@ -289,7 +290,7 @@ class Worker:
         if not self._overlapping():
             return count
         waiting = len(self._ahead) + (0 if self._ready is None else len(self._ready[0]))
-        return count if waiting >= 2 * count else 2 * count
+        return count if waiting >= 2 * count * len(self.scopes) else 2 * count
 
     def _shared(self, flight: Flight) -> set[tuple[str, str]] | None:
         """The jobs of the next batch loaded ahead that are in flight (loaded before the
@@ -297,8 +298,7 @@ class Worker:
         if self._ready is None or not self._overlapping():
             return None
         shared: set[tuple[str, str]] = set()
-        rows = self._ready[0]
-        for row in rows[: self._batch_end(rows)]:
+        for row in self._split(self._ready[0])[0]:
             job = self._job_read(row)
             if job is not None and (row[0], job) in flight.jobs:
                 shared.add((row[0], job))
@@ -311,6 +311,7 @@ class Worker:
 
     def _fly(
         self,
+        rows: list[Row],
         by_scope: dict[str, list[tuple[str, dict[bytes, bytes]]]],
         loaded: dict[str, Loaded],
         full: bool,
@@ -331,7 +332,19 @@ class Worker:
                 if unreachable(e):
                     raise  # the loop reconnects; the entries stay pending
                 total.add(self._raised(scope, good, e))
-        total.add(self._land())
+        try:
+            total.add(self._land())
+        except BaseException:
+            # this batch goes back before the rows after it, to be evaluated again (its
+            # jobs load again): the server's outage must not reorder a job's entries
+            for r, good in prepared:
+                for x in good:
+                    self._decoded[r.scope, x.id] = x
+            back = {(r.scope, job) for r, _ in prepared for job in r.jobs}
+            mine = [row for row in rows if (row[0], row[1]) in self._decoded]
+            after, loads = self._ready if self._ready is not None else ([], {})
+            self._ready = _merged((mine, {}), after, loads, self._job_read, set(), back)
+            raise
         if not prepared:
             return total
         ahead = None
@@ -342,9 +355,17 @@ class Worker:
         last = len(prepared) - 1
         for i, (r, good) in enumerate(prepared):
             # the last round's write reads ahead (for every scope), after its commits
-            self.applier.send(r, ahead if i == last else None)
+            try:
+                self.applier.send(r, ahead if i == last else None)
+            except Exception as e:
+                if unreachable(e):
+                    raise  # the loop reconnects; the entries stay pending
+                total.add(self._raised(r.scope, good, e))
+                continue
             flight.rounds.append((r, good))
             flight.jobs.update((r.scope, job) for job in r.jobs)
+        if not flight.rounds:
+            self._flight = None
         return total
 
     def _land(self) -> Outcome:
@@ -364,9 +385,13 @@ class Worker:
                             later.stream.close()  # their commits land; their replies go
                     raise
         finally:
+            # loads taken before the flight's commits are stale for its jobs, and so are,
+            # for the jobs of its other scopes, the read ahead's (another connection)
             ahead = flight.ahead
-            if ahead is not None and ahead.ready:
-                self._ready = _merged(self._ready, ahead.ready, ahead.loaded, self._job_read)
+            fresh = flight.rounds[-1][0].scope if flight.rounds else None
+            rows, loads = (ahead.ready, ahead.loaded) if ahead is not None else ([], {})
+            others = {(s, j) for s, j in flight.jobs if s != fresh}
+            self._ready = _merged(self._ready, rows, loads, self._job_read, flight.jobs, others)
         return total
 
     def drain(self) -> Outcome:

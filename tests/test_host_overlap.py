@@ -214,12 +214,19 @@ def test_large_batches_do_not_overlap(host: Host) -> None:
     old=st.lists(st.sampled_from(["a", "b", "c", "d"]), max_size=4),
     waiting=st.lists(st.sampled_from(["a", "b", "c", "d", None]), max_size=4),
     new=st.lists(st.sampled_from(["b", "c", "e"]), max_size=3),
+    stale=st.sets(st.sampled_from(["a", "b", "c", "d", "e"])),
+    stale_new=st.sets(st.sampled_from(["b", "c", "e"])),
 )
-def test_merged_loads_keep_the_newer_record_and_only_jobs_with_rows_waiting(
-    old: list[str], waiting: list[str | None], new: list[str]
+def test_merged_loads_keep_fresh_records_of_jobs_with_rows_waiting(
+    old: list[str],
+    waiting: list[str | None],
+    new: list[str],
+    stale: set[str],
+    stale_new: set[str],
 ) -> None:
-    """Pure: `_merged` keeps, of the older load, the jobs of rows still waiting; the newer
-    load's records win; the rows keep their order."""
+    """Pure: `_merged` keeps, of the older load, the jobs of rows still waiting and not
+    stale; of the newer load, the jobs not stale there; the newer record wins; the rows keep
+    their order; no rows at all is None."""
     rec = lambda job, v: JobRecord(v, job.encode(), b"", "")  # noqa: E731
     ready_rows: list[Row] = [("s", f"w{i}", {}) for i, _ in enumerate(waiting)]
     jobs_of = {f"w{i}": j for i, j in enumerate(waiting)}
@@ -227,10 +234,92 @@ def test_merged_loads_keep_the_newer_record_and_only_jobs_with_rows_waiting(
     jobs_of |= {f"n{i}": j for i, j in enumerate(new)}
     ready = (ready_rows, {"s": (1, {j: rec(j, "1") for j in old}, {})})
     loaded: dict[str, Loaded] = {"s": (2, {j: rec(j, "2") for j in new}, {"x": "y"})}
-    rows, merged = _merged(ready, new_rows, loaded, lambda row: jobs_of[row[1]])
+    out = _merged(
+        ready,
+        new_rows,
+        loaded,
+        lambda row: jobs_of[row[1]],
+        {("s", j) for j in stale},
+        {("s", j) for j in stale_new},
+    )
+    if not ready_rows and not new_rows:
+        assert out is None
+        return
+    assert out is not None
+    rows, merged = out
     assert rows == ready_rows + new_rows
     now, records, values = merged["s"]
     assert now == 2 and values == {"x": "y"}
-    expected = {j: "1" for j in old if j in waiting} | {j: "2" for j in new}
+    expected = {j: "1" for j in old if j in waiting and j not in stale}
+    expected |= {j: "2" for j in new if j not in stale_new}
     assert {j: r.version for j, r in records.items()} == expected
-    assert _merged(None, new_rows, loaded, lambda row: None) == (new_rows, loaded)
+
+
+def test_a_job_two_batches_after_its_flight_is_loaded_again_when_it_lands(host: Host) -> None:
+    """a0 a1 j:start y0 j:resume z0..z3, one a batch: j's resume was loaded (with y0) before
+    j's start was committed; when the start lands, that load of j is dropped, and j loads
+    again: the resume is applied on the start's state, without a conflict."""
+    scope = host.scope("stale")
+    store = host.store()
+    for i in range(2):
+        host.submit(scope, linear_recipe(1), job_id=f"a{i}")
+    host.submit(scope, linear_recipe(2), job_id="j")
+    host.submit(scope, linear_recipe(1), job_id="y0")
+    store.add_work(scope, fields("resume", ResumeData(job="j")))
+    for i in range(4):
+        host.submit(scope, linear_recipe(1), job_id=f"z{i}")
+    w = host.worker([scope], ONE, overlap=True)
+    for _ in range(20):
+        w.read_once(block_ms=20)
+    w.drain()
+    assert events_of(host, scope, "j") == ["start", "resume"]
+    assert pending_of(host.client(), scope) == []
+    assert w.counters.outcome.conflicts == 0
+
+
+def test_a_batch_whose_send_raises_is_reported_and_stays_pending(host: Host) -> None:
+    """A bug while a batch's commits are written (not an outage): the batch is logged and
+    counted failed, as without overlap; its entry stays pending, and is claimed later."""
+    scope = host.scope("send-raises")
+    for i in range(4):
+        host.submit(scope, linear_recipe(1), job_id=f"j{i}")
+    w = host.worker([scope], ONE, overlap=True)
+    calls: list[int] = []
+
+    def third_fails(commits: Any) -> None:
+        calls.append(len(commits))
+        if len(calls) == 3:
+            raise RuntimeError("a bug while sending")
+
+    w.applier.before_commit = third_fails
+    outcomes = [w.read_once(block_ms=20) for _ in range(6)]
+    w.drain()
+    failed = [f for o in outcomes for f in o.failed]
+    assert len(failed) == 1 and failed[0][1] == "the batch raised"
+    assert sum(started(host, scope, f"j{i}") for i in range(4)) == 3
+    assert len(pending_of(host.client(), scope)) == 1
+    w.applier.before_commit = None
+    host.run([w], [], lambda: all(started(host, scope, f"j{i}") for i in range(4)), sweep=False)
+    assert pending_of(host.client(), scope) == []
+
+
+def test_several_scopes_take_a_batch_of_each_and_hold_few_rows_ahead(host: Host) -> None:
+    """Four scopes with a backlog, one entry a batch: each batch takes one entry of every
+    scope (not only of the first), so rows read ahead do not pile up."""
+    scopes = [host.scope(f"b{i}") for i in range(4)]
+    for s in scopes:
+        for i in range(30):
+            host.submit(s, linear_recipe(1), job_id=f"j{i}")
+    held: dict[bool, int] = {}
+    for overlap in (False, True):
+        w = host.worker(scopes, ONE, overlap=overlap)
+        most = 0
+        for _ in range(12):
+            w.read_once(block_ms=20)
+            most = max(most, len(w._ahead) + (0 if w._ready is None else len(w._ready[0])))
+        w.drain()
+        held[overlap] = most
+    # without overlap: a batch and the one after; with it, up to two more of each scope
+    assert held[True] <= held[False] + 2 * len(scopes), held
+    for s in scopes:
+        assert pending_of(host.client(), s) == []
