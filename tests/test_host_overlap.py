@@ -10,6 +10,8 @@ import threading
 from dataclasses import replace
 from typing import Any
 
+import pytest
+import redis
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -323,3 +325,36 @@ def test_several_scopes_take_a_batch_of_each_and_hold_few_rows_ahead(host: Host)
     assert held[True] <= held[False] + 2 * len(scopes), held
     for s in scopes:
         assert pending_of(host.client(), s) == []
+
+
+def test_an_outage_while_a_batch_lands_keeps_the_batch_evaluated_meanwhile_first(
+    host: Host,
+) -> None:
+    """The server drops the worker's connections while a batch is in flight: landing it
+    raises, and the batch evaluated meanwhile goes back before the rows after it, so that
+    no job's entries are applied out of order; nothing is lost or applied twice."""
+    scope = host.scope("outage")
+    jobs = [host.submit(scope, linear_recipe(1), job_id=f"j{i}").job for i in range(6)]
+    w = host.worker([scope], ONE, overlap=True)
+    w.read_once(block_ms=100)
+    r = host.client()
+    r.client_pause(5000, all=False)  # writes wait: the next batch's commit stays unrun
+    try:
+        w.read_once(block_ms=100)
+        assert w._flight is not None and w._ready is not None
+        first = w._ready[0][0][1]
+        after = [i for _, i, _ in w._ready[0][1:]] + [i for _, i, _ in w._ahead]
+        r.client_kill_filter(_type="normal", skipme=True)
+    finally:
+        r.client_unpause()
+    with pytest.raises(redis.ConnectionError):
+        w.read_once(block_ms=100)
+    assert w._flight is None and w._ready is not None
+    ids = [i for _, i, _ in w._ready[0]] + [i for _, i, _ in w._ahead]
+    assert ids[0] == first and ids[1 : 1 + len(after)] == after
+    assert not started(host, scope, "j1")  # its commit never ran: its entry is claimed
+    host.run([w], [], lambda: all(started(host, scope, j) for j in jobs), sweep=False)
+    w.drain()
+    for job in jobs:
+        assert events_of(host, scope, job) == ["start"]
+    assert pending_of(r, scope) == []
