@@ -164,7 +164,7 @@ def test_entries_of_jobs_run_to_their_end_once_and_in_order_with_overlap(host: H
         stop.set()
         t.join(timeout=10)
     assert flights > 0
-    assert most <= 4 * len(scopes), most
+    assert most <= 6 * len(scopes), most  # without pruning: every job (24)
     for scope in scopes:
         for i in range(12):
             assert host.order_path(scope, f"j{i}") == "Ended/Completed"
