@@ -20,7 +20,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -98,8 +98,8 @@ def _merged(
     rows: list[Row],
     loaded: dict[str, Loaded],
     job_of: Callable[[Row], str | None],
-    stale: set[tuple[str, str]] = frozenset(),  # type: ignore[assignment]
-    stale_new: set[tuple[str, str]] = frozenset(),  # type: ignore[assignment]
+    stale: Set[tuple[str, str]] = frozenset(),
+    stale_new: Set[tuple[str, str]] = frozenset(),
 ) -> tuple[list[Row], dict[str, Loaded]] | None:
     """Rows loaded ahead, then more rows with their newer load (None when there are no
     rows). Of the older load only the records of jobs with rows waiting are kept, and none
