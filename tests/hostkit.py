@@ -209,6 +209,20 @@ def counts(r: redis.Redis, scope: str) -> dict[str, int]:
     return out
 
 
+def loads_of(w: Any) -> list[list[str]]:
+    """Spy on a worker's own loads (the jobs of each `load_batch` round trip): the real
+    method runs, its calls are recorded."""
+    calls: list[list[str]] = []
+    inner = w.store.load_batch
+
+    def load_batch(scope: str, jobs: Any, ahead: Any = None) -> Any:
+        calls.append(list(jobs))
+        return inner(scope, jobs, ahead)
+
+    w.store.load_batch = load_batch
+    return calls
+
+
 def pending_of(r: redis.Redis, scope: str) -> list[tuple[str, str, int]]:
     """(entry id, consumer, deliveries) of the scope's pending work entries."""
     rows: Any = r.xpending_range(keys.work(scope), keys.GROUP, "-", "+", 100)

@@ -21,22 +21,9 @@ from host.entries import decode_history, fields
 from host.store import JobRecord, Loaded, Row
 from host.worker import LOAD_AHEAD_MAX, _merged
 from tests.faultkit import wait_until
-from tests.hostkit import FAST, Host, linear_recipe, pending_of, started
+from tests.hostkit import FAST, Host, linear_recipe, loads_of, pending_of, started
 
 ONE = replace(FAST, read_count=1)
-
-
-def loads_of(w: Any) -> list[list[str]]:
-    """Spy on a worker's own loads (the jobs of each `load_batch` round trip)."""
-    calls: list[list[str]] = []
-    inner = w.store.load_batch
-
-    def load_batch(scope: str, jobs: Any, ahead: Any = None) -> Any:
-        calls.append(list(jobs))
-        return inner(scope, jobs, ahead)
-
-    w.store.load_batch = load_batch
-    return calls
 
 
 def events_of(host: Host, scope: str, job: str) -> list[str]:

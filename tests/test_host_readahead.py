@@ -14,23 +14,9 @@ from host import keys
 from host.entries import decode_history, fields
 from host.equipment import Responder, always
 from host.store import ReadAhead
-from tests.hostkit import FAST, Host, linear_recipe, pending_of, started
+from tests.hostkit import FAST, Host, linear_recipe, loads_of, pending_of, started
 
 ONE = replace(FAST, read_count=1)
-
-
-def loads_of(w: Any) -> list[list[str]]:
-    """Spy on a worker's own loads (the jobs of each `load_batch` round trip): the real
-    method runs, its calls are recorded."""
-    calls: list[list[str]] = []
-    inner = w.store.load_batch
-
-    def load_batch(scope: str, jobs: Any, ahead: Any = None) -> Any:
-        calls.append(list(jobs))
-        return inner(scope, jobs, ahead)
-
-    w.store.load_batch = load_batch
-    return calls
 
 
 def test_under_load_a_batch_is_loaded_and_read_by_the_round_trips_before_it(host: Host) -> None:
