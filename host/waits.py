@@ -91,6 +91,8 @@ def open_waits(state: SfcState, graph: Graph) -> dict[tuple[str, str], Wait]:
 def changes(old: SfcState, new: SfcState, graph: Graph, at: int) -> list[WaitOp]:
     """What the commit writes to the waits index: a wait opened adds its member scored `at`
     (the evaluation's time); a wait closed, timed out or torn down removes it."""
+    if not graph.waits_by_type:
+        return []  # a recipe without pull events: nothing to compare
     before, after = open_waits(old, graph), open_waits(new, graph)
     ops: list[WaitOp] = [(t, "rem", m, 0) for (t, m) in before if (t, m) not in after]
     ops += [(t, "add", m, at) for (t, m) in after if (t, m) not in before]
