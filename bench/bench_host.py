@@ -26,7 +26,9 @@
   one equipment and one history entry, one entry acked) sent as the worker sends its
   commits (Store.commit_stream), timed alone and pipelined by 100. The ratio says how close
   the worker comes to the floor: of the medians, and round by round, each figure of (b) over
-  the floor taken just before it.
+  the floor taken just before it. The floor's CPU per event (this process as the client,
+  and the server) is printed beside the batched figure's, and the cores each kept busy: on
+  a machine the processes share, the batched ratio is about the product of the two ratios.
 - **The transport.** The server's Unix socket, which `sfc serve` gives the workers of its
   embedded server; the floor and (b) are taken over TCP as well, in the same rounds.
 
@@ -203,6 +205,24 @@ class Cpu:
     @property
     def total(self) -> float:
         return self.worker + self.server + self.responder
+
+
+@dataclass
+class Floor:
+    """One floor round: wall and CPU microseconds per event (the client is this process)."""
+
+    us: float
+    client: float
+    server: float
+
+    @property
+    def cpu(self) -> float:
+        return self.client + self.server
+
+    @property
+    def cores(self) -> float:
+        """The cores kept busy, on average: CPU time over wall time."""
+        return self.cpu / self.us
 
 
 def paced_responder_process(url: str, scope: str, rate: float) -> subprocess.Popen[bytes]:
@@ -403,8 +423,9 @@ def events_round(url: str, n: int) -> tuple[float, float]:
     return JOBS / elapsed, (worker.counters.outcome.loads - loads) / JOBS
 
 
-def floor_round(url: str, batch: int) -> float:
-    """Microseconds per event of load + commit round trips, pipelined by `batch`."""
+def floor_round(url: str, batch: int) -> Floor:
+    """Load + commit round trips, pipelined by `batch`: microseconds per event, of wall time
+    and of each side's CPU."""
     scope = f"bench-floor-{batch}-{time.time_ns()}"
     store = Store.from_url(url, consumer="floor")
     assert submit(store, scope, linear(STEPS), job_id="f", start=False).ok
@@ -419,6 +440,7 @@ def floor_round(url: str, batch: int) -> float:
     record = records["f"]
     assert record is not None
     version = int(record.version)
+    cpu0, server0 = time.process_time(), server_cpu(store)
     t0 = time.perf_counter()
     for i in range(0, FLOOR_EVENTS, batch):
         chunk = ids[i : i + batch]
@@ -446,7 +468,9 @@ def floor_round(url: str, batch: int) -> float:
         stream.send(commits)
         results = stream.finish()
         assert all(x == "ok" for x in results), results
-    return (time.perf_counter() - t0) / FLOOR_EVENTS * 1e6
+    elapsed = time.perf_counter() - t0
+    client, server = time.process_time() - cpu0, server_cpu(store) - server0
+    return Floor(*(x / FLOOR_EVENTS * 1e6 for x in (elapsed, client, server)))
 
 
 def cluster_round(jobs_per_scope: int = JOBS) -> tuple[float, int]:
@@ -542,6 +566,7 @@ def main() -> None:
         one: list[float] = []
         alone: list[float] = []
         piped: list[float] = []
+        floors: list[Floor] = []  # the rounds of `piped`, with their CPU
         splits: list[Split] = []
         event_rates: list[float] = []
         loads: list[float] = []
@@ -560,20 +585,21 @@ def main() -> None:
             loads.append(per_event)
             # each figure of (b) next to its floor: this machine's speed moves within a
             # second, so a round's ratio compares the two at nearly the same speed
-            piped.append(floor_round(url, 100))
+            floors.append(floor_round(url, 100))
+            piped.append(floors[-1].us)
             rate, _, split, lats, cpu = push_round(url, n)
             rates.append(rate)
             splits.append(split)
             cpus.append(cpu)
             lat += lats
-            alone.append(floor_round(url, 1))
+            alone.append(floor_round(url, 1).us)
             ub_rate, _, _, _, ub_cpu = push_round(url, n, read_count=1)
             unbatched.append(ub_rate)
             ub_cpus.append(ub_cpu)
             one.append(processes_round(url, n, 1))
             two.append(processes_round(url, n, 2))
-            over_tcp["alone"].append(1e6 / floor_round(tcp, 1))
-            over_tcp["piped"].append(1e6 / floor_round(tcp, 100))
+            over_tcp["alone"].append(1e6 / floor_round(tcp, 1).us)
+            over_tcp["piped"].append(1e6 / floor_round(tcp, 100).us)
             over_tcp["batched"].append(push_round(tcp, n)[0])
             over_tcp["unbatched"].append(push_round(tcp, n, read_count=1)[0])
         floor_alone = 1e6 / statistics.median(alone)
@@ -618,6 +644,23 @@ def main() -> None:
                 f"{med.server:,.0f} us, responder {med.responder:,.0f} us: {med.total:,.0f} us "
                 f"in all, a ceiling of {cores * 1e6 / med.total:,.0f} events/s on {cores} cores"
             )
+        # the batched ratio, taken apart: the CPU an event costs against the floor's, and
+        # how busy each kept the cores (on a machine that the processes share, the ratio is
+        # about their product)
+        f_client, f_server, f_cores = (
+            statistics.median(getattr(f, k) for f in floors) for k in ("client", "server", "cores")
+        )
+        b_cpu = statistics.median(c.total for c in cpus)
+        b_cores = statistics.median(c.total * r / 1e6 for c, r in zip(cpus, rates, strict=True))
+        print(
+            f"      CPU per event, floor 100  client {f_client:,.0f} us, server "
+            f"{f_server:,.0f} us: {f_client + f_server:,.0f} us in all; cores busy: floor "
+            f"{f_cores:.2f}, batched {b_cores:.2f}"
+        )
+        print(
+            f"      batched / floor 100 = CPU {(f_client + f_server) / b_cpu:.2f} x cores "
+            f"{b_cores / f_cores:.2f} = {(f_client + f_server) / b_cpu * b_cores / f_cores:.2f}"
+        )
         tm = {k: statistics.median(v) for k, v in over_tcp.items()}
         print(
             f"      over TCP (127.0.0.1): floor alone {tm['alone']:,.0f}/s, pipelined 100 "
