@@ -22,9 +22,11 @@
 - **Unbatched** (`SFC_READ_COUNT=1`) against batched, **two worker processes** against one,
   and the **latency** from an answer's XADD to the commit that appended the next command.
 - **The floor.** The round trips one event needs, and nothing else: load (TIME and one
-  HMGET, read raw) and one commit-shaped `sfc1_commit` (the job's real state and order,
-  one equipment and one history entry, one entry acked) sent as the worker sends its
-  commits (Store.commit_stream), timed alone and pipelined by 100. The ratio says how close
+  HMGET, read raw) and one `sfc1_commit` sent as the worker sends its commits
+  (Store.commit_stream), timed alone and pipelined by 100. Each commit carries what a
+  worker's commit of one of these jobs carries: the bytes a worker wrote applying the
+  job's start (a running state, its order and deadline, the first step's push and the
+  start's history entry), and one entry acked. The ratio says how close
   the worker comes to the floor: of the medians, and round by round, each figure of (b) over
   the floor taken just before it. The floor's CPU per event (this process as the client,
   and the server) is printed beside the batched figure's, and the cores each kept busy: on
@@ -428,18 +430,26 @@ def floor_round(url: str, batch: int) -> Floor:
     and of each side's CPU."""
     scope = f"bench-floor-{batch}-{time.time_ns()}"
     store = Store.from_url(url, consumer="floor")
-    assert submit(store, scope, linear(STEPS), job_id="f", start=False).ok
-    store.create_group(scope)
+    assert submit(store, scope, linear(STEPS), job_id="f").ok
+    # a worker applies the job's start: its commit is what the floor's commits carry, as
+    # the push rounds' commits do (a running job's state, its order and deadline, the push
+    # of its first step and the history entry of the start)
+    worker = Worker(Store.from_url(url), SETTINGS, [scope])
+    worker.refresh_scopes()
+    while worker.counters.outcome.applied < 1:
+        worker.read_once(block_ms=50)
+    ((_, push),) = store.equipment_entries(scope)
+    ((_, evaluation),) = store.history(scope, "f", 1)
+    equipment = [(push[b"kind"].decode(), push[b"data"])]
+    history = [(evaluation[b"kind"].decode(), evaluation[b"data"])]
+    _, records = store.load(scope, ["f"])
+    record = records["f"]
+    assert record is not None and record.due
+    version, due = int(record.version), int(record.due)
     entry = fields("tick", TickData(job="f"))
     store.add_work_many(scope, [entry] * FLOOR_EVENTS)
     rows = store.read([scope], FLOOR_EVENTS, None)
     ids = [i for _, i, _ in rows]
-    history = [("evaluation", b'{"at":1,"event":"tick","disposition":"absorbed","reason":"r"}')]
-    equipment = [("push", b'{"commandId":"f:a1#1"}')]
-    _, records = store.load(scope, ["f"])
-    record = records["f"]
-    assert record is not None
-    version = int(record.version)
     cpu0, server0 = time.process_time(), server_cpu(store)
     t0 = time.perf_counter()
     for i in range(0, FLOOR_EVENTS, batch):
@@ -454,8 +464,8 @@ def floor_round(url: str, batch: int) -> Floor:
                 version=str(version + k),
                 state=record.state,
                 order=record.order,
-                due=None,
-                active=False,
+                due=due,
+                active=True,
                 acks=[entry_id],
                 equipment=equipment,
                 history=history,
