@@ -23,14 +23,16 @@
   and the **latency** from an answer's XADD to the commit that appended the next command.
 - **The floor.** The round trips one event needs, and nothing else: load (TIME and one
   HMGET, read raw) and one `sfc1_commit` sent as the worker sends its commits
-  (Store.commit_stream), timed alone and pipelined by 100. Each commit carries what a
-  worker's commit of one of these jobs carries: the bytes a worker wrote applying the
-  job's start (a running state, its order and deadline, the first step's push and the
-  start's history entry), and one entry acked. The ratio says how close
-  the worker comes to the floor: of the medians, and round by round, each figure of (b) over
-  the floor taken just before it. The floor's CPU per event (this process as the client,
-  and the server) is printed beside the batched figure's, and the cores each kept busy: on
-  a machine the processes share, the batched ratio is about the product of the two ratios.
+  (Store.commit_stream), timed alone and pipelined by 100, over JOBS jobs as (b) runs. A
+  job's commits carry the bytes a worker wrote applying its start (a running state, its
+  order and deadline, the first step's push and the start's history entry; an answer's
+  are some 10% larger), and one entry acked. The ratio says how close the worker comes to
+  the floor: of the medians, and round by round, each figure of (b) over the floor taken
+  just before it. The floor's CPU per event (this process as the client,
+  and the server) is printed beside the batched figure's, with the cores each kept busy:
+  the batched ratio is the ratio of their CPU per event times the ratio of their busy
+  cores, which says whether a figure moved because an event cost more CPU or because the
+  processes kept the cores less busy.
 - **The transport.** The server's Unix socket, which `sfc serve` gives the workers of its
   embedded server; the floor and (b) are taken over TCP as well, in the same rounds.
 
@@ -56,7 +58,7 @@ from typing import Any
 
 from generated.work_entry_v1_0 import TickData
 from host import keys
-from host.entries import fields
+from host.entries import decode_equipment, fields
 from host.jobs import submit
 from host.server import EmbeddedServer
 from host.settings import Settings
@@ -427,53 +429,67 @@ def events_round(url: str, n: int) -> tuple[float, float]:
 
 def floor_round(url: str, batch: int) -> Floor:
     """Load + commit round trips, pipelined by `batch`: microseconds per event, of wall time
-    and of each side's CPU."""
+    and of each side's CPU.
+
+    The events are spread over JOBS jobs, FLOOR_EVENTS / JOBS each, and each job's commits
+    carry the bytes a worker wrote applying that job's start (a running state, its order and
+    deadline, its first step's push and the start's history entry): the keys and the bytes
+    of (b)'s commits, no history long enough to be trimmed (a job of (b) writes 11
+    entries), and no evaluation."""
     scope = f"bench-floor-{batch}-{time.time_ns()}"
     store = Store.from_url(url, consumer="floor")
-    assert submit(store, scope, linear(STEPS), job_id="f").ok
-    # a worker applies the job's start: its commit is what the floor's commits carry, as
-    # the push rounds' commits do (a running job's state, its order and deadline, the push
-    # of its first step and the history entry of the start)
+    jobs = [f"f{i}" for i in range(JOBS)]
+    for job in jobs:
+        assert submit(store, scope, linear(STEPS), job_id=job).ok
     worker = Worker(Store.from_url(url), SETTINGS, [scope])
     worker.refresh_scopes()
-    while worker.counters.outcome.applied < 1:
+    while worker.counters.outcome.applied < JOBS:
         worker.read_once(block_ms=50)
-    ((_, push),) = store.equipment_entries(scope)
-    ((_, evaluation),) = store.history(scope, "f", 1)
-    equipment = [(push[b"kind"].decode(), push[b"data"])]
-    history = [(evaluation[b"kind"].decode(), evaluation[b"data"])]
-    _, records = store.load(scope, ["f"])
-    record = records["f"]
-    assert record is not None and record.due
-    version, due = int(record.version), int(record.due)
-    entry = fields("tick", TickData(job="f"))
-    store.add_work_many(scope, [entry] * FLOOR_EVENTS)
-    rows = store.read([scope], FLOOR_EVENTS, None)
-    ids = [i for _, i, _ in rows]
+    del worker
+    pushes: dict[str, list[tuple[str, bytes]]] = {}
+    for entry_id, raw in store.equipment_entries(scope):
+        push = decode_equipment(entry_id, raw)
+        pushes[push.data.job] = [(push.kind, raw[b"data"])]
+    history: dict[str, list[tuple[str, bytes]]] = {}
+    for job in jobs:
+        ((_, evaluation),) = store.history(scope, job, 1)
+        assert evaluation[b"kind"] == b"evaluation", evaluation
+        history[job] = [("evaluation", evaluation[b"data"])]
+    _, records = store.load(scope, jobs)
+    started = {job: r for job, r in records.items() if r is not None and r.due}
+    assert len(started) == JOBS == len(pushes), (len(started), len(pushes))
+    versions = {job: int(r.version) for job, r in started.items()}
+    dues = {job: int(r.due) for job, r in started.items()}
+    order = [jobs[i % JOBS] for i in range(FLOOR_EVENTS)]
+    store.add_work_many(scope, [fields("tick", TickData(job=job)) for job in order])
+    ids = [i for _, i, _ in store.read([scope], FLOOR_EVENTS, None)]
+    gc.collect()  # the setup's garbage is not the floor's
     cpu0, server0 = time.process_time(), server_cpu(store)
     t0 = time.perf_counter()
     for i in range(0, FLOOR_EVENTS, batch):
-        chunk = ids[i : i + batch]
+        chunk = list(zip(order[i : i + batch], ids[i : i + batch], strict=True))
         # the load round trip of the batch (TIME and one hash per event), then one commit
-        # per event; it is one job, so the versions chain in order
-        store.load(scope, ["f"] * len(chunk))
-        commits = [
-            Commit(
-                scope=scope,
-                job="f",
-                version=str(version + k),
-                state=record.state,
-                order=record.order,
-                due=due,
-                active=True,
-                acks=[entry_id],
-                equipment=equipment,
-                history=history,
+        # per event, as the worker sends its commits: one stream, packed by hiredis, the
+        # replies read raw (a batch of 100 holds 100 jobs, whose versions chain)
+        store.load(scope, [job for job, _ in chunk])
+        commits = []
+        for job, entry_id in chunk:
+            record = started[job]
+            commits.append(
+                Commit(
+                    scope=scope,
+                    job=job,
+                    version=str(versions[job]),
+                    state=record.state,
+                    order=record.order,
+                    due=dues[job],
+                    active=True,
+                    acks=[entry_id],
+                    equipment=pushes[job],
+                    history=history[job],
+                )
             )
-            for k, entry_id in enumerate(chunk)
-        ]
-        version += len(chunk)
-        # the worker's own way to commit: one stream, packed by hiredis, replies read raw
+            versions[job] += 1
         stream = store.commit_stream(scope)
         stream.send(commits)
         results = stream.finish()
@@ -575,8 +591,7 @@ def main() -> None:
         two: list[float] = []
         one: list[float] = []
         alone: list[float] = []
-        piped: list[float] = []
-        floors: list[Floor] = []  # the rounds of `piped`, with their CPU
+        floors: list[Floor] = []  # pipelined 100
         splits: list[Split] = []
         event_rates: list[float] = []
         loads: list[float] = []
@@ -596,7 +611,6 @@ def main() -> None:
             # each figure of (b) next to its floor: this machine's speed moves within a
             # second, so a round's ratio compares the two at nearly the same speed
             floors.append(floor_round(url, 100))
-            piped.append(floors[-1].us)
             rate, _, split, lats, cpu = push_round(url, n)
             rates.append(rate)
             splits.append(split)
@@ -612,6 +626,7 @@ def main() -> None:
             over_tcp["piped"].append(1e6 / floor_round(tcp, 100).us)
             over_tcp["batched"].append(push_round(tcp, n)[0])
             over_tcp["unbatched"].append(push_round(tcp, n, read_count=1)[0])
+        piped = [f.us for f in floors]
         floor_alone = 1e6 / statistics.median(alone)
         floor_piped = 1e6 / statistics.median(piped)
         rate = statistics.median(rates)
@@ -654,22 +669,25 @@ def main() -> None:
                 f"{med.server:,.0f} us, responder {med.responder:,.0f} us: {med.total:,.0f} us "
                 f"in all, a ceiling of {cores * 1e6 / med.total:,.0f} events/s on {cores} cores"
             )
-        # the batched ratio, taken apart: the CPU an event costs against the floor's, and
-        # how busy each kept the cores (on a machine that the processes share, the ratio is
-        # about their product)
-        f_client, f_server, f_cores = (
-            statistics.median(getattr(f, k) for f in floors) for k in ("client", "server", "cores")
+        # the batched ratio, taken apart round by round: it is the CPU an event of the
+        # floor costs over a batched one's, times the cores the batched round kept busy over
+        # the floor's (events/s = cores busy / CPU per event, for both)
+        f_client, f_server = (
+            statistics.median(getattr(f, k) for f in floors) for k in ("client", "server")
         )
-        b_cpu = statistics.median(c.total for c in cpus)
-        b_cores = statistics.median(c.total * r / 1e6 for c, r in zip(cpus, rates, strict=True))
+        b_cores = [c.total * r / 1e6 for c, r in zip(cpus, rates, strict=True)]
+        cpu_ratio = [f.cpu / c.total for f, c in zip(floors, cpus, strict=True)]
+        cores_ratio = [b / f.cores for b, f in zip(b_cores, floors, strict=True)]
         print(
             f"      CPU per event, floor 100  client {f_client:,.0f} us, server "
             f"{f_server:,.0f} us: {f_client + f_server:,.0f} us in all; cores busy: floor "
-            f"{f_cores:.2f}, batched {b_cores:.2f}"
+            f"{statistics.median(f.cores for f in floors):.2f}, batched "
+            f"{statistics.median(b_cores):.2f}"
         )
         print(
-            f"      batched / floor 100 = CPU {(f_client + f_server) / b_cpu:.2f} x cores "
-            f"{b_cores / f_cores:.2f} = {(f_client + f_server) / b_cpu * b_cores / f_cores:.2f}"
+            f"      batched / floor 100 = floor's CPU per event / batched's "
+            f"{statistics.median(cpu_ratio):.2f} x batched's cores busy / floor's "
+            f"{statistics.median(cores_ratio):.2f} (medians of the rounds)"
         )
         tm = {k: statistics.median(v) for k, v in over_tcp.items()}
         print(
