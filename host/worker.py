@@ -263,7 +263,7 @@ class Worker:
     def _overlapping(self) -> bool:
         """Whether batches overlap now (`overlap`): small ones, read and loaded ahead. A
         large batch's commits go out in chunks as it is evaluated already (Applier), and
-        overlapping batches of 100 gained nothing measurable."""
+        overlapping batches of 100 gained nothing, or lost (docs/host.md)."""
         return (
             self.overlap
             and self.read_ahead
