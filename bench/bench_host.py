@@ -23,12 +23,12 @@
   and the **latency** from an answer's XADD to the commit that appended the next command.
 - **The floor.** The round trips one event needs, and nothing else: load (TIME and one
   HMGET, read raw) and one `sfc1_commit` sent as the worker sends its commits
-  (Store.commit_stream), timed alone and pipelined by 100, over JOBS jobs as (b) runs. A
-  job's commits carry the bytes a worker wrote applying its start (a running state, its
-  order and deadline, the first step's push and the start's history entry; an answer's
-  are some 10% larger), and one entry acked. The ratio says how close the worker comes to
-  the floor: of the medians, and round by round, each figure of (b) over the floor taken
-  just before it. The floor's CPU per event (this process as the client,
+  (Store.commit_stream, in chunks), timed alone and pipelined by 100, over JOBS jobs as (b)
+  runs. A job's commits carry the bytes a worker wrote applying its first answer (a
+  running state, its order, the next step's push and the answer's history entry), move its
+  deadline and keep it active, and ack one entry. The ratio says how close the worker
+  comes to the floor: of the medians, and round by round, each figure of (b) over the floor
+  taken just before it. The floor's CPU per event (this process as the client,
   and the server) is printed beside the batched figure's, with the cores each kept busy:
   the batched ratio is the ratio of their CPU per event times the ratio of their busy
   cores, which says whether a figure moved because an event cost more CPU or because the
@@ -58,7 +58,9 @@ from typing import Any
 
 from generated.work_entry_v1_0 import TickData
 from host import keys
+from host.apply import COMMIT_CHUNK
 from host.entries import decode_equipment, fields
+from host.equipment import Responder, always
 from host.jobs import submit
 from host.server import EmbeddedServer
 from host.settings import Settings
@@ -432,10 +434,12 @@ def floor_round(url: str, batch: int) -> Floor:
     and of each side's CPU.
 
     The events are spread over JOBS jobs, FLOOR_EVENTS / JOBS each, and each job's commits
-    carry the bytes a worker wrote applying that job's start (a running state, its order and
-    deadline, its first step's push and the start's history entry): the keys and the bytes
-    of (b)'s commits, no history long enough to be trimmed (a job of (b) writes 11
-    entries), and no evaluation."""
+    carry the bytes a worker wrote applying that job's first answer (a running state, its
+    order, the next step's push and the answer's history entry), with a deadline that moves
+    each commit and the job active: the keys and the bytes of (b)'s commits, no history long
+    enough to be trimmed (a job of (b) writes 11 entries), and no evaluation. The commits go
+    out as the worker sends them: in chunks of COMMIT_CHUNK, the last with nothing after it
+    (the worker's last chunk carries its read ahead)."""
     scope = f"bench-floor-{batch}-{time.time_ns()}"
     store = Store.from_url(url, consumer="floor")
     jobs = [f"f{i}" for i in range(JOBS)]
@@ -443,23 +447,29 @@ def floor_round(url: str, batch: int) -> Floor:
         assert submit(store, scope, linear(STEPS), job_id=job).ok
     worker = Worker(Store.from_url(url), SETTINGS, [scope])
     worker.refresh_scopes()
-    while worker.counters.outcome.applied < JOBS:
-        worker.read_once(block_ms=50)
-    del worker
+    equipment = Responder(Store.from_url(url), scope, always("ok"))
+    # the starts, then the first answers: their commits are the ones the floor's carry
+    for applied in (JOBS, 2 * JOBS):
+        while worker.counters.outcome.applied < applied:
+            worker.read_once(block_ms=50)
+        if applied == JOBS:
+            while equipment.answered < JOBS:
+                equipment.pump(block_ms=50)
+    del worker, equipment
     pushes: dict[str, list[tuple[str, bytes]]] = {}
-    for entry_id, raw in store.equipment_entries(scope):
+    for entry_id, raw in store.equipment_entries(scope):  # oldest first: the last one stays
         push = decode_equipment(entry_id, raw)
         pushes[push.data.job] = [(push.kind, raw[b"data"])]
     history: dict[str, list[tuple[str, bytes]]] = {}
     for job in jobs:
         ((_, evaluation),) = store.history(scope, job, 1)
-        assert evaluation[b"kind"] == b"evaluation", evaluation
+        assert b'"event":"answer"' in evaluation[b"data"], evaluation
         history[job] = [("evaluation", evaluation[b"data"])]
     _, records = store.load(scope, jobs)
-    started = {job: r for job, r in records.items() if r is not None and r.due}
-    assert len(started) == JOBS == len(pushes), (len(started), len(pushes))
-    versions = {job: int(r.version) for job, r in started.items()}
-    dues = {job: int(r.due) for job, r in started.items()}
+    running = {job: r for job, r in records.items() if r is not None and r.due}
+    assert len(running) == JOBS == len(pushes), (len(running), len(pushes))
+    versions = {job: int(r.version) for job, r in running.items()}
+    dues = {job: int(r.due) for job, r in running.items()}
     order = [jobs[i % JOBS] for i in range(FLOOR_EVENTS)]
     store.add_work_many(scope, [fields("tick", TickData(job=job)) for job in order])
     ids = [i for _, i, _ in store.read([scope], FLOOR_EVENTS, None)]
@@ -469,12 +479,14 @@ def floor_round(url: str, batch: int) -> Floor:
     for i in range(0, FLOOR_EVENTS, batch):
         chunk = list(zip(order[i : i + batch], ids[i : i + batch], strict=True))
         # the load round trip of the batch (TIME and one hash per event), then one commit
-        # per event, as the worker sends its commits: one stream, packed by hiredis, the
-        # replies read raw (a batch of 100 holds 100 jobs, whose versions chain)
+        # per event in one stream, packed by hiredis and the replies read raw; a batch of
+        # 100 holds 100 jobs, whose versions chain
         store.load(scope, [job for job, _ in chunk])
+        stream = store.commit_stream(scope)
         commits = []
         for job, entry_id in chunk:
-            record = started[job]
+            record = running[job]
+            dues[job] += 1  # each commit moves the deadline, as each step of (b) does
             commits.append(
                 Commit(
                     scope=scope,
@@ -490,8 +502,10 @@ def floor_round(url: str, batch: int) -> Floor:
                 )
             )
             versions[job] += 1
-        stream = store.commit_stream(scope)
-        stream.send(commits)
+            if len(commits) == COMMIT_CHUNK:
+                stream.send(commits)
+                commits = []
+        stream.send(commits, hold=True)
         results = stream.finish()
         assert all(x == "ok" for x in results), results
     elapsed = time.perf_counter() - t0
