@@ -28,10 +28,10 @@
   running state, its order, the next step's push and the answer's history entry), move its
   deadline and keep it active, and ack one entry. The ratio says how close the worker
   comes to the floor: of the medians, and round by round, each figure of (b) over the floor
-  taken just before it. The floor's CPU per event (this process as the client,
-  and the server) is printed beside the batched figure's, with the cores each kept busy:
-  the batched ratio is the ratio of their CPU per event times the ratio of their busy
-  cores, which says whether a figure moved because an event cost more CPU or because the
+  taken just before it. The floor's CPU per event (this process as the client, and the
+  server) is printed beside the batched figure's, with the cores each kept busy: the
+  batched ratio is the ratio of their CPU per event times the ratio of their busy cores,
+  which says whether a figure moved because an event cost more CPU or because the
   processes kept the cores less busy.
 - **The transport.** The server's Unix socket, which `sfc serve` gives the workers of its
   embedded server; the floor and (b) are taken over TCP as well, in the same rounds.
