@@ -915,17 +915,25 @@ class Applier:
         return commits, counts, missing
 
     def _drop_missing(self, scope: str, missing: list[Entry], tally: Outcome) -> None:
-        """Ack the entries of jobs that are not stored (cleared), counted as dropped."""
+        """Ack the entries of jobs that are not stored (cleared), counted as dropped; one
+        that another consumer took over is counted gone, and left to it."""
         if not missing:
             return
         answers = [e.id for e in missing if e.kind == "answer"]
         others = [e.id for e in missing if e.kind != "answer"]
+        taken: set[str] = set()
         for ids, counter in ((answers, ANSWERS_DROPPED), (others, ENTRIES_DROPPED)):
             if ids and self.store.ack(scope, ids, counter) == "gone":
-                tally.gone += len(ids)
-        tally.dropped += len(missing)
+                # sfc1_ack wrote nothing: each goes on its own, so that only what was
+                # taken over stays pending (a rare path: a claim raced this batch)
+                if len(ids) > 1:
+                    ids = [i for i in ids if self.store.ack(scope, [i], counter) == "gone"]
+                taken.update(ids)
+        tally.gone += len(taken)
         for e in missing:
-            tally.kinds[e.kind, "dropped"] = tally.kinds.get((e.kind, "dropped"), 0) + 1
+            if e.id not in taken:
+                tally.dropped += 1
+                tally.kinds[e.kind, "dropped"] = tally.kinds.get((e.kind, "dropped"), 0) + 1
 
     @staticmethod
     def _results(

@@ -172,3 +172,31 @@ def test_an_answer_for_a_job_that_does_not_exist_is_dropped_and_counted(host: Ho
     assert counts(host.client(), scope)["answersDropped"] == 1
     assert host.client().xlen(keys.dead(scope)) == 0
     assert host.client().xlen(keys.work(scope)) == 0
+
+
+def test_entries_of_missing_jobs_are_dropped_when_another_consumer_took_one_over(
+    host: Host,
+) -> None:
+    """sfc1_ack writes nothing when one id is no longer this consumer's: the others are
+    dropped one by one, and only the one taken over stays pending, with its new owner."""
+    from host.entries import decode_work
+    from host.equipment import respond
+
+    scope = host.scope("noone")
+    host.store().create_group(scope)
+    worker = host.worker([scope])
+    for job in ("ghost1", "ghost2", "ghost3"):
+        respond(host.store(), scope, job, "a1", outcome="ok", command_id=f"{job}:a1#1")
+    entries = [decode_work(i, f) for _, i, f in worker.store.read([scope], 10, None)]
+    assert len(entries) == 3
+    r = host.client()
+    r.xclaim(keys.work(scope), keys.GROUP, "another", 0, [entries[1].id])
+    outcome = worker.applier.apply(scope, entries)
+    assert (outcome.dropped, outcome.gone) == (2, 1)
+    assert outcome.kinds == {("answer", "dropped"): 2}
+    assert counts(r, scope)["answersDropped"] == 2
+    pending = r.xpending_range(keys.work(scope), keys.GROUP, "-", "+", 10)
+    assert [(p["message_id"].decode(), p["consumer"].decode()) for p in pending] == [
+        (entries[1].id, "another")
+    ]
+    assert r.xlen(keys.work(scope)) == 1
