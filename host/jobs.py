@@ -190,6 +190,9 @@ def submit(
             priority=priority,
             description=description,
         )
+        problem = _misfit(order)
+        if problem is not None:
+            return MethodResult(ReturnStatus.INVALID_REQUEST, shown, problem)
         result = store.store_order(
             scope,
             job,
@@ -207,6 +210,17 @@ def submit(
                 continue  # a generated id collided: draw another
             return MethodResult(ReturnStatus.UNABLE_TO_ACCEPT, job, "the job id is taken")
     return MethodResult(ReturnStatus.UNABLE_TO_ACCEPT, shown, "the store kept conflicting")
+
+
+def _misfit(order: JobOrder) -> str | None:
+    """Why `order` would not read back as stored (a field past its schema's limit, such as a
+    work master id or a description too long), or None: an order that does not read back
+    would make its job unreadable, and its scope's list with it."""
+    try:
+        decode_order(encode(order))
+    except msgspec.ValidationError as e:
+        return f"the order does not fit its schema: {e}"
+    return None
 
 
 def _checked(scope: str, job: str) -> MethodResult | None:
@@ -324,7 +338,11 @@ def update(
             changes["dataschema"] = dataschema
             old = state_decoder.decode(record.state)
             state = replace(new_state(graph, job, scope), sequence=old.sequence)
-        call = MethodCall("Update", order=replace(order, **changes), state=state)
+        new = replace(order, **changes)
+        problem = _misfit(new)
+        if problem is not None:
+            return MethodResult(ReturnStatus.INVALID_REQUEST, job, problem)
+        call = MethodCall("Update", order=new, state=state)
         status, message = Applier(store, Settings()).method(scope, job, call)
         return MethodResult(status, job, message)
     return MethodResult(ReturnStatus.UNABLE_TO_ACCEPT, job, "the job kept changing")

@@ -287,6 +287,29 @@ def test_update_replaces_the_order_only_before_it_starts(host: Host) -> None:
     assert late.status == ReturnStatus.INVALID_JOB_ORDER_STATUS
 
 
+@pytest.mark.parametrize(("field", "limit"), [("work_master_id", 256), ("description", 1024)])
+def test_an_order_field_past_its_schema_limit_is_refused_and_nothing_is_written(
+    host: Host, field: str, limit: int
+) -> None:
+    """Stored, it would not read back: the job, and its scope's list, could not be shown."""
+    scope = host.scope("limits")
+    store = host.store()
+    r = host.client()
+    wire = "workMasterId" if field == "work_master_id" else field
+    refused = jobs.submit(store, scope, linear_recipe(1), job_id="j", **{field: "w" * (limit + 1)})
+    assert refused.status == ReturnStatus.INVALID_REQUEST
+    assert f"$.{wire}" in refused.message and str(limit) in refused.message
+    assert store.job(scope, "j") is None and r.xlen(keys.work(scope)) == 0
+    job = jobs.submit(store, scope, linear_recipe(1), job_id="j", start=False, **{field: "w"}).job
+    before = r.hget(keys.job(scope, job), "order")
+    bad = jobs.update(store, scope, job, priority=5, **{field: "w" * (limit + 1)})
+    assert bad.status == ReturnStatus.INVALID_REQUEST and f"$.{wire}" in bad.message
+    assert r.hget(keys.job(scope, job), "order") == before
+    ok = jobs.update(store, scope, job, **{field: "w" * limit})
+    assert ok.ok, ok.words()
+    assert getattr(host.order(scope, job), field) == "w" * limit  # at the limit, it reads back
+
+
 def test_every_order_that_left_the_not_started_states_has_a_job_response(host: Host) -> None:
     scope = host.scope("responses")
     store = host.store()
