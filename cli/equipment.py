@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from cli.files import read_bytes
+from cli.files import read
 from cli.hostcommon import DataDirOption, RedisOption, ScopeOption, check_scope, fail, open_store
 from cli.hostcommon import server_errors as server_errors
 from cli.main import app
@@ -28,7 +28,7 @@ from sfc.simulation import ScriptError
 def read_host_script(path: Path | None) -> SimulationScript:
     """The script of `path` for the host (every action answers ok without one); exit 2 with
     the reason when it cannot be used."""
-    data = b"{}" if path is None else read_bytes(path, "script")
+    data = b"{}" if path is None else read(path, "script")
     try:
         return load_host_script(data)
     except ScriptError as e:

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import msgspec
 import typer
 
-from cli.files import console, read_bytes, terminal
+from cli.files import console, read, terminal
 from cli.hostcommon import (
     DataDirOption,
     JsonOption,
@@ -100,7 +100,7 @@ def submit(
     """StoreAndStart (or Store, with --store-only) job orders of RECIPE; prints one job id a
     line. A recipe that does not build for the scope is refused with its build errors."""
     check_scope(scope)
-    text = read_bytes(recipe, "recipe")
+    text = read(recipe, "recipe")
     ids: list[str | None]
     if count == 1:
         ids = [job_id]
@@ -249,7 +249,7 @@ def update(
 ) -> None:
     """Update: replace the order of a job that has not started."""
     check_scope(scope)
-    text = None if recipe is None else read_bytes(recipe, "recipe")
+    text = None if recipe is None else read(recipe, "recipe")
     store = open_store(redis, data_dir)
     with server_errors():
         result = jobs.update(

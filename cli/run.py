@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from cli.equipment import read_host_script
-from cli.files import read_bytes, terminal
+from cli.files import read, terminal
 from cli.hostcommon import DataDirOption, RedisOption, fail, print_json, server_errors
 from cli.main import app
 from host import joborder, jobs, keys
@@ -66,7 +66,7 @@ def run(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Run N jobs of RECIPE on the host: embedded server, workers and scripted equipment."""
-    text = read_bytes(recipe, "recipe")
+    text = read(recipe, "recipe")
     built = build(text)
     if built.graph is None:
         for e in built.errors:

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from cli.files import read_bytes
+from cli.files import read
 from cli.hostcommon import DataDirOption, RedisOption, check_scope, fail, server_errors
 from cli.main import app
 from host import logs
@@ -67,7 +67,7 @@ def _setting(name: str, help: str) -> Any:
 def _scope_values(
     capabilities: Path | None, max_attempts: int | None, equipment_hold: bool | None
 ) -> dict[str, str]:
-    caps = None if capabilities is None else read_bytes(capabilities, "capabilities")
+    caps = None if capabilities is None else read(capabilities, "capabilities")
     try:
         return scope_values(
             capabilities=caps, max_attempts=max_attempts, equipment_hold=equipment_hold

@@ -136,6 +136,30 @@ def test_setup_settings_and_urls_are_refused_at_start(
     assert not list(tmp_path.rglob("server.json"))
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["job", "submit", "{file}", "--scope", "{scope}", "--redis", "{url}"],
+        ["job", "update", "j", "--recipe", "{file}", "--scope", "{scope}", "--redis", "{url}"],
+        ["run", "{file}"],  # before it starts a server of its own
+        ["equipment", "--script", "{file}", "--scope", "{scope}", "--redis", "{url}"],
+        ["setup", "--capabilities", "{file}", "--scope", "{scope}", "--redis", "{url}"],
+    ],
+)
+@pytest.mark.parametrize("file", ["missing.json", "."])
+def test_a_file_that_cannot_be_read_is_named_and_nothing_is_written(
+    stored: tuple[Host, str], valkey_url: str, tmp_path: Path, args: list[str], file: str
+) -> None:
+    host, scope = stored
+    before = _written(host.client(), scope)
+    path = str(tmp_path / file)
+    values = {"{file}": path, "{scope}": scope, "{url}": valkey_url}
+    proc = sfc(*[values.get(a, a) for a in args])
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "cannot read the " in proc.stderr and path in proc.stderr
+    assert _written(host.client(), scope) == before
+
+
 def test_respond_refuses_a_job_that_is_not_stored(
     stored: tuple[Host, str], valkey_url: str
 ) -> None:
