@@ -32,10 +32,16 @@ def check_name(value: str, what: str, limit: int) -> str:
         raise KeyError_(f"the {what} is empty")
     if len(value) > limit:
         raise KeyError_(f"the {what} has {len(value)} characters; at most {limit} are allowed")
+    bad = None
     if _NAME.fullmatch(value) is None:
         bad = next(c for c in value if _NAME.fullmatch(c) is None)
         if "\ud800" <= bad <= "\udfff":  # from bytes that were not UTF-8 (a command line's)
             raise KeyError_(f"the {what} {value!r} contains {bad!r}, which is not UTF-8 text")
+    elif not value.isprintable():
+        # beyond ASCII: Unicode's spaces, line and paragraph separators, and control and
+        # format characters (a right-to-left override, say), none of which shows as itself
+        bad = next(c for c in value if not c.isprintable())
+    if bad is not None:
         raise KeyError_(
             f"the {what} {value!r} contains {bad!r}: braces, spaces and control characters "
             "are not allowed"

@@ -9,6 +9,7 @@ one function call touches one cluster slot.
 from __future__ import annotations
 
 import inspect
+import unicodedata
 from collections.abc import Callable
 
 import pytest
@@ -235,6 +236,7 @@ def test_a_long_name_is_refused(check: Callable[[str], str], what: str, limit: i
 
 
 BAD_CHARACTERS = ["{", "}", " ", "\x00", "\t", "\n", "\r", "\x1b", "\x1f", "\x7f"]
+BAD_CHARACTERS += ["\x85", "\xa0", "\u2007", "\u2028", "\u2029", "\u202e", "\u3000", "\ufeff"]
 
 
 @pytest.mark.parametrize("bad", BAD_CHARACTERS)
@@ -252,6 +254,14 @@ def test_braces_spaces_and_control_characters_are_refused(
 
 
 @pytest.mark.parametrize(("check", "what", "limit"), CHECKS)
+def test_letters_marks_and_symbols_beyond_ascii_are_names(
+    check: Callable[[str], str], what: str, limit: int
+) -> None:
+    for name in ("Schraubstation-Ä1", "línea_3", "工位7", "a\u0301b", "cell→2", "ok✓"):
+        assert check(name) == name
+
+
+@pytest.mark.parametrize(("check", "what", "limit"), CHECKS)
 def test_a_lone_surrogate_is_refused(check: Callable[[str], str], what: str, limit: int) -> None:
     # what Python makes of command-line bytes that are not UTF-8: no key can hold it
     name = b"line\xff".decode("utf-8", "surrogateescape")
@@ -264,7 +274,12 @@ def test_a_lone_surrogate_is_refused(check: Callable[[str], str], what: str, lim
 def test_a_name_passes_exactly_when_it_may(name: str) -> None:
     for check, _, limit in CHECKS:
         fits = 0 < len(name) <= limit and not any(
-            c in "{}" or ord(c) <= 0x20 or ord(c) == 0x7F or 0xD800 <= ord(c) <= 0xDFFF
+            c in "{}"
+            or ord(c) <= 0x20
+            or ord(c) == 0x7F
+            or 0xD800 <= ord(c) <= 0xDFFF
+            # Unicode's other (control, format, unassigned, private) and separators
+            or unicodedata.category(c)[0] in "CZ"
             for c in name
         )
         if fits:
@@ -332,7 +347,7 @@ def test_the_key_names() -> None:
 
 
 NAME = st.text(
-    st.characters(exclude_characters="{} \x7f", exclude_categories=("Cs",), min_codepoint=0x21),
+    st.characters(exclude_characters="{}", exclude_categories=("C", "Z"), min_codepoint=0x21),
     min_size=1,
     max_size=64,
 )
