@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any
@@ -157,6 +158,10 @@ def _describe(entry_id: str, fields: dict[bytes, bytes]) -> str:
     return f"{e.kind}" + (f" for job {job}" if job else "")
 
 
+_ENTRY_ID = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")
+"""A stream entry id: milliseconds, and a sequence number."""
+
+
 @work_app.command()
 def pending(
     scope: ScopeOption = "default",
@@ -168,6 +173,7 @@ def pending(
     check_scope(scope)
     with connected(redis, data_dir) as store:
         rows = store.pending_entries(scope, 1000)
+        unread = store.unread(scope)
         now = store.time_ms()
     out: list[dict[str, Any]] = [
         {
@@ -180,8 +186,11 @@ def pending(
         for p in rows
     ]
     if as_json:
-        print_json({"scope": scope, "pending": out})
+        print_json({"scope": scope, "pending": out, "unread": unread})
         return
+    if unread:
+        # written and not read by any worker: none of them is reading this scope?
+        typer.echo(f"{unread} entries not read by any worker yet in scope {scope}")
     if not out:
         typer.echo(f"no pending entries in scope {scope}")
         return
@@ -240,6 +249,9 @@ def requeue(
 ) -> None:
     """Move dead entries back to the work stream (after fixing what made them fail)."""
     check_scope(scope)
+    malformed = [i for i in entry_ids if _ENTRY_ID.fullmatch(i) is None]
+    if malformed:  # before any is moved: nothing half done
+        fail(f"not an entry id (MS-SEQ, as `sfc work dead` shows them): {malformed[0]!r}", 2)
     store = open_store(redis, data_dir)
     missing = False
     with server_errors():

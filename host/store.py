@@ -972,6 +972,24 @@ class Store:
         )
         return int(rows[0]["times_delivered"]) if rows else 0
 
+    def unread(self, scope: str, limit: int = 10_000) -> int:
+        """Work entries no worker has read yet (the group's lag; counted up to `limit` when
+        the server cannot tell it, after deletions), 0 for a scope without a group."""
+        r = self.client(scope)
+        try:
+            groups: Any = r.xinfo_groups(keys.work(scope))
+        except redis.ResponseError:
+            return 0  # no such stream yet
+        for g in groups:
+            if _text(g["name"]) != keys.GROUP:
+                continue
+            if g.get("lag") is not None:
+                return int(g["lag"])
+            after = "(" + _text(g["last-delivered-id"])
+            rows: Any = r.xrange(keys.work(scope), after, "+", count=limit)
+            return len(rows)
+        return 0
+
     def pending_summary(self, scope: str) -> dict[str, Any]:
         return dict(self.client(scope).xpending(keys.work(scope), keys.GROUP))
 
@@ -1030,8 +1048,16 @@ class Store:
         )
 
     def pending_entries(self, scope: str, count: int = 100) -> list[dict[str, Any]]:
-        """The oldest pending work entries: id, consumer, idle ms, deliveries, fields."""
-        rows: Any = self.client(scope).xpending_range(keys.work(scope), keys.GROUP, "-", "+", count)
+        """The oldest pending work entries: id, consumer, idle ms, deliveries, fields (none
+        for a scope without a work stream or group yet)."""
+        try:
+            rows: Any = self.client(scope).xpending_range(
+                keys.work(scope), keys.GROUP, "-", "+", count
+            )
+        except redis.ResponseError as e:
+            if str(e).startswith("NOGROUP"):
+                return []
+            raise
         if not rows:
             return []
         pipe = self.client(scope).pipeline(transaction=False)

@@ -3,6 +3,7 @@ and writes nothing (a real server, real processes)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -158,6 +159,46 @@ def test_a_file_that_cannot_be_read_is_named_and_nothing_is_written(
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "cannot read the " in proc.stderr and path in proc.stderr
     assert _written(host.client(), scope) == before
+
+
+def test_work_pending_of_a_scope_without_a_group_is_empty(valkey_url: str) -> None:
+    proc = sfc("work", "pending", "--scope", "nosuch-scope", "--redis", valkey_url)
+    assert (proc.returncode, proc.stdout) == (0, "no pending entries in scope nosuch-scope\n")
+    proc = sfc("work", "pending", "--scope", "nosuch-scope", "--redis", valkey_url, "--json")
+    assert json.loads(proc.stdout) == {"scope": "nosuch-scope", "pending": [], "unread": 0}
+
+
+def test_work_pending_tells_the_entries_no_worker_has_read(
+    stored: tuple[Host, str], valkey_url: str
+) -> None:
+    from host.equipment import respond
+
+    host, scope = stored
+    for n in (1, 2):
+        respond(host.store(), scope, "j", "a1", outcome="ok", command_id=f"j:a1#{n}")
+    proc = sfc("work", "pending", "--scope", scope, "--redis", valkey_url)
+    assert proc.returncode == 0
+    assert proc.stdout == (
+        f"2 entries not read by any worker yet in scope {scope}\n"
+        f"no pending entries in scope {scope}\n"
+    )
+    proc = sfc("work", "pending", "--scope", scope, "--redis", valkey_url, "--json")
+    assert json.loads(proc.stdout)["unread"] == 2
+
+
+def test_requeue_refuses_a_malformed_id_before_it_moves_any(
+    stored: tuple[Host, str], valkey_url: str
+) -> None:
+    host, scope = stored
+    r = host.client()
+    dead_id = r.xadd(keys.dead(scope), {"v": "1", "kind": "tick", "data": "{}", "reason": "r"})
+    before = _written(r, scope)
+    proc = sfc(
+        "work", "requeue", dead_id.decode(), "garbage", "--scope", scope, "--redis", valkey_url
+    )
+    assert proc.returncode == 2
+    assert "not an entry id" in proc.stderr and "'garbage'" in proc.stderr
+    assert _written(r, scope) == before  # the good one was not moved either
 
 
 def test_respond_refuses_a_job_that_is_not_stored(
