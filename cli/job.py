@@ -108,26 +108,33 @@ def submit(
         ids = [f"{job_id}-{i}" for i in range(1, count + 1)] if job_id else [None] * count
     store = open_store(redis, data_dir)
     results = []
+    interrupted = False
     with server_errors():
-        for one in ids:
-            r = jobs.submit(
-                store,
-                scope,
-                text,
-                job_id=one,
-                start=not store_only,
-                work_master_id=work_master,
-                priority=priority,
-            )
-            results.append(r)
-            if not r.ok:
-                break
+        try:
+            for one in ids:
+                r = jobs.submit(
+                    store,
+                    scope,
+                    text,
+                    job_id=one,
+                    start=not store_only,
+                    work_master_id=work_master,
+                    priority=priority,
+                )
+                results.append(r)
+                if not r.ok:
+                    break
+        except KeyboardInterrupt:
+            # Ctrl-C: the jobs stored so far are reported below, as ever (one submit is
+            # one write: a job is stored whole or not at all)
+            interrupted = True
     store.close()
     refused = [r for r in results if not r.ok]
     if as_json:
         print_json(
             {
                 "jobs": [r.job for r in results if r.ok],
+                **({"interrupted": True} if interrupted else {}),
                 "refused": [
                     {
                         "job": r.job,
@@ -149,6 +156,10 @@ def submit(
             typer.echo(f"sfc: {_status_line(r)}", err=True)
             for e in r.errors:
                 typer.echo(f"  {e.code} {e.path}: {e.message}", err=True)
+    if interrupted:
+        stored = sum(1 for r in results if r.ok)
+        typer.echo(f"sfc: interrupted: {stored} of {count} job(s) stored, above", err=True)
+        raise typer.Exit(130)
     if refused:
         raise typer.Exit(1)
 

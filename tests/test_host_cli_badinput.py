@@ -109,6 +109,43 @@ def test_submit_refuses_a_bad_scope_a_bad_recipe_and_a_taken_id(
     assert _written(host.client(), scope) == before
 
 
+@pytest.mark.parametrize("as_json", [False, True])
+def test_submit_interrupted_reports_the_jobs_it_stored(
+    host: Host, valkey_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, as_json: bool
+) -> None:
+    """Ctrl-C during `--count`: the jobs stored so far are printed, and the command says it
+    was interrupted (exit 130). The interrupt is raised as the third submit begins."""
+    from host import jobs
+
+    scope = host.scope("ctrlc")
+    recipe = tmp_path / "r.json"
+    recipe.write_bytes(linear_recipe(1))
+    submit = jobs.submit
+    calls = 0
+
+    def interrupted_third(*args: object, **kwargs: object) -> jobs.MethodResult:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise KeyboardInterrupt
+        return submit(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(jobs, "submit", interrupted_third)
+    line = ["job", "submit", str(recipe), "--count", "5", "--job-id", "c", "--store-only"]
+    proc = sfc(*line, "--scope", scope, "--redis", valkey_url, *(["--json"] if as_json else []))
+    assert proc.returncode == 130
+    assert "interrupted: 2 of 5 job(s) stored" in proc.stderr
+    if as_json:
+        assert json.loads(proc.stdout) == {
+            "jobs": ["c-1", "c-2"],
+            "interrupted": True,
+            "refused": [],
+        }
+    else:
+        assert proc.stdout == "c-1\nc-2\n"
+    assert sorted(host.store().order_ids(scope)) == ["c-1", "c-2"]
+
+
 def test_setup_settings_and_urls_are_refused_at_start(
     host: Host, valkey_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
