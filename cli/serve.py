@@ -15,7 +15,7 @@ from cli.files import read
 from cli.hostcommon import DataDirOption, RedisOption, check_scope, fail, server_errors
 from cli.main import app
 from host import logs
-from host.serve import Serving, connect, resolve_url, scope_values, setup_scope
+from host.serve import CrashLoop, Serving, connect, resolve_url, scope_values, setup_scope
 from host.server import ServerError
 from host.settings import SettingsError, from_environment
 from host.store import redacted
@@ -264,10 +264,11 @@ def serve(
             chosen_format,
         )
         while not stop.wait(0.5):
-            dead = [p.name for p in serving.processes if not p.is_alive()]
-            if dead:
-                log.error("worker(s) exited: %s; stopping", ", ".join(dead))
-                raise typer.Exit(1)
+            try:
+                serving.replace_exited()  # a worker killed (out of memory...) is replaced
+            except CrashLoop as e:
+                log.error("%s; stopping", e, extra={"reason": str(e)})
+                raise typer.Exit(1) from None
     finally:
         started = time.monotonic()
         serving.stop()

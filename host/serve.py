@@ -55,6 +55,10 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 PORT_FILE = "server.port"
 """The embedded server's port, kept across runs so that a restart can take it again."""
 SERVER_PID_FILE = "server.pid"
+RESTART_LIMIT = 5
+RESTART_WINDOW_S = 60
+"""A worker process that exits is replaced; more than RESTART_LIMIT replacements within
+RESTART_WINDOW_S seconds is a crash loop (a bug, a setting, the machine), and serve stops."""
 """The pid of the embedded valkey-server, so that the next serve can stop one that a killed
 serve left running."""
 
@@ -210,6 +214,10 @@ def _running(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
+class CrashLoop(Exception):
+    """Workers kept exiting (Serving.replace_exited)."""
+
+
 @dataclass
 class Serving:
     """The server (embedded or given) and N worker processes."""
@@ -234,6 +242,8 @@ class Serving:
     """The `/metrics` endpoint (`start_metrics`), when serve runs one."""
     metrics_dir: str | None = None
     _lock: IO[str] | None = None
+    _restarts: list[float] = field(default_factory=list)
+    """When workers were replaced (monotonic seconds), within RESTART_WINDOW_S."""
 
     def start_metrics(self, addr: str, port: int) -> int:
         """Serve `/metrics` on addr:port (0: any free port; returns the port). Made before
@@ -296,29 +306,63 @@ class Serving:
 
     def start_workers(self) -> list[str]:
         """Start the worker processes; returns their consumer names."""
-        ctx = multiprocessing.get_context("spawn")
-        level = logging.getLogger().getEffectiveLevel()
         names = []
         for _ in range(self.workers):
-            name = consumer_name()
-            p = ctx.Process(
-                target=_worker_main,
-                args=(
-                    self.worker_url or self.url,
-                    None if self.scopes is None else list(self.scopes),
-                    dict(self.settings),
-                    name,
-                    level,
-                    self.log_format,
-                    self.metrics_dir,
-                ),
-                name=f"sfc-worker-{name}",
-                daemon=False,
-            )
-            p.start()
+            p, name = self._start_worker()
             self.processes.append(p)
             names.append(name)
         return names
+
+    def _start_worker(self) -> tuple[BaseProcess, str]:
+        ctx = multiprocessing.get_context("spawn")
+        name = consumer_name()
+        p = ctx.Process(
+            target=_worker_main,
+            args=(
+                self.worker_url or self.url,
+                None if self.scopes is None else list(self.scopes),
+                dict(self.settings),
+                name,
+                logging.getLogger().getEffectiveLevel(),
+                self.log_format,
+                self.metrics_dir,
+            ),
+            name=f"sfc-worker-{name}",
+            daemon=False,
+        )
+        p.start()
+        return p, name
+
+    def replace_exited(self) -> int:
+        """Start a new worker in the place of each that exited (killed, out of memory...),
+        logged; returns how many. The entries it had read stay pending, and a worker takes
+        them over after SFC_AUTOCLAIM_IDLE. Raises CrashLoop past RESTART_LIMIT
+        replacements in RESTART_WINDOW_S seconds."""
+        replaced = 0
+        for i, p in enumerate(self.processes):
+            if p.is_alive():
+                continue
+            p.join()
+            if self.metrics is not None and p.pid is not None:
+                self.metrics.mark_dead(p.pid)
+            now = time.monotonic()
+            self._restarts = [t for t in self._restarts if t > now - RESTART_WINDOW_S] + [now]
+            if len(self._restarts) > RESTART_LIMIT:
+                raise CrashLoop(
+                    f"worker {p.name} exited (code {p.exitcode}), the {len(self._restarts)}th "
+                    f"in {RESTART_WINDOW_S} s: the workers keep exiting (see the errors before "
+                    "this)"
+                )
+            self.processes[i], name = self._start_worker()
+            replaced += 1
+            log.error(
+                "worker %s exited (code %s); started sfc-worker-%s in its place",
+                p.name,
+                p.exitcode,
+                name,
+                extra={"reason": f"exit code {p.exitcode}: its pending entries are taken over"},
+            )
+        return replaced
 
     def alive(self) -> list[bool]:
         return [p.is_alive() for p in self.processes]

@@ -24,6 +24,7 @@ A CLI call costs about a second of imports, so independent calls run at once (`s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -974,6 +975,45 @@ def test_a_killed_serve_leaves_no_second_server_and_no_worker(tmp_path: Path) ->
         for pid in left:  # a check above failed: what the killed serve left is ours to end
             if running(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _workers(serve_pid: int) -> list[int]:
+    """The worker processes of an `sfc serve` (spawned: `spawn_main` in the command line)."""
+    out = []
+    for p in children(serve_pid):
+        with contextlib.suppress(OSError):
+            if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes() and running(p):
+                out.append(p)
+    return out
+
+
+def test_a_killed_worker_is_replaced_and_a_crash_loop_stops_serve(tmp_path: Path) -> None:
+    """The OOM killer takes one worker: serve starts another in its place and goes on, with
+    the reason logged. Workers that keep exiting (more than RESTART_LIMIT in
+    RESTART_WINDOW_S) stop serve, exit 1."""
+    from host.serve import RESTART_LIMIT
+
+    data = tmp_path / "data"
+    with processes(tmp_path / "logs") as procs:
+        serve = procs.serve(data, cwd=tmp_path)
+        wait_for(lambda: len(_workers(serve.pid)) == 1, what="the worker to start")
+        for n in range(1, RESTART_LIMIT + 1):
+            (worker,) = _workers(serve.pid)
+            os.kill(worker, signal.SIGKILL)
+            serve.wait_for_stderr("exited (code -9); started sfc-worker-", count=n)
+            wait_for(
+                lambda w=worker: _workers(serve.pid) not in ([], [w]),
+                what="a new worker",
+            )
+            assert serve.running()
+        r = sfc("job", "submit", GREETINGS, "--store-only", "--job-id", "still",
+                "--data-dir", data, cwd=tmp_path)  # fmt: skip
+        assert r.code == 0, r
+        (worker,) = _workers(serve.pid)
+        os.kill(worker, signal.SIGKILL)  # one more within the window: a crash loop
+        wait_for(lambda: not serve.running(), what="serve to stop")
+        assert serve.popen.returncode == 1
+        assert "the workers keep exiting" in serve.stderr()
 
 
 # -- sfc run, as the README shows it
