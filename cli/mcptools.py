@@ -365,6 +365,7 @@ def server_tools(conn: Connection) -> list[Callable[..., Any]]:
         _scope(scope)
         with _server(conn) as store:
             rows = store.pending_entries(scope, 1000)
+            unread = store.unread(scope)
         return {
             "scope": scope,
             "pending": [
@@ -377,6 +378,7 @@ def server_tools(conn: Connection) -> list[Callable[..., Any]]:
                 }
                 for p in rows
             ],
+            "unread": unread,
         }
 
     return [sfc_job, sfc_jobs, sfc_work_pending]

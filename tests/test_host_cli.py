@@ -179,7 +179,7 @@ SHOW = obj(
         "response": JOB_RESPONSE,
     }
 )
-PENDING = obj({"scope": STR, "pending": array(obj({**PENDING_ROW, "entry": STR}))})
+PENDING = obj({"scope": STR, "pending": array(obj({**PENDING_ROW, "entry": STR})), "unread": INT})
 DEAD = obj(
     {
         "scope": STR,
