@@ -75,6 +75,12 @@ def server_errors() -> Iterator[None]:
         fail(str(e), 2)
     except OSError as e:  # the connection dropped mid-command
         fail(f"the server went away: {e}", 2)
+    except msgspec.DecodeError as e:  # ValidationError too: what this host wrote reads back
+        fail(
+            "a job's stored order or state cannot be read (was it written by another program, "
+            f"or by hand?): {e}",
+            2,
+        )
     except Exception as e:
         import redis
 

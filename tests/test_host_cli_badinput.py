@@ -238,6 +238,22 @@ def test_requeue_refuses_a_malformed_id_before_it_moves_any(
     assert _written(r, scope) == before  # the good one was not moved either
 
 
+@pytest.mark.parametrize("field", ["state", "order"])
+def test_a_job_whose_stored_document_cannot_be_read_is_named_not_a_traceback(
+    stored: tuple[Host, str], valkey_url: str, field: str
+) -> None:
+    """Written by another program, or by hand: every job command says so, exit 2."""
+    host, scope = stored
+    host.client().hset(keys.job(scope, "j"), field, '{"format":"1.4","garbage":1}')
+    for line in (["show", "j"], ["abort", "j"], ["pause", "j"], ["list"]):
+        if field == "state" and line == ["list"]:
+            continue  # the list reads orders only
+        proc = sfc("job", *line, "--scope", scope, "--redis", valkey_url)
+        assert proc.returncode == 2, (line, proc.stdout, proc.stderr)
+        assert "stored order or state cannot be read" in proc.stderr, (line, proc.stderr)
+        assert "Traceback" not in proc.stderr
+
+
 def test_respond_refuses_a_job_that_is_not_stored(
     stored: tuple[Host, str], valkey_url: str
 ) -> None:
