@@ -24,10 +24,13 @@ from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from host.apply import Applier, Outcome, Round
+import msgspec
+
+from host.apply import Applier, Outcome, Round, decode_order
 from host.entries import Entry, EntryError, decode_work, job_of
 from host.settings import Settings
 from host.store import Loaded, ReadAhead, Row, Store, unreachable
+from sfc.codec import state_decoder
 
 if TYPE_CHECKING:
     from host.metrics import WorkerMetrics
@@ -578,18 +581,32 @@ class Worker:
                     continue  # acked meanwhile by the consumer that had it
                 if deliveries > self.settings.max_deliveries:
                     job = self._job_of(entry_id, fields)
-                    self._bury(
-                        scope,
-                        entry_id,
+                    reason = (
                         f"failed {deliveries - 1} deliveries (SFC_MAX_DELIVERIES is "
-                        f"{self.settings.max_deliveries})",
-                        job,
-                        deliveries,
-                        fields,
+                        f"{self.settings.max_deliveries})"
                     )
+                    problem = None if job is None else self._unreadable(scope, job)
+                    if problem is not None:
+                        # the likely cause, which the worker that raised only logged: every
+                        # entry of the job will fail so until the job is mended or cleared
+                        reason += f"; the job's stored order or state cannot be read: {problem}"
+                    self._bury(scope, entry_id, reason, job, deliveries, fields)
                     continue
                 total.add(self._apply(scope, [(entry_id, fields)], deliveries))
         return total
+
+    def _unreadable(self, scope: str, job: str) -> str | None:
+        """Why the stored order or state of `job` cannot be read (written by another
+        program, or by hand), or None."""
+        record = self.store.job(scope, job)
+        if record is None:
+            return None
+        try:
+            decode_order(record.order)
+            state_decoder.decode(record.state)
+        except msgspec.DecodeError as e:
+            return str(e)
+        return None
 
     @staticmethod
     def _job_of(entry_id: str, fields: dict[bytes, bytes]) -> str | None:

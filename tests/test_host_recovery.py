@@ -154,6 +154,8 @@ def test_an_entry_that_raises_every_time_goes_dead_and_its_job_is_back_on_the_du
     wait_for(dead, step=step, timeout=15, what="the entry to go dead")
     ((_, entry),) = host.store().dead(scope)
     assert b"SFC_MAX_DELIVERIES is 3" in entry[b"reason"]
+    # why, which only the log of the worker that raised said before
+    assert b"; the job's stored order or state cannot be read: " in entry[b"reason"]
     assert int(entry[b"deliveries"]) == FAST.max_deliveries + 1
     assert worker.counters.outcome.failed  # it was tried, and raised, before
     assert r.zscore(keys.due(scope), job) == due
