@@ -192,6 +192,7 @@ DEAD = obj(
                     "deliveries": INT,
                     "kind": STR,
                     "data": STR,
+                    "job": {"type": ["string", "null"]},
                 }
             )
         ),
@@ -626,7 +627,7 @@ def test_dead_entries_are_listed_and_requeued(plant: Plant) -> None:
         r = plant.sfc("work", "dead", "--json", *at)
         assert r.code == 0, r
         (row,) = check(r.json(), DEAD)["dead"]
-        assert (row["entry"], row["kind"]) == (bad, "bogus")
+        assert (row["entry"], row["kind"], row["job"]) == (bad, "bogus", None)
         assert row["reason"]
         r = plant.sfc("work", "requeue", row["id"], *at)
         assert r.code == 0, r

@@ -254,6 +254,18 @@ def test_a_job_whose_stored_document_cannot_be_read_is_named_not_a_traceback(
         assert "Traceback" not in proc.stderr
 
 
+def test_work_dead_names_the_job_of_an_entry(stored: tuple[Host, str], valkey_url: str) -> None:
+    host, scope = stored
+    r = host.client()
+    fields = {"v": "1", "kind": "tick", "data": '{"job":"j"}', "reason": "r", "entry": "1-0"}
+    r.xadd(keys.dead(scope), {**fields, "deliveries": "4"})
+    proc = sfc("work", "dead", "--scope", scope, "--redis", valkey_url)
+    assert proc.returncode == 0 and "(was 1-0 at " in proc.stdout
+    assert ", tick for job j): r" in proc.stdout, proc.stdout
+    proc = sfc("work", "dead", "--scope", scope, "--redis", valkey_url, "--json")
+    assert [d["job"] for d in json.loads(proc.stdout)["dead"]] == ["j"]
+
+
 def test_respond_refuses_a_job_that_is_not_stored(
     stored: tuple[Host, str], valkey_url: str
 ) -> None:
