@@ -400,12 +400,16 @@ class Serving:
 
 
 def _free_port_of(path: Path) -> int | None:
-    """The port written in `path` by a previous run, if it is free now."""
+    """The port written in `path` by a previous run, if it is free now. A port whose last
+    connections still wait out TIME_WAIT is free: valkey-server binds with SO_REUSEADDR, and
+    so does the probe (without it, every restart after clients had connected took a new
+    port, and the clients that read the old one lost the server)."""
     try:
         port = int(path.read_text(encoding="utf-8").strip())
     except (OSError, ValueError):
         return None
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", port))
         except OSError:

@@ -1017,6 +1017,24 @@ def test_a_killed_worker_is_replaced_and_a_crash_loop_stops_serve(tmp_path: Path
         assert "the workers keep exiting" in serve.stderr()
 
 
+def test_a_restarted_serve_keeps_its_port_after_clients_had_connected(tmp_path: Path) -> None:
+    """A stop closes the clients' connections from the server's side, and those wait out
+    TIME_WAIT on its port: the next serve takes the same port all the same, so that clients
+    that read server.json before find the server again."""
+    data = tmp_path / "data"
+    with processes(tmp_path / "logs") as procs:
+        first = procs.serve(data, cwd=tmp_path)
+        url = server_url(data)
+        client = redis.Redis.from_url(url)
+        try:
+            assert client.ping()
+            assert first.stop() == 0
+        finally:
+            client.close()
+        procs.serve(data, cwd=tmp_path)
+        assert server_url(data) == url
+
+
 # -- sfc run, as the README shows it
 
 
