@@ -47,7 +47,7 @@ from host import keys
 from host.apply import EVENTS_UNMATCHED
 from host.entries import Entry, EntryError, decode_equipment, encode, fields
 from host.equipment import answer_data, event_data
-from host.store import Store
+from host.store import Store, unreachable
 from sfc.simulation import (
     Reply,
     ScriptError,
@@ -238,9 +238,34 @@ class ScriptedEquipment:
         return len(rows) + self._send_due()
 
     def run(self, stop: threading.Event, block_ms: int = 100) -> None:
-        """Pump until `stop` is set."""
+        """Pump until `stop` is set. While the server cannot be reached (restarted, gone),
+        it tries again with a backoff of up to 5 s; answers that fell due meanwhile are
+        sent once it is back."""
+        backoff, down_since = 0.0, None
         while not stop.is_set():
-            self.pump(block_ms)
+            try:
+                self.pump(block_ms)
+            except Exception as e:
+                if not unreachable(e):
+                    raise
+                if down_since is None:
+                    down_since = time.monotonic()
+                    log.warning(
+                        "equipment of scope %s: the server is unreachable (%s); reconnecting "
+                        "with backoff",
+                        self.scope,
+                        e,
+                    )
+                backoff = min(5.0, max(0.1, backoff * 2))
+                stop.wait(backoff)
+                continue
+            if down_since is not None:
+                log.warning(
+                    "equipment of scope %s: reconnected after %.1f s",
+                    self.scope,
+                    time.monotonic() - down_since,
+                )
+                down_since, backoff = None, 0.0
 
     # -- asking the script
 
@@ -289,7 +314,15 @@ class ScriptedEquipment:
             return 0
         answers = [i.answer for i in items if i.answer is not None]
         events = [i.event for i in items if i.event is not None]
-        _, published = self.store.send_replies(self.scope, answers, events, EVENTS_UNMATCHED)
+        try:
+            _, published = self.store.send_replies(self.scope, answers, events, EVENTS_UNMATCHED)
+        except BaseException:
+            # not sent (or not known to be): due again, at once (a second answer to a command
+            # is absorbed by the job, a second event's source/id is a duplicate)
+            for item in items:
+                heapq.heappush(self._due, (now, self._order, item))
+                self._order += 1
+            raise
         self.counters.answered += len(answers)
         self.counters.events_published += sum(p is not None for p in published)
         self.counters.events_unmatched += sum(p is None for p in published)

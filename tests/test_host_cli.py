@@ -1035,6 +1035,25 @@ def test_a_restarted_serve_keeps_its_port_after_clients_had_connected(tmp_path: 
         assert server_url(data) == url
 
 
+def test_equipment_waits_out_a_restart_of_serve_and_answers_after_it(tmp_path: Path) -> None:
+    """`sfc equipment` outlives its server's restart: it reconnects (the port is kept) and
+    answers the commands of a job submitted after it."""
+    data = tmp_path / "data"
+    happy = EXAMPLES / "greetings-demo" / "happy.script.json"
+    with processes(tmp_path / "logs") as procs:
+        first = procs.serve(data, cwd=tmp_path)
+        equipment = procs.equipment(happy, "default", data, cwd=tmp_path)
+        assert first.stop() == 0
+        equipment.wait_for_stderr("the server is unreachable")
+        procs.serve(data, cwd=tmp_path)
+        equipment.wait_for_stderr("reconnected after")
+        r = sfc("job", "submit", GREETINGS, "--job-id", "after", "--data-dir", data, cwd=tmp_path)
+        assert r.code == 0, r
+        r = sfc("job", "wait", "after", "--timeout", "30", "--data-dir", data, cwd=tmp_path)
+        assert (r.code, r.out) == (0, "after: Ended/Completed\n"), r
+        assert equipment.running()
+
+
 # -- sfc run, as the README shows it
 
 

@@ -30,6 +30,7 @@ from generated.step_result_v1_0 import Complete
 from host import keys
 from host.entries import decode_work
 from host.scripted import SOURCE, ScriptedEquipment, load_host_script
+from host.store import unreachable
 from sfc.builder import build
 from sfc.graph import Graph
 from sfc.simulation import ScriptError, Simulation, load_script
@@ -186,6 +187,39 @@ def test_counting_is_per_job(host: Host) -> None:
     assert story(dry)[2] == ["first"]
     assert equipment.counters.asked == 2
     assert equipment.counters.answered == 2
+
+
+def test_an_answer_that_could_not_be_sent_is_sent_when_the_server_is_back(host: Host) -> None:
+    """The server went away as an answer fell due: it stays due, and goes out with the next
+    pump that reaches the server (a real server, and a real port nobody listens on)."""
+    import socket
+
+    from host.store import Store
+
+    scope = host.scope("resend")
+    host.submit(scope, linear_recipe(1), job_id="j1")
+    script = load_host_script(b'{"replies": {"a1": ["ok@50"]}}')
+    equipment = ScriptedEquipment(host.store(), scope, script)
+    worker = host.worker([scope])
+    wait_for(
+        lambda: equipment.counters.asked == 1,
+        step=lambda: (worker.read_once(block_ms=5), equipment.pump(block_ms=5)),
+        what="the push to be asked",
+    )
+    due = equipment.next_due_ms()
+    assert due is not None and equipment.counters.answered == 0
+    wait_for(lambda: equipment.now_ms() >= due, what="the answer to fall due")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    live, equipment.store = equipment.store, Store.from_url(f"redis://127.0.0.1:{closed}")
+    with pytest.raises(Exception) as gone:
+        equipment._send_due()
+    assert unreachable(gone.value)
+    assert (equipment.pending, equipment.counters.answered) == (1, 0)
+    equipment.store = live
+    wait_for(lambda: equipment.counters.answered == 1, step=equipment.pump, what="the answer")
+    assert [a.command_id for a in answers_in_work(host, scope)] == ["j1:a1#1"]
 
 
 def test_a_command_delivered_twice_is_answered_once(host: Host) -> None:
