@@ -23,7 +23,7 @@ from cli.hostcommon import (
 )
 from cli.main import app
 from host import keys
-from host.entries import EntryError, decode_work, entry_ms, job_of
+from host.entries import EntryError, decode_work, entry_ms, job_named
 from host.equipment import publish_event
 from host.equipment import respond as respond_
 from sfc.codec import state_decoder
@@ -149,14 +149,6 @@ def event(
         typer.echo(f"queued event {entry}")
 
 
-def _job_named(entry_id: str, fields: dict[bytes, bytes]) -> str | None:
-    """The job a stream entry names, when its fields decode as a work entry's."""
-    try:
-        return job_of(decode_work(entry_id, fields))
-    except EntryError:
-        return None
-
-
 def _describe(entry_id: str, fields: dict[bytes, bytes]) -> str:
     try:
         e = decode_work(entry_id, fields)
@@ -232,7 +224,7 @@ def dead(
                 "deliveries": int(text.get("deliveries", "0") or 0),
                 "kind": text.get("kind", ""),
                 "data": text.get("data", ""),
-                "job": _job_named(entry_id, f),
+                "job": job_named(entry_id, f),
             }
         )
     if as_json:

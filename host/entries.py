@@ -174,6 +174,14 @@ def job_of(entry: Entry) -> str | None:
     return None if isinstance(entry.data, EventData) else entry.data.job
 
 
+def job_named(entry_id: str, raw: Mapping[bytes, bytes]) -> str | None:
+    """The job of a work entry's stream fields; None for an event or a malformed entry."""
+    try:
+        return job_of(decode_work(entry_id, raw))
+    except EntryError:
+        return None
+
+
 __all__ = [
     "EQUIPMENT_KINDS",
     "WORK_KINDS",
@@ -189,5 +197,6 @@ __all__ = [
     "encode",
     "entry_ms",
     "fields",
+    "job_named",
     "job_of",
 ]

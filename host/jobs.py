@@ -24,7 +24,7 @@ from generated.state_v1_4 import SfcState
 from generated.work_entry_v1_0 import ResumeData, StartData
 from host import joborder, keys
 from host.apply import Applier, MethodCall, decode_order
-from host.entries import EntryError, decode_history, decode_work, encode, fields, job_of
+from host.entries import EntryError, decode_history, encode, fields, job_named
 from host.joborder import ReturnStatus
 from host.settings import Settings
 from host.store import Store
@@ -506,7 +506,9 @@ def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | Non
         except EntryError:
             continue
     due, active = store.job_indexes(scope, job)
-    pending = [p for p in store.pending_entries(scope, 1000) if _pending_job(p) == job]
+    pending = [
+        p for p in store.pending_entries(scope, 1000) if job_named(p["id"], p["fields"]) == job
+    ]
     return JobView(
         order=order,
         state=state,
@@ -519,10 +521,3 @@ def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | Non
         pending=pending,
         response=joborder.job_response(order),
     )
-
-
-def _pending_job(p: dict[str, Any]) -> str | None:
-    try:
-        return job_of(decode_work(p["id"], p["fields"]))
-    except EntryError:
-        return None

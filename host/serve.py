@@ -55,12 +55,12 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 PORT_FILE = "server.port"
 """The embedded server's port, kept across runs so that a restart can take it again."""
 SERVER_PID_FILE = "server.pid"
+"""The pid of the embedded valkey-server, so that the next serve can stop one that a killed
+serve left running."""
 RESTART_LIMIT = 5
 RESTART_WINDOW_S = 60
 """A worker process that exits is replaced; more than RESTART_LIMIT replacements within
 RESTART_WINDOW_S seconds is a crash loop (a bug, a setting, the machine), and serve stops."""
-"""The pid of the embedded valkey-server, so that the next serve can stop one that a killed
-serve left running."""
 
 
 class NoServer(RuntimeError):

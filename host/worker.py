@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from host.apply import Applier, Outcome, Round, decode_order
-from host.entries import Entry, EntryError, decode_work, job_of
+from host.entries import Entry, EntryError, decode_work, job_named, job_of
 from host.settings import Settings
 from host.store import Loaded, ReadAhead, Row, Store, unreachable
 from sfc.codec import state_decoder
@@ -580,7 +580,7 @@ class Worker:
                 if deliveries == 0:
                     continue  # acked meanwhile by the consumer that had it
                 if deliveries > self.settings.max_deliveries:
-                    job = self._job_of(entry_id, fields)
+                    job = job_named(entry_id, fields)
                     reason = (
                         f"failed {deliveries - 1} deliveries (SFC_MAX_DELIVERIES is "
                         f"{self.settings.max_deliveries})"
@@ -607,13 +607,6 @@ class Worker:
         except msgspec.DecodeError as e:
             return str(e)
         return None
-
-    @staticmethod
-    def _job_of(entry_id: str, fields: dict[bytes, bytes]) -> str | None:
-        try:
-            return job_of(decode_work(entry_id, fields))
-        except EntryError:
-            return None
 
     # -- the sweep
 
