@@ -27,7 +27,7 @@ from host.apply import decode_order
 from host.scripted import ScriptedEquipment
 from host.serve import Serving, connect, setup_scope
 from host.server import ServerError
-from host.settings import Settings
+from host.settings import SettingsError, from_environment
 from host.store import Store
 from sfc.builder import build
 
@@ -73,6 +73,10 @@ def run(
             typer.echo(f"{recipe}: {e.code} {e.path}: {e.message}", err=True)
         raise typer.Exit(2)
     parsed = read_host_script(script)
+    try:
+        settings = from_environment()  # the SFC_* settings, as `sfc serve` reads them
+    except SettingsError as e:
+        fail(str(e), 2)
     scope = f"run-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     with tempfile.TemporaryDirectory(prefix="sfc-run-") as tmp:
         serving = Serving(
@@ -80,7 +84,7 @@ def run(
             data_dir=data_dir or (None if redis else Path(tmp)),
             workers=workers,
             scopes=[scope],
-            settings=Settings().texts(),
+            settings=settings.texts(),
         )
         stop = threading.Event()
         thread: threading.Thread | None = None

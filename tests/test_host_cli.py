@@ -347,19 +347,22 @@ def test_usage_errors_exit_2_before_anything_starts(tmp_path: Path) -> None:
             ["respond", "job-1", "clamp", "ok", "--error", "jammed"],
             ["event", "com.example.qa.v1", "--source", "camera-1"],
             ["run", broken, "--jobs", "2"],
+            ["run", TIGHTENING, "--data-dir", data],
         ],
         cwd=tmp_path,
+        envs=[None, None, None, None, None, {**cli_env(), "SFC_READ_COUNT": "0"}],
     )
     for r in results:
         assert r.code == 2, r
         assert "Traceback" not in r.err, r
-    setting, script, both, source, run = (r.err for r in results)
+    setting, script, both, source, run, run_setting = (r.err for r in results)
     assert "SFC_SWEEP_INTERVAL='5x' is not a duration" in setting
     assert "$.controls" in script and "virtual clock" in script
     assert "sfc job pause|resume|stop|abort" in script
     assert "give an OUTCOME or --error, not both" in both
     assert "--source and --id come together" in source
     assert 'SFC003 $.Actions[0].Step: action "a" belongs to step "Nowhere"' in run
+    assert "SFC_READ_COUNT" in run_setting, run_setting
     assert not (data / "server.json").exists()
     assert not any(p.name == "valkey.log" for p in tmp_path.rglob("*")), "a server was started"
 
@@ -1069,9 +1072,17 @@ def test_the_readme_run_example_agrees_with_its_json(tmp_path: Path) -> None:
     assert args[:2] == ["run", "examples/rear-axle-fitting/recipe.json"], args
     i = args.index("--jobs")
     args[i + 1] = "20"  # the README runs 100: the same, smaller
-    text, as_json = sfc_all([args, [*args, "--json"]], cwd=ROOT)
+    text, as_json, capped = sfc_all(
+        [args, [*args, "--json"], [*args, "--json"]],
+        cwd=ROOT,
+        envs=[None, None, {**cli_env(), "SFC_HISTORY_LIMIT": "2"}],
+    )
     assert text.code == 0, text
     assert as_json.code == 0, as_json
+    # the workers of `sfc run` read the SFC_* settings as `sfc serve`'s do: each job's
+    # history holds its last 2 entries
+    assert capped.code == 0, capped
+    assert check(capped.json(), RUN)["events"] == 20 * 2, capped
     summary = check(as_json.json(), RUN)
     lines = text.lines()
     assert lines[0] == "20 job(s): 20 completed, 0 faulted, 0 cancelled, 0 aborted"
