@@ -407,6 +407,10 @@ class Evaluator:
             note = self._note(at, m, "applied", reason, new, decisions)
             return state, new, note, "applied"
         sent = self._append(result.commands, state, job, at, graph, equipment)
+        if not isinstance(result.continuation, Defer) and not joborder.ended(new):
+            # the release routed what came during the pause, and the recipe ended: the order
+            # finishes in the same commit, as after any other event
+            new = joborder.finish(new, result.continuation, at)
         reason += f"; the recipe: {result.reason}"
         note = self._note(at, m, "applied", reason, new, decisions, sent)
         return result.state, new, note, "applied"

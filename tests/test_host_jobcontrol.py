@@ -134,6 +134,13 @@ def test_random_methods_and_recipe_events_never_leave_the_table(
                 assert result.status == status, (step, before, result.words())
             worker.read_once(block_ms=5)
             assert _path(host, scope, job) in valid
+            record = store.job(scope, job)
+            if record is not None and state_decoder.decode(record.state).status in (
+                "completed",
+                "faulted",
+                "cancelled",
+            ):  # a recipe that ended ended its order in the same commit
+                assert joborder.ended(jobs.decode_order(record.order)), (steps, step)
         host.check_exactly_once()
     finally:
         host.close()
@@ -204,6 +211,40 @@ def test_a_pause_of_a_recipe_without_hold_logic_records_the_answer_and_routes_it
     assert jobs.resume(store, scope, job).ok
     pushes = [d.command_id for _, k, d in host.equipment(scope) if k == "push"]
     assert pushes == ["j:a1#1", "j:a2#2"]  # routed in the Resume's commit
+
+
+@pytest.mark.parametrize("answer", ["ok", "error"])
+def test_a_recipe_that_ends_on_resume_finishes_its_order_in_the_same_commit(
+    host: Host, answer: str
+) -> None:
+    """The last action's answer came during the pause: the Resume's release routes it, the
+    recipe ends, and the order ends with it (it stayed Running for ever)."""
+    scope = host.scope(f"endonresume-{answer}")
+    store = host.store()
+    job = host.submit(scope, linear_recipe(1, max_attempts=1), job_id="j").job
+    worker = host.worker([scope])
+    host.run([worker], [], lambda: _path(host, scope, job) == "Running", sweep=False)
+    assert jobs.pause(store, scope, job).ok
+    if answer == "ok":
+        respond(store, scope, job, "a1", outcome="ok", command_id="j:a1#1", round=1)
+    else:
+        respond(store, scope, job, "a1", error="jammed", command_id="j:a1#1", round=1)
+    worker.read_once(block_ms=200)
+    assert _path(host, scope, job) == "Interrupted/Suspended"
+    assert jobs.resume(store, scope, job).ok
+    order = host.order(scope, job)
+    if answer == "ok":
+        assert joborder.path_text(order) == "Ended/Completed"
+        assert order.result.ended_by == "completed"
+    else:
+        assert joborder.path_text(order) == "Aborted"
+        assert order.result.ended_by == "faulted"
+        assert order.result.fault_code == "error"
+    assert order.ended_at is not None
+    assert host.client().sismember(keys.active(scope), job) == 0
+    assert host.client().zscore(keys.due(scope), job) is None
+    last = json.loads(store.history(scope, job, 1)[0][1][b"data"])
+    assert last["event"] == "Resume" and last["order"] == joborder.path_text(order)
 
 
 @pytest.mark.parametrize("method", ["Stop", "Abort"])
