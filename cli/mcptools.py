@@ -57,7 +57,6 @@ from sfc.graph import Graph
 from sfc.interpreter import interpreter_for, known_dataschemas
 from sfc.migrate import READERS, MigrationError, migrate, state_format
 from sfc.simulation import (
-    DEFAULT_EVALUATION_LIMIT,
     DEFAULT_TIME_LIMIT_MS,
     ScriptError,
     Simulation,
@@ -211,25 +210,36 @@ def sfc_explain(recipe: str, state: Document = None) -> str:
     return explain_text(graph, job)
 
 
+MCP_EVALUATION_LIMIT = 10_000
+"""The most evaluations one `sfc_dryrun` call runs (and its default). A tool's answer is
+held whole in memory by both sides, and the server answers one call at a time: a recipe
+that loops for 100,000 evaluations answered 200 MB in 4 s, and a limit of 10^8 ate the
+machine's memory. `sfc dryrun` has no such cap."""
+
+
 def sfc_dryrun(
     recipe: str,
     script: Document = None,
     job_id: str = "job-1",
     time_limit_ms: int = DEFAULT_TIME_LIMIT_MS,
-    evaluation_limit: int = DEFAULT_EVALUATION_LIMIT,
+    evaluation_limit: int = MCP_EVALUATION_LIMIT,
     capabilities: Document = None,
 ) -> CallToolResult:
     """Run a recipe (wire JSON text) on a virtual clock with scripted equipment (a simulation
     script as JSON text; without one every action answers ok at once). Returns the
     transcript as text, and the dry-run result as JSON: the same document as
-    `sfc dryrun --json`. Nothing is stored or sent."""
+    `sfc dryrun --json`. Nothing is stored or sent. At most 10,000 evaluations (the
+    default): a run that needs more ends with `evaluation_limit`."""
     problem = job_id_problem(job_id)
     if problem is not None:
         raise ToolError(f"job_id: {problem}")
     if time_limit_ms < 0:
         raise ToolError("time_limit_ms: it must be 0 or more")
-    if evaluation_limit < 1:
-        raise ToolError("evaluation_limit: it must be 1 or more")
+    if not 1 <= evaluation_limit <= MCP_EVALUATION_LIMIT:
+        raise ToolError(
+            f"evaluation_limit: it must be 1 to {MCP_EVALUATION_LIMIT:,} (a longer run's "
+            "transcript is too long for a tool's answer; `sfc dryrun` runs longer ones)"
+        )
     graph = _graph(recipe, _capabilities(capabilities))
     sim = Simulation(
         graph,

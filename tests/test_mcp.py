@@ -148,12 +148,41 @@ def test_the_tools_without_a_server_in_process(tmp_path: Path) -> None:
             ({"script": json.dumps({"replies": {"nope": ["ok"]}})}, "script"),
             ({"time_limit_ms": -1}, "time_limit_ms"),
             ({"evaluation_limit": 0}, "evaluation_limit"),
+            ({"evaluation_limit": 10_001}, "evaluation_limit: it must be 1 to 10,000"),
             ({"capabilities": "{"}, "capabilities"),
         ):
             assert said in _error(await c.call_tool("sfc_dryrun", {"recipe": recipe, **args}))
+        # a recipe that loops for ever stops at the tool's cap, not at the CLI's 100,000
+        r = _ok(await c.call_tool("sfc_dryrun", {"recipe": LOOP}))
+        assert r.structured_content is not None
+        dryrun = r.structured_content["dryrun"]
+        assert (dryrun["end"], dryrun["evaluations"]) == ("evaluation_limit", 10_000)
         assert "Unknown tool" in _error(await c.call_tool("sfc_tick", {"job": "j"}))
 
     _run(server, body)
+
+
+LOOP = json.dumps(
+    {
+        "Steps": [{"Name": "A", "Initial": True}, {"Name": "B"}],
+        "Transitions": [
+            {"Source": "A", "Target": "B", "Condition": "true"},
+            {"Source": "B", "Target": "A", "Condition": "true"},
+        ],
+        "Actions": [
+            {
+                "Name": n,
+                "Step": s,
+                "Qualifier": "N",
+                "Interaction": "push_command",
+                "TypeId": f"com.example.{n}.v1",
+                "TimeoutSeconds": 5,
+            }
+            for n, s in (("a", "A"), ("b", "B"))
+        ],
+    }
+)
+"""A recipe that never ends: A and B take turns, each with an action answered at once."""
 
 
 def test_every_tool_is_documented() -> None:
