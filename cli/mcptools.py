@@ -325,10 +325,7 @@ def _outcome(result: jobs.MethodResult) -> dict[str, Any]:
     """A method's ReturnStatus; a refusal is a tool error that says why."""
     words = joborder.status_words(int(result.status))
     if not result.ok:
-        raise ToolError(
-            f"{result.job}: {words} ({int(result.status)})"
-            + (f": {result.message}" if result.message else "")
-        )
+        raise ToolError(result.words())
     return {
         "job": result.job,
         "status": int(result.status),

@@ -31,6 +31,15 @@ ScopesOption = Annotated[
         show_default=False,
     ),
 ]
+SetupScopesOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--scope",
+        metavar="SCOPE",
+        help="A scope to set up (repeat it); `default` when absent.",
+        show_default=False,
+    ),
+]
 CapabilitiesOption = Annotated[
     Path | None,
     typer.Option(
@@ -80,7 +89,7 @@ def _scope_values(
 def setup(
     redis: RedisOption = None,
     data_dir: DataDirOption = None,
-    scope: ScopesOption = None,
+    scope: SetupScopesOption = None,
     capabilities: CapabilitiesOption = None,
     max_attempts: MaxAttemptsOption = None,
     equipment_hold: HoldOption = None,

@@ -915,7 +915,9 @@ class Store:
     def history(
         self, scope: str, job: str, count: int = 20
     ) -> list[tuple[str, dict[bytes, bytes]]]:
-        """The last `count` history entries, oldest first."""
+        """The last `count` history entries, oldest first (none for 0)."""
+        if count <= 0:
+            return []
         rows: Any = self.client(scope).xrevrange(keys.history(scope, job), count=count)
         return [(_text(i), f) for i, f in reversed(rows)]
 

@@ -517,6 +517,8 @@ def test_job_control_on_a_served_scope(plant: Plant) -> None:
     r = plant.sfc("job", "pause", "ctl-1", "--comment", "shift change", "--json", *at)
     assert (r.code, statuses(r)) == (0, [("ctl-1", 1)]), r
     assert r.json()["results"][0]["message"] == "Interrupted/Suspended"
+    r = plant.sfc("job", "show", "ctl-1", "--json", "--history", "0", *at)
+    assert r.code == 0 and check(r.json(), SHOW)["history"] == [], r  # it was a traceback
     r = plant.sfc("job", "show", "ctl-1", "--json", "--history", "100", *at)
     assert r.code == 0, r
     view = check(r.json(), SHOW)

@@ -254,6 +254,10 @@ def test_the_reading_tools_write_nothing_and_offer_no_control(host: Host, tmp_pa
         assert "history" in _error(
             await c.call_tool("sfc_job", {"job": job, "scope": scope, "history": -1})
         )
+        # no history asked: the view without it (it raised from the server's XREVRANGE)
+        bare = _text(await c.call_tool("sfc_job", {"job": job, "scope": scope, "history": 0}))
+        assert bare.startswith(f"Job order {job} (scope {scope}): Running"), bare
+        assert "history" not in bare.lower() or "Last 0" not in bare, bare
 
         r = _ok(await c.call_tool("sfc_jobs", {"scope": scope}))
         assert r.structured_content == listed.json()
@@ -304,7 +308,12 @@ def test_the_control_tools(host: Host) -> None:
         assert r.structured_content["status"] == 1
         assert host.order_path(scope, job) == "Interrupted/Suspended"
         said = _error(await c.call_tool("sfc_pause", {"job": job, "scope": scope}))
-        assert "(8)" in said and "Pause is not allowed" in said
+        # the status in words with its number once, as the CLI says it
+        assert said == (
+            f"Error executing tool sfc_pause: {job}: invalid job order status (8): "
+            "Pause is not allowed: the order is "
+            "Interrupted/Suspended"
+        ), said
         assert "comment" in _error(
             await c.call_tool("sfc_pause", {"job": job, "scope": scope, "comment": "x" * 5000})
         )
