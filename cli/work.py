@@ -24,7 +24,7 @@ from cli.hostcommon import (
 from cli.main import app
 from host import keys
 from host.entries import EntryError, decode_work, entry_ms, job_named
-from host.equipment import publish_event
+from host.equipment import answer_data, publish_event
 from host.equipment import respond as respond_
 from sfc.codec import state_decoder
 from sfc.explain import duration, when
@@ -75,10 +75,16 @@ def respond(
     check_scope(scope)
     if outcome is not None and error is not None:
         fail("give an OUTCOME or --error, not both", 2)
+    if outcome is not None and not outcome.strip():
+        fail("OUTCOME is empty: leave it out for done", 2)
     try:
         keys.check_job(job)
     except keys.KeyError_ as e:
         fail(f"JOB: {e}", 2)
+    with refused():  # the answer's own shape first (exit 2), then what the job has open
+        answer_data(
+            job, action, outcome=outcome, error=error, command_id=command_id, round=round_
+        )
     store = open_store(redis, data_dir)
     with server_errors():
         record = store.job(scope, job)
@@ -94,6 +100,22 @@ def respond(
         if rec is None or rec.hold != "open" or rec.hold_command_id is None:
             fail(f"{name}: no hold command is open for job {job}; nothing queued", 1)
         command_id, action = rec.hold_command_id, name.removesuffix(":hold")
+    elif command_id is None:
+        # ACTION answers the work open now, by its command id: not work that opens later
+        # (a job not started yet), and not a later attempt (an answer of the attempt it
+        # meant comes too late for it, and is absorbed)
+        state = state_decoder.decode(record.state)
+        rec = state.actions.get(name)
+        if rec is None or rec.status != "open" or rec.command_id is None:
+            fail(
+                f"{name}: no work of it is open for job {job} "
+                f"({'it has not started' if state.status == 'ready' else 'see `sfc job show`'})"
+                "; nothing queued",
+                1,
+            )
+        command_id = rec.command_id
+        if round_ is None:
+            round_ = rec.round
     with server_errors(), refused():
         entry = respond_(
             store,
@@ -130,6 +152,8 @@ def event(
         fail("--source and --id come together: give both or neither", 2)
     if not type_id.strip():
         fail("TYPE is empty", 2)
+    if outcome is not None and not outcome.strip():
+        fail("--outcome is empty: leave it out for done", 2)
     store = open_store(redis, data_dir)
     with server_errors(), refused():
         entry = publish_event(

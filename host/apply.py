@@ -590,7 +590,11 @@ def _detail(entry: Entry) -> str:
     d = entry.data
     if isinstance(d, AnswerData):
         # the command id it answers (or the action, without one), without the job's prefix
-        said = f"error {d.error!r}" if d.error is not UNSET else repr(d.outcome or "done")
+        said = (
+            f"error {d.error!r}"
+            if d.error is not UNSET
+            else repr("done" if d.outcome is UNSET else d.outcome)
+        )
         what = d.action_key if d.command_id is UNSET else d.command_id
         return f"{what.removeprefix(d.job + ':')} {said}"[:300]
     if isinstance(d, TickData) and d.outage_ms:
@@ -603,7 +607,7 @@ def _detail(entry: Entry) -> str:
             parts.append(f"subject {d.subject!r}")
         if d.correlation_id is not UNSET:
             parts.append(f"correlationId {d.correlation_id!r}")
-        parts.append(repr(d.outcome or "done"))
+        parts.append(repr("done" if d.outcome is UNSET else d.outcome))
         if d.source is not UNSET and d.id is not UNSET:
             parts.append(f"from {d.source}/{d.id}")
         return " ".join(parts)[:300]

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from host import keys
+from host.entries import decode_work
 from tests.hostkit import Host, linear_recipe
 
 METHODS = ["start", "revoke", "pause", "resume", "stop", "abort", "cancel", "clear"]
@@ -66,6 +67,8 @@ def test_every_method_refuses_a_bad_or_unknown_id_and_writes_nothing(
         (["respond", "j", "a1", "ok", "--error", "jammed"], "not both"),
         (["respond", "j{", "a1", "ok"], "JOB:"),
         (["respond", "j", "a1", "ok", "--round", "0"], "greater than or equal to 1"),
+        (["respond", "j", "a1", ""], "OUTCOME is empty: leave it out for done"),
+        (["event", "t.v1", "--outcome", " "], "--outcome is empty: leave it out for done"),
         (["event", "t.v1", "--source", "s"], "come together"),
         (["event", "t.v1", "--subject", "s" * 1025], "refused, nothing written"),
         (["event", " "], "TYPE is empty"),
@@ -275,6 +278,12 @@ def test_respond_refuses_a_job_that_is_not_stored(
     assert proc.returncode == 1
     assert "no job order 'jj'" in proc.stderr and "nothing queued" in proc.stderr
     assert _written(host.client(), scope) == before
+    # a job not started has no work open: an answer now would answer the first command
+    # it sends later, which the equipment never saw
+    proc = sfc("respond", "j", "a1", "ok", "--scope", scope, "--redis", valkey_url)
+    assert proc.returncode == 1, proc.stderr
+    assert "a1: no work of it is open for job j (it has not started)" in proc.stderr
+    assert _written(host.client(), scope) == before
 
 
 def test_respond_action_hold_answers_the_open_hold_command(host: Host, valkey_url: str) -> None:
@@ -289,6 +298,10 @@ def test_respond_action_hold_answers_the_open_hold_command(host: Host, valkey_ur
     refused = sfc("respond", "t", "clamp:hold", "held", *args)
     assert refused.returncode == 1 and "no hold command is open" in refused.stderr
     assert sfc("respond", "t", "clamp", "ok", *args).returncode == 0
+    # ACTION answers the work open now, by its command id and round
+    rows = host.client().xrange(keys.work(scope))
+    (answer,) = [e for e in (decode_work(i.decode(), f) for i, f in rows) if e.kind == "answer"]
+    assert (answer.data.command_id, answer.data.round) == ("t:clamp#1", 1)
     host.run(
         [worker],
         [],
