@@ -82,9 +82,7 @@ def respond(
     except keys.KeyError_ as e:
         fail(f"JOB: {e}", 2)
     with refused():  # the answer's own shape first (exit 2), then what the job has open
-        answer_data(
-            job, action, outcome=outcome, error=error, command_id=command_id, round=round_
-        )
+        answer_data(job, action, outcome=outcome, error=error, command_id=command_id, round=round_)
     store = open_store(redis, data_dir)
     with server_errors():
         record = store.job(scope, job)
