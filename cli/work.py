@@ -92,10 +92,17 @@ def respond(
         fail(f"no job order {job!r} in scope {scope}: nothing queued (see `sfc job list`)", 1)
     name = action.removeprefix(f"{job}:")
     if name.endswith(":hold") and command_id is None:
-        # `ACTION:hold` answers the open hold command, as a script's reply key does
+        # `ACTION:hold` answers the open hold command, as a script's reply key does; also
+        # one whose time ran out while its work is still out (the engine takes a late
+        # `held`: the attempt ends)
         state = state_decoder.decode(record.state)
         rec = state.actions.get(name.removesuffix(":hold"))
-        if rec is None or rec.hold != "open" or rec.hold_command_id is None:
+        if (
+            rec is None
+            or rec.status != "open"
+            or rec.hold not in ("open", "notHeld")
+            or rec.hold_command_id is None
+        ):
             fail(f"{name}: no hold command is open for job {job}; nothing queued", 1)
         command_id, action = rec.hold_command_id, name.removesuffix(":hold")
     elif command_id is None:

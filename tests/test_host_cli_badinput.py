@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from host import keys
 from host.entries import decode_work
+from sfc.codec import state_decoder
 from tests.hostkit import Host, linear_recipe
 
 METHODS = ["start", "revoke", "pause", "resume", "stop", "abort", "cancel", "clear"]
@@ -318,3 +319,39 @@ def test_respond_action_hold_answers_the_open_hold_command(host: Host, valkey_ur
     )
     withdrawn = [d for _, k, d in host.equipment(scope) if k == "withdraw"]
     assert [(d.command_id, d.reason) for d in withdrawn] == [("t:tighten#2", "held")]
+
+
+def test_respond_action_hold_answers_a_hold_whose_time_ran_out(host: Host, valkey_url: str) -> None:
+    """The engine takes a late `held` while the work is still out (the attempt ends), so
+    `ACTION:hold` answers such a hold too; it refused, and only --command-id got through."""
+    from host.jobs import pause
+    from tests.test_host_jobcontrol import TIGHTENING
+
+    doc = json.loads(TIGHTENING)
+    (tighten,) = [a for a in doc["Actions"] if a["Name"] == "tighten"]
+    tighten["Hold"]["TimeoutSeconds"] = 1
+    scope = host.scope("latehold")
+    job = host.submit(scope, json.dumps(doc).encode(), job_id="t").job
+    worker = host.worker([scope])
+    args = ["--scope", scope, "--redis", valkey_url]
+    host.run([worker], [], lambda: host.order_path(scope, job) == "Running", sweep=False)
+    assert sfc("respond", "t", "clamp", "ok", *args).returncode == 0
+    host.run([worker], [], lambda: ("push", "t:tighten#2") in _sent(host, scope), sweep=False)
+    assert pause(host.store(), scope, job).ok
+
+    def not_held() -> bool:
+        record = host.store().job(scope, job)
+        assert record is not None
+        return state_decoder.decode(record.state).actions["tighten"].hold == "notHeld"
+
+    host.run([worker], [], not_held, what="the hold's time to run out")
+    proc = sfc("respond", "t", "tighten:hold", "held", *args)
+    assert proc.returncode == 0, proc.stderr
+    host.run([worker], [], lambda: ("withdraw", "t:tighten#2") in _sent(host, scope), sweep=False)
+    record = host.store().job(scope, job)
+    assert record is not None
+    assert state_decoder.decode(record.state).actions["tighten"].hold == "held"
+
+
+def _sent(host: Host, scope: str) -> list[tuple[str, str]]:
+    return [(k, d.command_id) for _, k, d in host.equipment(scope)]
