@@ -447,8 +447,15 @@ def redispatch(store: Store, scope: str, job: str, action: str | None = None) ->
     record = store.job(scope, job)
     if record is None:
         return MethodResult(ReturnStatus.UNKNOWN_JOB_ORDER_ID, job, "no such job order")
+    order = decode_order(record.order)
+    if joborder.ended(order) or joborder.path_text(order).endswith("ToStart/Ready"):
+        # nothing is open: a resume would be absorbed, after an `ok` that misled
+        return MethodResult(
+            ReturnStatus.INVALID_JOB_ORDER_STATUS,
+            job,
+            f"the order is {joborder.path_text(order)}: it has no work to send again",
+        )
     if action is not None:
-        order = decode_order(record.order)
         text = store.recipe_text(order.recipe_hash)
         built = None if text is None else build(text, None, order.dataschema)
         names = set() if built is None or built.graph is None else set(built.graph.actions)

@@ -504,6 +504,11 @@ def test_job_control_on_a_served_scope(plant: Plant) -> None:
     assert stop.json()["results"][0]["message"] == "Ended/Closed"
     assert (abort.code, statuses(abort)) == (0, [("ctl-3", 1)]), abort
     assert abort.json()["results"][0]["message"] == "Aborted"
+    # an ended order has no work to send again: refused, not an `ok` the worker absorbs
+    ended = plant.sfc("job", "redispatch", "ctl-2", "--json", *at)
+    assert (ended.code, statuses(ended)) == (1, [("ctl-2", 8)]), ended
+    said = ended.json()["results"][0]["message"]
+    assert said == "the order is Ended/Closed: it has no work to send again", ended
 
     # redispatch sent clamp again with a new command id
     wait_for(
