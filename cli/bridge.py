@@ -10,6 +10,7 @@ Both run until SIGINT or SIGTERM.
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 from pathlib import Path
 from typing import Annotated
@@ -20,11 +21,13 @@ from cli.equipment import read_host_script
 from cli.hostcommon import DataDirOption, RedisOption, ScopeOption, check_scope, fail, open_store
 from cli.hostcommon import server_errors as server_errors
 from cli.main import app
+from host.keys import KeyError_, check_name
 from host.mqtt import (
     DEFAULT_COMMAND_TOPIC,
     DEFAULT_GROUP,
     DEFAULT_PREFIX,
     BrokerURL,
+    ClientIdTaken,
     MqttBridge,
     MqttDevice,
     Topics,
@@ -32,6 +35,9 @@ from host.mqtt import (
 )
 from host.settings import SettingsError, duration_ms
 from host.worker import consumer_name
+
+MAX_SESSION_EXPIRY_S = 2**32 - 1
+CLIENT_ID_LIMIT = 128
 
 bridge_app = typer.Typer(
     name="bridge",
@@ -112,6 +118,25 @@ def bridge_mqtt(
             help="Claim entries another bridge of the group left pending this long.",
         ),
     ] = "30s",
+    client_id: Annotated[
+        str | None,
+        typer.Option(
+            "--client-id",
+            metavar="ID",
+            help="The MQTT client id, which names the session the broker keeps (by default "
+            "sfc-bridge-SCOPE-GROUP-HOSTNAME); each bridge needs its own.",
+            show_default=False,
+        ),
+    ] = None,
+    session_expiry: Annotated[
+        str,
+        typer.Option(
+            "--session-expiry",
+            metavar="DURATION",
+            help="How long the broker keeps the session while the bridge is away: responses "
+            "and events sent meanwhile wait for it. 0: a clean session each start.",
+        ),
+    ] = "1h",
     scope: ScopeOption = "default",
     redis: RedisOption = None,
     data_dir: DataDirOption = None,
@@ -122,25 +147,51 @@ def bridge_mqtt(
     topics = _topics(scope, topic_prefix, command_topic)
     try:
         idle = duration_ms("--claim-idle", claim_idle)
+        expiry_ms = duration_ms("--session-expiry", session_expiry)
     except SettingsError as e:
         fail(str(e), 2)
+    expiry_s = -(-expiry_ms // 1000)  # whole seconds, rounded up
+    if not 0 <= expiry_s <= MAX_SESSION_EXPIRY_S:
+        fail(f"--session-expiry: at most {MAX_SESSION_EXPIRY_S:,} s (MQTT's limit)", 2)
+    if client_id is None:
+        client_id = f"sfc-bridge-{scope}-{group}-{socket.gethostname()}" if expiry_s else ""
+    else:
+        try:
+            check_name(client_id, "client id", CLIENT_ID_LIMIT)
+        except KeyError_ as e:
+            fail(f"--client-id: {e}", 2)
     store = open_store(redis, data_dir)
     stop = _stop_on_signals()
     with server_errors():
         try:
             bridge = MqttBridge(
-                store, url, topics, group=group, consumer=consumer_name(), claim_idle_ms=idle
+                store,
+                url,
+                topics,
+                group=group,
+                consumer=consumer_name(),
+                claim_idle_ms=idle,
+                client_id=client_id,
+                session_expiry_s=expiry_s,
             )
         except ValueError as e:
             fail(str(e), 2)
-        bridge.start()
+        try:
+            bridge.start()
+        except ClientIdTaken as e:
+            fail(str(e), 1)
+        session = f"session kept {session_expiry}" if expiry_s else "a clean session each start"
         typer.echo(
             f"sfc bridge mqtt: scope {scope} <-> {url.redacted()} as group {group}; "
             f"commands on {command_topic.replace('{prefix}', topic_prefix).replace('{scope}', scope)}, "
-            f"responses on {topics.responses}, events on {topics.events}",
+            f"responses on {topics.responses}, events on {topics.events}; "
+            f"client id {bridge.client_id}, {session}",
             err=True,
         )
-        bridge.run(stop)
+        try:
+            bridge.run(stop)
+        except ClientIdTaken as e:
+            fail(str(e), 1)
     c = bridge.counters
     typer.echo(
         f"sfc bridge mqtt: stopped; {c.published} published, {c.expired} expired, "

@@ -337,6 +337,22 @@ local function publish(keys, args)
   return redis.call('XADD', keys[2], '*', 'v', '1', 'kind', 'event', 'data', args[1])
 end
 
+-- lease: hold a name for a while, against another holder (an MQTT bridge's client id,
+-- whose broker session must have one client at a time).
+-- KEYS: the lease key
+-- ARGV: holder, ttl ms ('0': give it up)
+-- Returns ok (held by `holder` now, for ttl; or given up), or the other holder's value.
+local function lease(keys, args)
+  local holder = redis.call('GET', keys[1])
+  if holder and holder ~= args[1] then return holder end
+  if args[2] == '0' then
+    if holder then redis.call('DEL', keys[1]) end
+    return 'ok'
+  end
+  redis.call('SET', keys[1], args[1], 'PX', args[2])
+  return 'ok'
+end
+
 redis.register_function('sfc1_commit', commit)
 redis.register_function('sfc1_publish', publish)
 redis.register_function('sfc1_clear', clear)
@@ -346,3 +362,4 @@ redis.register_function('sfc1_sweep', sweep)
 redis.register_function('sfc1_outage', outage)
 redis.register_function('sfc1_bury', bury)
 redis.register_function('sfc1_repair', repair)
+redis.register_function('sfc1_lease', lease)

@@ -114,5 +114,10 @@ def outage(scope: str) -> str:
     return f"sfc:outage:{{{scope}}}"
 
 
+def lease(scope: str, name: str) -> str:
+    """A name one process at a time may hold (sfc1_lease): `mqtt:{client id}`."""
+    return f"sfc:lease:{{{scope}}}:{name}"
+
+
 def recipe(recipe_hash: str) -> str:
     return f"sfc:recipe:{recipe_hash}"

@@ -67,6 +67,9 @@ DEFAULT_PREFIX = "sfc"
 DEFAULT_GROUP = "sfc-mqtt"
 DEFAULT_COMMAND_TOPIC = "{prefix}/{scope}/commands/{typeId}"
 DEFAULT_CLAIM_IDLE_MS = 30_000
+LEASE_TTL_MS = 10_000
+"""How long a bridge's hold on its client id lasts unless renewed (every third of it): a
+bridge that was killed leaves its client id free after this."""
 DEVICE_SOURCE = "sfc-device"
 """The CloudEvents source of the device simulator's responses and events."""
 COMMAND_KINDS = ("push", "hold", "restart")
@@ -851,11 +854,23 @@ class BridgeCounters:
     """Incoming messages that were not a usable CloudEvent."""
 
 
+class ClientIdTaken(RuntimeError):
+    """Another live bridge holds this client id: a broker session has one client at a time
+    (a second one would take it over, and the two would take turns)."""
+
+
 @dataclass
 class MqttBridge:
     """The MQTT bridge of one scope (docs/mqtt.md). `pump` does one round of the outgoing
     side; the incoming side runs on the MQTT network thread. `run(stop)` pumps until
-    `stop` is set, then closes."""
+    `stop` is set, then closes.
+
+    With `session_expiry_s` above 0 the broker keeps the bridge's session while it is away
+    (a restart, a crash): its subscriptions stay, and the responses and events that come
+    meanwhile wait for it instead of being dropped. Its `client_id` then names the session,
+    and the bridge holds it through a lease on the server (`sfc1_lease`), one bridge at a
+    time: a second bridge with the same client id waits for the lease (a killed holder's
+    runs out within `lease_ttl_ms`), then gives up with ClientIdTaken."""
 
     store: Store
     broker: BrokerURL
@@ -867,8 +882,16 @@ class MqttBridge:
     count: int = 100
     ack_timeout_s: float = 10.0
     notices: bool = True
+    client_id: str = ""
+    """The MQTT client id; empty: `sfc-bridge-{consumer}`, a new one each start."""
+    session_expiry_s: int = 0
+    """How long the broker keeps the session while the bridge is away (0: a clean session
+    each start, and what comes meanwhile is not kept for it)."""
+    lease_ttl_ms: int = LEASE_TTL_MS
     counters: BridgeCounters = field(default_factory=BridgeCounters)
     _conn: Connection = field(init=False, repr=False)
+    _lease_due: float = field(default=0.0, repr=False)
+    """When the hold on the client id is renewed next (monotonic seconds)."""
     _next_claim: float = field(default=0.0, repr=False)
     _claim_from: str = field(default="0-0", repr=False)
     """Where the next XAUTOCLAIM scan goes on ("0-0": from the start)."""
@@ -881,15 +904,28 @@ class MqttBridge:
             shared(f"{self.group}-responses", self.topics.responses),
             shared(f"{self.group}-events", self.topics.events),
         ]
+        if self.session_expiry_s and not self.client_id:
+            raise ValueError("a session the broker keeps needs a client id of its own")
+        self.client_id = self.client_id or f"sfc-bridge-{self.consumer}"
         self.store.equipment_group(self.topics.scope, self.group)
-        self._conn = Connection(self.broker, f"sfc-bridge-{self.consumer}", subs, self._incoming)
+        self._conn = Connection(
+            self.broker,
+            self.client_id,
+            subs,
+            self._incoming,
+            clean_start=not self.session_expiry_s,
+            session_expiry_s=self.session_expiry_s,
+        )
 
     @property
     def scope(self) -> str:
         return self.topics.scope
 
     def start(self, timeout: float = 10.0) -> MqttBridge:
-        """Connect and subscribe, waiting at most `timeout` s (it keeps trying after)."""
+        """Take the client id's lease (a kept session), then connect and subscribe, waiting
+        at most `timeout` s (it keeps trying after)."""
+        if self.session_expiry_s:
+            self._take_lease()
         self._conn.start()
         if not self._conn.wait_ready(timeout):
             log.warning("not connected to %s yet; retrying", self.broker.redacted())
@@ -897,6 +933,53 @@ class MqttBridge:
 
     def close(self) -> None:
         self._conn.close()
+        if self.session_expiry_s and self._lease_due:
+            self._lease_due = 0.0
+            try:  # the next bridge with this client id need not wait for it to run out
+                self.store.lease(self.scope, self._lease_name, self.consumer, 0)
+            except Exception as e:
+                if not unreachable(e):
+                    raise
+
+    @property
+    def _lease_name(self) -> str:
+        return f"mqtt:{self.client_id}"
+
+    def _take_lease(self) -> None:
+        """Hold the client id; wait while another bridge holds it, for as long as a killed
+        holder's lease lasts; ClientIdTaken when it is held still."""
+        deadline = time.monotonic() + self.lease_ttl_ms / 1000 + 1.0
+        said = False
+        while True:
+            other = self.store.lease(self.scope, self._lease_name, self.consumer, self.lease_ttl_ms)
+            if other is None:
+                self._lease_due = time.monotonic() + self.lease_ttl_ms / 3000
+                return
+            if time.monotonic() >= deadline:
+                raise ClientIdTaken(
+                    f"the MQTT client id {self.client_id!r} is held by another bridge of scope "
+                    f"{self.scope} (consumer {other}): give each bridge its own client id"
+                )
+            if not said:
+                log.warning(
+                    "the MQTT client id %s is held by %s; waiting up to %.0f s for it",
+                    self.client_id,
+                    other,
+                    deadline - time.monotonic(),
+                )
+                said = True
+            time.sleep(min(0.25, self.lease_ttl_ms / 4000))
+
+    def _renew_lease(self) -> None:
+        if not self.session_expiry_s or time.monotonic() < self._lease_due:
+            return
+        other = self.store.lease(self.scope, self._lease_name, self.consumer, self.lease_ttl_ms)
+        if other is not None:  # it ran out while this bridge could not renew it
+            raise ClientIdTaken(
+                f"the MQTT client id {self.client_id!r} was taken over by another bridge "
+                f"(consumer {other}) while this one could not renew it; this one stops"
+            )
+        self._lease_due = time.monotonic() + self.lease_ttl_ms / 3000
 
     @property
     def ready(self) -> bool:
@@ -907,6 +990,7 @@ class MqttBridge:
     def pump(self, block_ms: int | None = 100) -> int:
         """Claim what other consumers left pending too long, read new entries, publish
         them and acknowledge what the broker took. Returns the entries handled."""
+        self._renew_lease()
         if not self._conn.subscribed.wait((block_ms or 0) / 1000):
             return 0  # no command goes out before the responses can come back
         rows: list[tuple[str, dict[bytes, bytes]]] = []

@@ -705,6 +705,12 @@ class Store:
         args = [job, version, sequence, retired_ttl_ms, *(m for _, m in waits)]
         return _text(self._fcall("sfc1_clear", ks, args))
 
+    def lease(self, scope: str, name: str, holder: str, ttl_ms: int) -> str | None:
+        """`sfc1_lease`: hold `name` for `ttl_ms` as `holder` (again: renewed; 0: given up).
+        None when it is ours now; else the other holder."""
+        result = _text(self._fcall("sfc1_lease", [keys.lease(scope, name)], [holder, ttl_ms]))
+        return None if result == "ok" else result
+
     def retired_sequence(self, scope: str, job: str) -> str:
         value = self.client(scope).hget(keys.retired(scope), job)
         return "" if value is None else _text(value)

@@ -28,6 +28,7 @@ from host import jobs, keys
 from host.mqtt import (
     JSON,
     BrokerURL,
+    ClientIdTaken,
     CloudEvent,
     Connection,
     Message,
@@ -348,7 +349,7 @@ class Rig:
         self.topics = Topics(scope, "t")
         self.threads: list[tuple[threading.Event, threading.Thread, Any]] = []
 
-    def bridge(self, name: str, claim_idle_ms: int = 5000) -> MqttBridge:
+    def bridge(self, name: str, claim_idle_ms: int = 5000, **kwargs: Any) -> MqttBridge:
         b = MqttBridge(
             self.host.store(),
             self.url,
@@ -357,6 +358,7 @@ class Rig:
             consumer=name,
             claim_idle_ms=claim_idle_ms,
             claim_interval_ms=200,
+            **kwargs,
         )
         b.start()
         self._run(b)
@@ -668,8 +670,34 @@ def test_the_commands_run_a_job_and_stop_cleanly(host: Host, mqtt_url: str, tmp_
         err_b = _stopped(bridge, signal.SIGTERM, said_b)
         err_d = _stopped(device, signal.SIGINT, said_d)
     assert "sfc bridge mqtt: stopped; 2 published" in err_b
+    # a session the broker keeps, named after the scope, the group and the host
+    kept = f"client id sfc-bridge-{scope}-sfc-mqtt-{socket.gethostname()}, session kept 1h"
+    assert kept in err_b, err_b
     assert "2 response(s)" in err_b
     assert "sfc device mqtt: stopped; 2 received, 2 answered" in err_d
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--session-expiry", "5x"], "--session-expiry='5x' is not a duration"),
+        (["--session-expiry", "60000d"], "--session-expiry: at most 4,294,967,295 s"),
+        (["--client-id", "a b"], "--client-id: the client id 'a b' contains ' '"),
+        (["--client-id", ""], "--client-id: the client id is empty"),
+    ],
+)
+def test_bad_bridge_options_exit_2_before_connecting(
+    mqtt_url: str, args: list[str], said: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    r = CliRunner().invoke(
+        app, ["bridge", "mqtt", "--broker", mqtt_url, "--redis", "redis://127.0.0.1:1", *args]
+    )
+    assert r.exit_code == 2, r.output
+    assert said in r.output, r.output
 
 
 def test_a_killed_bridge_loses_nothing(rig: Rig, mqtt_url: str) -> None:
@@ -727,6 +755,50 @@ def test_a_killed_bridge_loses_nothing(rig: Rig, mqtt_url: str) -> None:
     # acted on once: the script was asked once per command id
     assert device.script_counters.asked == len(copies)
     assert _pending_of(host, scope, "") == 0
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_a_restarted_bridge_gets_the_responses_sent_while_it_was_away(rig: Rig, kept: bool) -> None:
+    """The only bridge restarts while the equipment answers: with a session the broker
+    keeps, the answers wait for it and every job completes on its first attempt; with a
+    clean session they are dropped (no subscriber), and the jobs, of 1 attempt, time out."""
+    host, scope = rig.host, rig.scope
+    session: dict[str, Any] = {"client_id": f"kept-{scope}", "session_expiry_s": 60} if kept else {}
+    bridge = rig.bridge("first", **session)
+    device = rig.device({"default": "ok@1500"})
+    recipe = linear_recipe(1, timeout_s=5, max_attempts=1)
+    ids = [host.submit(scope, recipe, job_id=f"r{i}").job for i in range(3)]
+    worker = host.worker([scope])
+    host.run([worker], [], lambda: bridge.counters.published == 3, what="the pushes out")
+    rig.stop(bridge)
+    assert bridge.counters.responses == 0, "the bridge stopped after the answers came"
+    wait_for(lambda: device.counters.answered == 3, timeout=10, what="the answers")
+    again = rig.bridge("second", **session)
+    host.run([worker], [], host.ended(scope, ids), timeout=20)
+    if kept:
+        assert _paths(host, scope, ids) == ["Ended/Completed"] * 3
+        assert again.counters.responses == 3
+        assert [c for *_, c in _commands(host, scope)] == [f"r{i}:a1#1" for i in range(3)]
+    else:
+        assert _paths(host, scope, ids) == ["Aborted"] * 3
+        assert again.counters.responses == 0
+
+
+def test_a_client_id_is_held_by_one_bridge_at_a_time(rig: Rig) -> None:
+    host, scope = rig.host, rig.scope
+    same = {"client_id": f"one-{scope}", "session_expiry_s": 60, "lease_ttl_ms": 1000}
+    first = rig.bridge("first", **same)
+    second = MqttBridge(host.store(), rig.url, rig.topics, group="g", consumer="second", **same)
+    with pytest.raises(ClientIdTaken, match=r"held by another bridge .*consumer first"):
+        second.start()  # it waited out a lease's time: the first renews it
+    assert not second._conn.connected.is_set()
+    rig.stop(first)  # gives the client id up: the next one takes it at once
+    third = rig.bridge("third", **same)
+    assert third.ready
+    job = host.submit(scope, linear_recipe(1), job_id="c").job
+    rig.device()
+    host.run([host.worker([scope])], [], host.ended(scope, [job]))
+    assert host.order_path(scope, job) == "Ended/Completed"
 
 
 def test_a_user_and_password_and_tls(
