@@ -22,6 +22,7 @@ from cli.hostcommon import (
     server_errors,
 )
 from cli.main import app
+from generated.state_v1_4 import SfcState
 from host import keys
 from host.entries import EntryError, decode_work, entry_ms, job_named
 from host.equipment import answer_data, publish_event
@@ -95,7 +96,7 @@ def respond(
         # `ACTION:hold` answers the open hold command, as a script's reply key does; also
         # one whose time ran out while its work is still out (the engine takes a late
         # `held`: the attempt ends)
-        state = state_decoder.decode(record.state)
+        state = _stored_state(record.state)
         rec = state.actions.get(name.removesuffix(":hold"))
         if (
             rec is None
@@ -109,7 +110,7 @@ def respond(
         # ACTION answers the work open now, by its command id: not work that opens later
         # (a job not started yet), and not a later attempt (an answer of the attempt it
         # meant comes too late for it, and is absorbed)
-        state = state_decoder.decode(record.state)
+        state = _stored_state(record.state)
         rec = state.actions.get(name)
         if rec is None or rec.status != "open" or rec.command_id is None:
             fail(
@@ -134,6 +135,13 @@ def respond(
         )
     store.close()
     typer.echo(f"queued answer {entry}")
+
+
+def _stored_state(raw: bytes) -> SfcState:
+    """A job's stored state; one that cannot be read is said as every host command says it."""
+    with server_errors():
+        return state_decoder.decode(raw)
+    raise AssertionError("unreachable")  # pragma: no cover - server_errors exits
 
 
 @app.command()

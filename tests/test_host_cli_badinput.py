@@ -256,6 +256,11 @@ def test_a_job_whose_stored_document_cannot_be_read_is_named_not_a_traceback(
         assert proc.returncode == 2, (line, proc.stdout, proc.stderr)
         assert "stored order or state cannot be read" in proc.stderr, (line, proc.stderr)
         assert "Traceback" not in proc.stderr
+    if field == "state":  # sfc respond reads the state for what is open
+        for args in (["j", "a1", "ok"], ["j", "a1:hold", "held"]):
+            proc = sfc("respond", *args, "--scope", scope, "--redis", valkey_url)
+            assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+            assert "stored order or state cannot be read" in proc.stderr, proc.stderr
 
 
 def test_work_dead_names_the_job_of_an_entry(stored: tuple[Host, str], valkey_url: str) -> None:
