@@ -10,8 +10,8 @@ contract for adapters"); the host stays the same.
   acknowledged its publish; entries another bridge of the group left pending are claimed
   after `claim_idle_ms` (XAUTOCLAIM), so a killed bridge loses nothing.
 - **Incoming.** It subscribes to the response topic and the event topic with shared
-  subscriptions (`$share/{group}-responses/...`, `$share/{group}-events/...`): a response
-  becomes `respond`, an event `publish_event`. The MQTT message is acknowledged after the
+  subscriptions (`$share/{group}-responses-{digest}/...`, and `-events-` likewise): a
+  response becomes `respond`, an event `publish_event`. The MQTT message is acknowledged after the
   work entry was written.
 - **The device.** `MqttDevice` answers commands and waits from a dry-run script as
   equipment would, asking the script as the scripted equipment does
@@ -25,6 +25,7 @@ The mapping functions (`command_message`, `read_cloudevent`, `response_answer`,
 from __future__ import annotations
 
 import base64
+import hashlib
 import heapq
 import logging
 import math
@@ -184,6 +185,15 @@ class Topics:
         return self.command.format(
             prefix=self.prefix, scope=self.scope, typeId=data.type_id, kind=kind, job=data.job
         )
+
+
+def share_name(group: str, what: str, topic_filter: str) -> str:
+    """The share name of `group`'s subscription to `topic_filter`: one of its own for each
+    filter (`{group}-{what}-` and 8 hex digits of the filter's sha256), also across scopes
+    and prefixes; rumqttd keys a shared subscription by its name alone, and a name with two
+    filters (two scopes' bridges of one group) lost the second's messages."""
+    digest = hashlib.sha256(topic_filter.encode()).hexdigest()[:8]
+    return f"{group}-{what}-{digest}"
 
 
 def shared(group: str, topic_filter: str) -> str:
@@ -901,8 +911,10 @@ class MqttBridge:
         # a share name of its own for each filter: rumqttd keys a shared subscription by
         # its name alone, and loses messages when one name has two filters
         subs = [
-            shared(f"{self.group}-responses", self.topics.responses),
-            shared(f"{self.group}-events", self.topics.events),
+            shared(
+                share_name(self.group, "responses", self.topics.responses), self.topics.responses
+            ),
+            shared(share_name(self.group, "events", self.topics.events), self.topics.events),
         ]
         if self.session_expiry_s and not self.client_id:
             raise ValueError("a session the broker keeps needs a client id of its own")

@@ -757,6 +757,33 @@ def test_a_killed_bridge_loses_nothing(rig: Rig, mqtt_url: str) -> None:
     assert _pending_of(host, scope, "") == 0
 
 
+def test_bridges_of_one_group_for_two_scopes_each_get_their_responses(
+    rig: Rig, host: Host, mqtt_url: str
+) -> None:
+    """One share name had two filters (`g-responses` for both scopes' response topics), and
+    rumqttd gave the second scope's responses to nobody: its jobs only timed out."""
+    other = Rig(host, mqtt_url, host.scope("mqtt-other"))
+    try:
+        rigs = [rig, other]
+        for r in rigs:
+            r.bridge(f"b-{r.scope}")
+        for r in rigs:
+            r.device({"default": "ok@10"})
+        recipe = linear_recipe(2, timeout_s=5, max_attempts=1)
+        ids = {
+            r.scope: [host.submit(r.scope, recipe, job_id=f"t{i}").job for i in range(3)]
+            for r in rigs
+        }
+        worker = host.worker(list(ids))
+        host.run(
+            [worker], [], lambda: all(host.ended(s, js)() for s, js in ids.items()), timeout=20
+        )
+        for s, js in ids.items():
+            assert _paths(host, s, js) == ["Ended/Completed"] * 3, s
+    finally:
+        other.close()
+
+
 @pytest.mark.parametrize("kept", [True, False])
 def test_a_restarted_bridge_gets_the_responses_sent_while_it_was_away(rig: Rig, kept: bool) -> None:
     """The only bridge restarts while the equipment answers: with a session the broker
