@@ -231,7 +231,16 @@ def device_mqtt(
     stop = _stop_on_signals()
     device = MqttDevice(url, topics, parsed, time_scale=time_scale, client_id=consumer_name())
     device.start()
-    typer.echo(f"sfc device mqtt: answering {topics.commands_filter} on {url.redacted()}", err=True)
+    if device.ready:
+        typer.echo(
+            f"sfc device mqtt: answering {topics.commands_filter} on {url.redacted()}", err=True
+        )
+    else:
+        typer.echo(
+            f"sfc device mqtt: not connected to {url.redacted()} yet; it keeps trying, and "
+            f"answers {topics.commands_filter} once connected",
+            err=True,
+        )
     device.run(stop)
     c = device.counters
     typer.echo(f"sfc device mqtt: stopped; {c.received} received, {c.answered} answered", err=True)

@@ -713,6 +713,10 @@ class Connection:
         self._suback_mids: set[int] = set()
         self.connected = threading.Event()
         self.subscribed = threading.Event()
+        self._closing = False
+        self._down_since: float | None = None
+        """Since when the broker could not be reached (monotonic), once that was logged:
+        a lost connection is said once, and so is its return."""
         self.clean_start = clean_start
         self.session_expiry_s = session_expiry_s
         self.client = mqtt.Client(
@@ -728,6 +732,7 @@ class Connection:
             self.client.tls_set(ca_certs=os.environ.get("SFC_TLS_CA") or None)
         self.client.reconnect_delay_set(1, 2)
         self.client.on_connect = self._connected
+        self.client.on_connect_fail = self._connect_failed
         self.client.on_disconnect = self._disconnected
         self.client.on_publish = self._published
         self.client.on_subscribe = self._suback
@@ -747,6 +752,7 @@ class Connection:
         self.client.loop_start()
 
     def close(self) -> None:
+        self._closing = True
         self.client.disconnect()
         self.client.loop_stop()
         self.connected.clear()
@@ -763,6 +769,13 @@ class Connection:
         if reason.is_failure:
             log.warning("the broker %s refused the connection: %s", self.broker.redacted(), reason)
             return
+        if self._down_since is not None:
+            log.warning(
+                "connected to the broker %s again after %.1f s",
+                self.broker.redacted(),
+                time.monotonic() - self._down_since,
+            )
+            self._down_since = None
         self.connected.set()
         if not self.subscriptions:
             self.subscribed.set()
@@ -772,9 +785,22 @@ class Connection:
             with self._lock:
                 self._suback_mids.add(mid)
 
+    def _down(self, what: str) -> None:
+        if self._closing or self._down_since is not None:
+            return
+        self._down_since = time.monotonic()
+        log.warning("the broker %s %s; trying again every 1-2 s", self.broker.redacted(), what)
+
+    def _connect_failed(self, client: mqtt.Client, userdata: Any) -> None:
+        self._down("cannot be reached")
+
     def _disconnected(
         self, client: mqtt.Client, userdata: Any, flags: Any, reason: ReasonCode, props: Any
     ) -> None:
+        if self.connected.is_set():
+            self._down(f"dropped the connection ({reason})")
+        else:
+            self._down(f"closed the connection before accepting it ({reason})")
         self.connected.clear()
         self.subscribed.clear()
         with self._lock:
@@ -1169,8 +1195,10 @@ class MqttDevice:
         self._conn = Connection(self.broker, self.client_id, subs, self._receive, manual_ack=False)
 
     def start(self, timeout: float = 10.0) -> MqttDevice:
+        """Connect and subscribe, waiting at most `timeout` s (it keeps trying after)."""
         self._conn.start()
-        self._conn.wait_ready(timeout)
+        if not self._conn.wait_ready(timeout):
+            log.warning("not connected to %s yet; retrying", self.broker.redacted())
         return self
 
     def close(self) -> None:

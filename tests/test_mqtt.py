@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import select
 import signal
@@ -847,3 +848,53 @@ def test_a_user_and_password_and_tls(
             assert host.order_path(rig.scope, job) == "Ended/Completed", url
         finally:
             rig.close()
+
+
+def test_a_lost_broker_and_a_refused_login_are_logged_once_each_way(
+    mqtt_broker: Listeners, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bridge said nothing when its broker went away or came back, and a wrong password
+    looked like a broker that is slow to answer."""
+    from iotcore import Broker
+
+    caplog.set_level(logging.WARNING, logger="sfc.host.mqtt")
+    port = _free_port()
+    config = tmp_path / "rumqttd.toml"
+    config.write_text(BROKER_CONFIG.split("[v5.2]")[0].format(port=port))
+    broker = Broker(config_path=str(config))
+    broker.start()
+    conn = Connection(parse_broker_url(f"mqtt://127.0.0.1:{port}"), "watch", ["t/#"], bool)
+    try:
+        conn.start()
+        assert conn.wait_ready(10)
+        broker.stop()
+
+        def said(text: str) -> int:
+            return sum(text in r.getMessage() for r in caplog.records)
+
+        wait_for(lambda: said("dropped the connection") == 1, timeout=10, what="the loss")
+        broker = Broker(config_path=str(config))
+        broker.start()
+        wait_for(lambda: said("again after") == 1, timeout=15, what="the return")
+        assert conn.wait_ready(10)
+        assert said("dropped the connection") == 1  # once, not once per retry
+    finally:
+        conn.close()
+        broker.stop()
+    caplog.clear()
+    wrong = mqtt_broker.auth.replace("mqtt://", "mqtt://op:wrong@")
+    bad = Connection(parse_broker_url(wrong), "wrong", [], bool)
+    try:
+        bad.start()
+        assert not bad.wait_ready(2)
+        wait_for(
+            lambda: any(
+                "refused the connection" in r.getMessage()
+                or "before accepting it" in r.getMessage()
+                for r in caplog.records
+            ),
+            timeout=10,
+            what="the refusal",
+        )
+    finally:
+        bad.close()
