@@ -238,12 +238,34 @@ _method(
     "Abort: -> Aborted; open work is withdrawn (reason aborted).",
 )
 _method("cancel", jobs.cancel, "Cancel: remove an order that has not started.")
-_method(
-    "clear",
-    jobs.clear,
-    "Clear: remove an Ended or Aborted order with its state and history (its command "
-    "sequence is retired, so the id may be used again without reusing a command id).",
-)
+
+
+@job_app.command("clear")
+def clear(
+    job_ids: JobsArgument,
+    unreadable: Annotated[
+        bool,
+        typer.Option(
+            "--unreadable",
+            help="Also remove a job whose stored order or state cannot be read (written by "
+            "another program, or by hand), whatever its state: no worker can evaluate it.",
+        ),
+    ] = False,
+    scope: ScopeOption = "default",
+    redis: RedisOption = None,
+    data_dir: DataDirOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Clear: remove an Ended or Aborted order with its state and history (its command
+    sequence is retired, so the id may be used again without reusing a command id)."""
+    _apply_each(
+        job_ids,
+        scope,
+        redis,
+        data_dir,
+        as_json,
+        lambda st, j: jobs.clear(st, scope, j, unreadable=unreadable),
+    )
 
 
 @job_app.command()

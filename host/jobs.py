@@ -7,9 +7,10 @@ the server's TIME: the order change and the recipe's hold, release or cancel tog
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,8 +27,9 @@ from host import joborder, keys
 from host.apply import Applier, MethodCall, decode_order
 from host.entries import EntryError, decode_history, encode, fields, job_named
 from host.joborder import ReturnStatus
+from host.outbox import command_number
 from host.settings import Settings
-from host.store import Store
+from host.store import JobRecord, Store
 from sfc.builder import RECIPE_V1_1_0, BuildError, build
 from sfc.codec import capabilities_decoder, state_decoder
 from sfc.evolution import new_state
@@ -38,6 +40,9 @@ RECIPE_LIMIT = 4 << 20
 PARAMETERS_LIMIT = 64 << 10
 """Most bytes of one command's parameters (JSON): every equipment entry carries them."""
 STORE_RETRIES = 20
+HISTORY_SCAN = 1_000
+"""The last history entries an unreadable job's sequence is salvaged from (command numbers
+only grow: the last entries hold the highest)."""
 _ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"
 
 
@@ -408,13 +413,73 @@ def cancel(store: Store, scope: str, job: str) -> MethodResult:
     return _remove(store, scope, job, "Cancel")
 
 
-def clear(store: Store, scope: str, job: str) -> MethodResult:
+def clear(store: Store, scope: str, job: str, unreadable: bool = False) -> MethodResult:
     """Clear: remove an Ended or Aborted order with its state, history and index entries.
 
     The job's last sequence is kept in `sfc:retired:{S}` for 30 days, so a job stored again
     under the same id continues it and no command id is ever reused.
+
+    With `unreadable`, a job whose stored order or state cannot be read (written by another
+    program, or by hand) is removed whatever its state: no worker can evaluate it, and its
+    entries go dead for ever. Its last sequence is salvaged from the raw state and its
+    history, and its waits are found by a scan. A job that can be read is cleared as usual.
     """
+    if unreadable:
+        refused = _checked(scope, job)
+        if refused is not None:
+            return refused
+        record = store.job(scope, job)
+        if record is not None and _unreadable(record) is not None:
+            return _remove_unreadable(store, scope, job, record)
     return _remove(store, scope, job, "Clear")
+
+
+def _unreadable(record: JobRecord) -> str | None:
+    """Why the stored order or state cannot be read, or None."""
+    try:
+        decode_order(record.order)
+        state_decoder.decode(record.state)
+    except msgspec.DecodeError as e:
+        return str(e)
+    return None
+
+
+_SEQUENCE = re.compile(rb'"sequence"\s*:\s*(\d{1,19})')
+
+
+def salvaged_sequence(raw_state: bytes, history: Sequence[Mapping[bytes, bytes]]) -> int:
+    """The highest command number a job whose state cannot be read may have used: its raw
+    state's `sequence`, if that much can be found, and every command id its history
+    entries (those that can be read) say were sent."""
+    best = max((int(m) for m in _SEQUENCE.findall(raw_state)), default=0)
+    for raw in history:
+        try:
+            entry = decode_history(raw)
+        except (EntryError, msgspec.DecodeError):
+            continue
+        for line in entry.sent or ():
+            number = command_number(line.rpartition(" ")[2])
+            if number is not None:
+                best = max(best, number)
+    return best
+
+
+def _remove_unreadable(store: Store, scope: str, job: str, record: JobRecord) -> MethodResult:
+    for _ in range(STORE_RETRIES):
+        history = [f for _, f in store.history(scope, job, HISTORY_SCAN)]
+        sequence = salvaged_sequence(record.state, history)
+        result = store.clear(scope, job, record.version, sequence, store.waits_of(scope, job))
+        if result == "ok":
+            return MethodResult(
+                ReturnStatus.OK, job, f"removed (unreadable; sequence {sequence} retired)"
+            )
+        if result == "missing":
+            return MethodResult(ReturnStatus.UNKNOWN_JOB_ORDER_ID, job)
+        again = store.job(scope, job)
+        if again is None:
+            return MethodResult(ReturnStatus.UNKNOWN_JOB_ORDER_ID, job)
+        record = again
+    return MethodResult(ReturnStatus.UNABLE_TO_ACCEPT, job, "the job kept conflicting")
 
 
 def _remove(store: Store, scope: str, job: str, method: str) -> MethodResult:

@@ -9,6 +9,7 @@ says it is missing, and retry.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -704,6 +705,25 @@ class Store:
         ]
         args = [job, version, sequence, retired_ttl_ms, *(m for _, m in waits)]
         return _text(self._fcall("sfc1_clear", ks, args))
+
+    def waits_of(self, scope: str, job: str) -> list[tuple[str, str]]:
+        """Every (type id, member) of the scope's waits keys that names `job` (a scan of
+        the scope's keys: for removing a job whose state cannot say what it waits for)."""
+        client = self.client(scope)
+        prefix = keys.waits(scope, "")
+        out: list[tuple[str, str]] = []
+        pattern = "".join("\\" + c if c in "\\*?[]" else c for c in prefix) + "*"
+        for key in client.scan_iter(match=pattern):
+            name = _text(key)
+            for member in client.zrange(name, 0, -1):
+                text = _text(member)
+                try:
+                    named = json.loads(text)[0]
+                except (ValueError, IndexError, KeyError, TypeError):
+                    continue
+                if named == job:
+                    out.append((name.removeprefix(prefix), text))
+        return out
 
     def lease(self, scope: str, name: str, holder: str, ttl_ms: int) -> str | None:
         """`sfc1_lease`: hold `name` for `ttl_ms` as `holder` (again: renewed; 0: given up).

@@ -589,7 +589,10 @@ class Worker:
                     if problem is not None:
                         # the likely cause, which the worker that raised only logged: every
                         # entry of the job will fail so until the job is mended or cleared
-                        reason += f"; the job's stored order or state cannot be read: {problem}"
+                        reason += (
+                            f"; the job's stored order or state cannot be read: {problem} "
+                            "(`sfc job clear JOB --unreadable` removes it)"
+                        )
                     self._bury(scope, entry_id, reason, job, deliveries, fields)
                     continue
                 total.add(self._apply(scope, [(entry_id, fields)], deliveries))

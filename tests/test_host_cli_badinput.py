@@ -255,12 +255,18 @@ def test_a_job_whose_stored_document_cannot_be_read_is_named_not_a_traceback(
         proc = sfc("job", *line, "--scope", scope, "--redis", valkey_url)
         assert proc.returncode == 2, (line, proc.stdout, proc.stderr)
         assert "stored order or state cannot be read" in proc.stderr, (line, proc.stderr)
+        assert "`sfc job clear JOB --unreadable` removes such a job" in proc.stderr
         assert "Traceback" not in proc.stderr
     if field == "state":  # sfc respond reads the state for what is open
         for args in (["j", "a1", "ok"], ["j", "a1:hold", "held"]):
             proc = sfc("respond", *args, "--scope", scope, "--redis", valkey_url)
             assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
             assert "stored order or state cannot be read" in proc.stderr, proc.stderr
+    # the way out
+    proc = sfc("job", "clear", "j", "--unreadable", "--scope", scope, "--redis", valkey_url)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "j: ok (1): removed (unreadable; sequence 0 retired)" in proc.stdout, proc.stdout
+    assert host.store().job(scope, "j") is None
 
 
 def test_work_dead_names_the_job_of_an_entry(stored: tuple[Host, str], valkey_url: str) -> None:

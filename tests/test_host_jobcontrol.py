@@ -506,3 +506,73 @@ def test_pause_resume_and_answers_racing_from_three_processes_lose_nothing(
         f"{resumes['conflicts']}, worker {worker.counters.outcome.conflicts}; "
         f"{len(answers)} answers, {len(holds)} hold commands"
     )
+
+
+WAITING = json.dumps(
+    {
+        "Steps": [{"Name": "Start", "Initial": True}, {"Name": "Wait"}, {"Name": "Done"}],
+        "Transitions": [
+            {"Source": "Start", "Target": "Wait", "Condition": "true"},
+            {"Source": "Wait", "Target": "Done", "Condition": "true"},
+        ],
+        "Actions": [
+            {"Name": "go", "Step": "Start", "Qualifier": "N", "Interaction": "push_command",
+             "TypeId": "com.example.go.v1", "TimeoutSeconds": 600},
+            {"Name": "qa", "Step": "Wait", "Qualifier": "N", "Interaction": "pull_event",
+             "TypeId": "com.example.qa.v1", "TimeoutSeconds": 600,
+             "Selector": {"Subject": "line1/{jobId}/qa"}},
+        ],
+    }
+).encode()  # fmt: skip
+
+
+def test_a_job_whose_state_cannot_be_read_is_removed_with_clear_unreadable(host: Host) -> None:
+    """No worker can evaluate it, so its entries went dead for ever, and no method could
+    remove it: Clear with `unreadable` removes it whatever its state, leaves no index
+    entry or wait behind, and retires the sequence its history shows."""
+    scope = host.scope("unreadable")
+    store = host.store()
+    job = host.submit(scope, WAITING, job_id="u").job
+    worker = host.worker([scope])
+    host.run([worker], [], lambda: ("push", "u:go#1") in _sent(host, scope), sweep=False)
+    respond(store, scope, job, "go", outcome="ok", command_id="u:go#1", round=1)
+    host.run([worker], [], lambda: ("await", "u:qa#2") in _sent(host, scope), sweep=False)
+    r = host.client()
+    assert r.zcard(keys.waits(scope, "com.example.qa.v1")) == 1
+    # readable: Clear as ever (a running order is refused), with or without `unreadable`
+    for flag in (False, True):
+        assert jobs.clear(store, scope, job, unreadable=flag).status == (
+            ReturnStatus.INVALID_JOB_ORDER_STATUS
+        )
+    r.hset(keys.job(scope, job), "state", '{"format":"1.4","sequence":1,"garbage')
+    assert jobs.clear(store, scope, job).status == ReturnStatus.INVALID_JOB_ORDER_STATUS
+    result = jobs.clear(store, scope, job, unreadable=True)
+    assert result.ok, result.words()
+    # the raw state says 1, the history says qa#2 was sent: 2 is retired
+    assert result.message == "removed (unreadable; sequence 2 retired)"
+    assert store.job(scope, job) is None
+    assert r.exists(keys.history(scope, job)) == 0
+    assert r.zscore(keys.orders(scope), job) is None
+    assert r.zscore(keys.due(scope), job) is None
+    assert r.sismember(keys.active(scope), job) == 0
+    assert r.zcard(keys.waits(scope, "com.example.qa.v1")) == 0
+    # stored again, the id continues the sequence: no command id is used twice
+    assert host.submit(scope, WAITING, job_id="u").ok
+    host.run([worker], [], lambda: ("push", "u:go#3") in _sent(host, scope), sweep=False)
+
+
+def test_a_salvaged_sequence_takes_the_highest_number_it_can_read() -> None:
+    def entry(*sent: str) -> dict[bytes, bytes]:
+        h = {"at": 1, "event": "answer", "disposition": "applied", "reason": "r",
+             "decisions": [], "sent": list(sent), "order": "Running"}  # fmt: skip
+        return {b"data": json.dumps(h).encode()}
+
+    assert jobs.salvaged_sequence(b"garbage", []) == 0
+    assert jobs.salvaged_sequence(b'{"sequence": 7, "x', []) == 7
+    history = [entry("push j:a#3"), {b"data": b"not json"}, entry("await j:b#9", "hold j:a#4:hold")]
+    assert jobs.salvaged_sequence(b'{"sequence":5', history) == 9
+    assert jobs.salvaged_sequence(b"", [entry("withdraw j:a#2", "push j:a#12:hold")]) == 12
+
+
+def _sent(host: Host, scope: str) -> list[tuple[str, str]]:
+    return [(k, d.command_id) for _, k, d in host.equipment(scope)]
