@@ -1060,7 +1060,13 @@ class MqttBridge:
             if message is None:
                 done.append(entry_id)
                 continue
-            mid = self._conn.publish(message)
+            try:
+                mid = self._conn.publish(message)
+            except ValueError as e:  # paho refused the message itself: it never will take it
+                self.counters.skipped += 1
+                log.warning("equipment entry %s of %s not sent: %s", entry_id, self.scope, e)
+                done.append(entry_id)
+                continue
             if mid is None:
                 self.counters.unacked += 1
                 continue
@@ -1084,15 +1090,14 @@ class MqttBridge:
             message = command_message(self.topics, entry.kind, data, entry.ms, now_ms)
         elif self.notices and isinstance(data, AwaitData | WithdrawData):
             message = notice_message(self.topics, entry.kind, data, entry.ms, now_ms)
-            if message is None:
-                self.counters.expired += 1
-            return message
         else:
             return None
         if message is None:
             self.counters.expired += 1
-            log.info("%s is past its expiresAt: not sent", data.command_id)
+            log.info("%s %s is past its expiresAt: not sent", entry.kind, data.command_id)
             return None
+        # a notice's topic too: it holds the same type id as its work (a wildcard in it
+        # made paho raise, and every bridge of the group died on the entry in turn)
         problem = topic_problem(message.topic)
         if problem is not None:
             self.counters.skipped += 1

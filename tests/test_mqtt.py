@@ -469,6 +469,23 @@ def test_push_and_pull_jobs_complete_through_two_bridges_and_the_device(rig: Rig
     assert not b1._conn.connected.is_set()
 
 
+def test_a_type_id_with_a_wildcard_is_not_sent_and_the_bridge_lives_on(rig: Rig) -> None:
+    """The push was skipped, but the withdraw notice of its timeout went to a topic with the
+    same type id, paho raised, and every bridge of the group died on that entry in turn."""
+    host, scope = rig.host, rig.scope
+    bridge = rig.bridge("wild")
+    doc = json.loads(linear_recipe(1, timeout_s=1, max_attempts=2))
+    doc["Actions"][0]["TypeId"] = "com.example.a+b.v1"
+    job = host.submit(scope, json.dumps(doc).encode(), job_id="w").job
+    host.run([host.worker([scope])], [], host.ended(scope, [job]), timeout=20)
+    assert host.order_path(scope, job) == "Aborted"  # both attempts timed out
+    wait_for(lambda: _pending_of(host, scope, "") == 0, timeout=10, what="every entry acked")
+    (thread,) = [t for _, t, x in rig.threads if x is bridge]
+    assert thread.is_alive()
+    assert bridge.counters.skipped >= 3  # two pushes and the withdraw between them
+    assert bridge.counters.published == 0
+
+
 def test_a_command_past_its_expiry_is_not_delivered(rig: Rig) -> None:
     host, scope = rig.host, rig.scope
     # TimeoutSeconds 2: expiresAt is half the attempt's time after it was sent (1 s)
