@@ -417,11 +417,27 @@ class CommitStream:
         self._conn = None
 
 
+_PASSING = ("CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "LOADING")
+"""Error replies of a server that is there but cannot serve now: a cluster with a node
+down or slots moving, a replica without its primary, a server loading its data."""
+
+
 def unreachable(error: BaseException) -> bool:
-    """Whether `error` says the server cannot be reached (gone, restarting, loading)."""
-    return isinstance(
-        error, redis.ConnectionError | redis.TimeoutError | redis.BusyLoadingError | OSError
-    )
+    """Whether `error` says the server cannot be reached or cannot serve for now (gone,
+    restarting, loading; a cluster with a node down): wait it out, with backoff."""
+    if isinstance(
+        error,
+        redis.ConnectionError
+        | redis.TimeoutError
+        | redis.BusyLoadingError
+        | redis.exceptions.ClusterDownError
+        | redis.exceptions.TryAgainError
+        | OSError,
+    ):
+        return True
+    if isinstance(error, redis.ResponseError):  # read raw, an error reply keeps its text only
+        return str(error).startswith(_PASSING)
+    return False
 
 
 class StoreError(RuntimeError):

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -217,3 +218,63 @@ def test_a_killed_instance_is_taken_over_on_the_cluster(
     store = chost.store()
     assert store.client(scope).xpending(keys.work(scope), keys.GROUP)["pending"] == 0
     assert json.dumps(sorted(chost.order_path(scope, j) for j in jobs_)).count("Completed") == 4
+
+
+def test_scripted_equipment_waits_out_a_cluster_that_is_down(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A node gone makes the others answer CLUSTERDOWN: `sfc equipment` (and the MQTT
+    bridge) took that for a refused command and exited, while the workers waited it out."""
+    from host.scripted import ScriptedEquipment, load_host_script
+
+    own = LocalCluster(tmp_path).start()
+    stop = threading.Event()
+    thread: threading.Thread | None = None
+    h = Host(own.url)
+    try:
+        scope = spread_scopes(own.url, "down")[0]
+        h.scopes.append(scope)
+        store = h.store()
+        store.load_library()
+        rc = RedisCluster.from_url(own.url)
+        holder = rc.get_node_from_key(keys.work(scope)).port
+        rc.close()
+        other = next(s for s in own.servers if s.port != holder)
+        equipment = ScriptedEquipment(Store.from_url(own.url), scope, load_host_script(b"{}"))
+        thread = threading.Thread(target=equipment.run, args=(stop,), kwargs={"block_ms": 20})
+        thread.start()
+        assert other.process is not None
+        other.process.kill()
+        other.process.wait(10)
+        wait_for(
+            lambda: "the server is unreachable" in caplog.text,
+            timeout=20,
+            what="the equipment to see the cluster down",
+        )
+        other.start()
+        wait_for(lambda: _cluster_ok(own), timeout=30, what="the cluster back")
+        assert thread.is_alive()
+        job = h.submit(scope, linear_recipe(2), job_id="d").job
+        h.run([h.worker([scope])], [], h.ended(scope, [job]), timeout=20)
+        assert h.order_path(scope, job) == "Ended/Completed"
+    finally:
+        stop.set()
+        if thread is not None:
+            thread.join(10)
+        h.close()
+        own.stop()
+
+
+def _cluster_ok(c: LocalCluster) -> bool:
+    import redis
+
+    for s in c.servers:
+        client = redis.Redis(host="127.0.0.1", port=s.port)
+        try:
+            if "cluster_state:ok" not in client.execute_command("CLUSTER", "INFO").decode():
+                return False
+        except redis.ConnectionError:
+            return False
+        finally:
+            client.close()
+    return True
