@@ -10,6 +10,7 @@ ok; 1 the request was refused or the run failed; 2 usage, or no server.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,8 +51,28 @@ ScopeOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
 
+_error_log: logging.Logger | None = None
+"""Where `fail` says its message instead of a plain line (`sfc serve --log-format json`:
+every line of its stderr is a JSON object, its refusals too)."""
+
+
+@contextmanager
+def failures_logged(logger: logging.Logger | None) -> Iterator[None]:
+    """Within the block, `fail` logs its message at error level to `logger` (None: as a
+    plain line, as ever)."""
+    global _error_log
+    before, _error_log = _error_log, logger
+    try:
+        yield
+    finally:
+        _error_log = before
+
+
 def fail(message: str, code: int) -> NoReturn:
-    typer.echo(f"sfc: {message}", err=True)
+    if _error_log is not None:
+        _error_log.error(f"sfc: {message}")
+    else:
+        typer.echo(f"sfc: {message}", err=True)
     raise typer.Exit(code)
 
 

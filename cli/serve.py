@@ -12,7 +12,14 @@ from typing import Annotated, Any, Literal
 import typer
 
 from cli.files import read
-from cli.hostcommon import DataDirOption, RedisOption, check_scope, fail, server_errors
+from cli.hostcommon import (
+    DataDirOption,
+    RedisOption,
+    check_scope,
+    fail,
+    failures_logged,
+    server_errors,
+)
 from cli.main import app
 from host import logs
 from host.serve import CrashLoop, Serving, connect, resolve_url, scope_values, setup_scope
@@ -197,88 +204,89 @@ def serve(
         fail(f"--log-format {log_format!r}: use text or json", 2)
     chosen_format: Literal["text", "json"] = "json" if log_format == "json" else "text"
     logs.configure(level, chosen_format)
-    overrides = {
-        k.upper(): v
-        for k, v in {
-            "sweep_interval": sweep_interval,
-            "outage_threshold": outage_threshold,
-            "expiry_grace": expiry_grace,
-            "autoclaim_idle": autoclaim_idle,
-            "max_deliveries": max_deliveries,
-            "read_count": read_count,
-            "sweep_limit": sweep_limit,
-            "scope_refresh_interval": scope_refresh_interval,
-            "history_limit": history_limit,
-            "event_dedupe_ttl": event_dedupe_ttl,
-            "equipment_retention": equipment_retention,
-        }.items()
-        if v is not None
-    }
-    try:
-        settings = from_environment(overrides=overrides)
-    except SettingsError as e:
-        fail(str(e), 2)
-    values = _scope_values(capabilities, max_attempts, equipment_hold)
-    for s in scope or []:
-        check_scope(s)
-    chosen: Literal["everysec", "always"] = "always" if fsync == "always" else "everysec"
-    serving = Serving(
-        redis_url=redis or None,
-        data_dir=data_dir,
-        fsync=chosen,
-        workers=workers,
-        scopes=scope or None,
-        settings=settings.texts(),
-        log_format=chosen_format,
-    )
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    try:
-        with server_errors():
-            try:
-                url = serving.start_server()
-            except ServerError as e:
-                fail(str(e), 2)
-            store = connect(url)
-            try:
-                store.ensure_library()  # an ACL user without FUNCTION LOAD relies on setup
-                # without --scope every registered scope is served; `default` is set up at
-                # once, so a first submit to it does not wait for the scope refresh
-                for s in scope or ["default"]:
-                    setup_scope(store, s, values if scope else {})
-                if not scope and values:
-                    fail("--capabilities, --max-attempts and --equipment-hold need --scope", 2)
-            finally:
-                store.close()
-        if metrics_port is not None:
-            try:
-                port = serving.start_metrics(metrics_addr, metrics_port)
-            except OSError as e:
-                fail(f"--metrics-port {metrics_port}: cannot serve on {metrics_addr}: {e}", 2)
-            where = f"[{metrics_addr}]" if ":" in metrics_addr else metrics_addr
-            _say(f"sfc serve: metrics at http://{where}:{port}/metrics", chosen_format)
-        names = serving.start_workers()
-        how = (
-            f"attached to the server of {serving.data_dir or '.sfc'}"
-            if serving.attached
-            else "embedded server"
-            if serving.server
-            else "server"
+    with failures_logged(log if chosen_format == "json" else None):
+        overrides = {  # lower-case names: a refusal names the option, not SFC_...
+            k: v
+            for k, v in {
+                "sweep_interval": sweep_interval,
+                "outage_threshold": outage_threshold,
+                "expiry_grace": expiry_grace,
+                "autoclaim_idle": autoclaim_idle,
+                "max_deliveries": max_deliveries,
+                "read_count": read_count,
+                "sweep_limit": sweep_limit,
+                "scope_refresh_interval": scope_refresh_interval,
+                "history_limit": history_limit,
+                "event_dedupe_ttl": event_dedupe_ttl,
+                "equipment_retention": equipment_retention,
+            }.items()
+            if v is not None
+        }
+        try:
+            settings = from_environment(overrides=overrides)
+        except SettingsError as e:
+            fail(str(e), 2)
+        values = _scope_values(capabilities, max_attempts, equipment_hold)
+        for s in scope or []:
+            check_scope(s)
+        chosen: Literal["everysec", "always"] = "always" if fsync == "always" else "everysec"
+        serving = Serving(
+            redis_url=redis or None,
+            data_dir=data_dir,
+            fsync=chosen,
+            workers=workers,
+            scopes=scope or None,
+            settings=settings.texts(),
+            log_format=chosen_format,
         )
-        _say(
-            f"sfc serve: {how} at {redacted(url)}; {len(names)} worker(s); scopes: "
-            f"{', '.join(scope) if scope else 'every registered scope'}; "
-            "stop with Ctrl-C or SIGTERM",
-            chosen_format,
-        )
-        while not stop.wait(0.5):
-            try:
-                serving.replace_exited()  # a worker killed (out of memory...) is replaced
-            except CrashLoop as e:
-                log.error("%s; stopping", e, extra={"reason": str(e)})
-                raise typer.Exit(1) from None
-    finally:
-        started = time.monotonic()
-        serving.stop()
-        _say(f"sfc serve: stopped in {time.monotonic() - started:.1f} s", chosen_format)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        try:
+            with server_errors():
+                try:
+                    url = serving.start_server()
+                except ServerError as e:
+                    fail(str(e), 2)
+                store = connect(url)
+                try:
+                    store.ensure_library()  # an ACL user without FUNCTION LOAD relies on setup
+                    # without --scope every registered scope is served; `default` is set up at
+                    # once, so a first submit to it does not wait for the scope refresh
+                    for s in scope or ["default"]:
+                        setup_scope(store, s, values if scope else {})
+                    if not scope and values:
+                        fail("--capabilities, --max-attempts and --equipment-hold need --scope", 2)
+                finally:
+                    store.close()
+            if metrics_port is not None:
+                try:
+                    port = serving.start_metrics(metrics_addr, metrics_port)
+                except OSError as e:
+                    fail(f"--metrics-port {metrics_port}: cannot serve on {metrics_addr}: {e}", 2)
+                where = f"[{metrics_addr}]" if ":" in metrics_addr else metrics_addr
+                _say(f"sfc serve: metrics at http://{where}:{port}/metrics", chosen_format)
+            names = serving.start_workers()
+            how = (
+                f"attached to the server of {serving.data_dir or '.sfc'}"
+                if serving.attached
+                else "embedded server"
+                if serving.server
+                else "server"
+            )
+            _say(
+                f"sfc serve: {how} at {redacted(url)}; {len(names)} worker(s); scopes: "
+                f"{', '.join(scope) if scope else 'every registered scope'}; "
+                "stop with Ctrl-C or SIGTERM",
+                chosen_format,
+            )
+            while not stop.wait(0.5):
+                try:
+                    serving.replace_exited()  # a worker killed (out of memory...) is replaced
+                except CrashLoop as e:
+                    log.error("%s; stopping", e, extra={"reason": str(e)})
+                    raise typer.Exit(1) from None
+        finally:
+            started = time.monotonic()
+            serving.stop()
+            _say(f"sfc serve: stopped in {time.monotonic() - started:.1f} s", chosen_format)

@@ -98,7 +98,10 @@ class Settings:
             name = known.get(key.upper().removeprefix("SFC_"))
             if name is None:
                 raise SettingsError(f"unknown setting {key}; known: {', '.join(sorted(known))}")
-            label = f"SFC_{name.upper()}"
+            # an option's value (`sweep_interval`, from `sfc serve --sweep-interval`) is
+            # named as the option; an environment variable's as the variable
+            option = key == name
+            label = "--" + name.replace("_", "-") if option else f"SFC_{name.upper()}"
             changes[name] = _parse(name, label, text)
         return replace(self, **changes)  # type: ignore[arg-type]
 

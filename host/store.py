@@ -554,6 +554,12 @@ class Store:
                 cluster = bool(client.info("cluster").get("cluster_enabled"))
             except (redis.RedisError, OSError):
                 cluster = False  # unreachable now: ping() says so; a cluster needs --cluster
+            except TypeError as e:  # a query parameter no connection takes: `?foo=bar`
+                client.close()
+                said = str(e).rpartition("unexpected keyword argument ")[2] or str(e)
+                raise StoreError(
+                    f"unusable server URL {redacted(url)}: unknown parameter {said}"
+                ) from None
         if not cluster:
             store = cls(client, **kwargs)
         else:
@@ -568,6 +574,11 @@ class Store:
                 )
             except (redis.RedisError, OSError) as e:
                 raise StoreError(f"cannot reach the cluster at {redacted(url)}: {e}") from None
+            except TypeError as e:
+                said = str(e).rpartition("unexpected keyword argument ")[2] or str(e)
+                raise StoreError(
+                    f"unusable server URL {redacted(url)}: unknown parameter {said}"
+                ) from None
             store = cls(rc, cluster=rc, **kwargs)
         store.url = url
         return store

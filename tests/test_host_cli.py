@@ -356,7 +356,7 @@ def test_usage_errors_exit_2_before_anything_starts(tmp_path: Path) -> None:
         assert r.code == 2, r
         assert "Traceback" not in r.err, r
     setting, script, both, source, run, run_setting = (r.err for r in results)
-    assert "SFC_SWEEP_INTERVAL='5x' is not a duration" in setting
+    assert "--sweep-interval='5x' is not a duration" in setting
     assert "$.controls" in script and "virtual clock" in script
     assert "sfc job pause|resume|stop|abort" in script
     assert "give an OUTCOME or --error, not both" in both

@@ -1,8 +1,8 @@
 """The host's settings (host/settings.py) and key names (host/keys.py); docs/host.md "Settings"
 and "Keys".
 
-Every refusal of a setting names it as its environment variable (`SFC_...`), so a bad value
-is refused at start with its name. Every key of a scope carries the scope as hash tag, so
+Every refusal of a setting names it as its environment variable (`SFC_...`), or as the
+`sfc serve` option it was given as, so a bad value is refused at start with its name. Every key of a scope carries the scope as hash tag, so
 one function call touches one cluster slot.
 """
 
@@ -160,14 +160,16 @@ def test_an_unknown_override_is_refused_by_name() -> None:
     ],
 )
 def test_every_refusal_names_the_setting(name: str, text: str, why: str) -> None:
-    for source in ({f"SFC_{name}": text}, None):
+    """As the environment variable, or as the `sfc serve` option it was given as."""
+    option = "--" + name.lower().replace("_", "-")
+    for source, label in (({f"SFC_{name}": text}, f"SFC_{name}"), (None, option)):
         with pytest.raises(SettingsError) as caught:
             if source is None:
                 from_environment({}, {name.lower(): text})
             else:
                 from_environment(source)
         message = str(caught.value)
-        assert message.startswith(f"SFC_{name}="), message
+        assert message.startswith(f"{label}="), message
         assert why in message
 
 

@@ -329,3 +329,23 @@ def test_an_outage_and_a_reconnect_are_logged_at_warning_and_counted(
             thread.join(10)
         store.close()
         server.stop()
+
+
+def test_a_refusal_at_start_is_a_json_line_too(valkey_url: str, tmp_path: Path) -> None:
+    """With --log-format json every line of serve's stderr is a JSON object: a refusal at
+    start (a metrics port in use, a bad option) was a plain `sfc: ...` line."""
+    from tests.clikit import sfc_all
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        at = ["serve", "--redis", valkey_url, "--log-format", "json"]
+        busy, bad = sfc_all(
+            [[*at, "--metrics-port", str(port)], [*at, "--read-count", "0"]], cwd=tmp_path
+        )
+    for r, said in ((busy, f"--metrics-port {port}: cannot serve on"), (bad, "--read-count=")):
+        assert r.code == 2, r
+        records = [json.loads(line) for line in r.err.splitlines()]  # every line is JSON
+        (refusal,) = [x for x in records if x["level"] == "error"]
+        assert refusal["message"].startswith("sfc: ") and said in refusal["message"], records
