@@ -908,7 +908,19 @@ class Applier:
                 commits.append(self.evaluator.evaluate(scope, job, record, es, now, config, local))
                 counts.append(local)
             except Exception as e:  # a broken stored state: the entries stay pending
-                log.exception("job %s in scope %s: applying %d entries raised", job, scope, len(es))
+                log.exception(
+                    "job %s in scope %s: applying %d entries raised",
+                    job,
+                    scope,
+                    len(es),
+                    extra={
+                        "scope": scope,
+                        "job": job,
+                        "entry": es[0].id,
+                        "kind": es[0].kind,
+                        "reason": f"{type(e).__name__}: {e}",
+                    },
+                )
                 tally.failed += [(x.id, f"{type(e).__name__}: {e}") for x in es]
             waiting = len(commits) - sent
             if stream is not None and (waiting >= COMMIT_CHUNK or (sent and 0 < left < waiting)):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from generated.work_entry_v1_0 import TickData
 from host import keys
@@ -130,8 +133,9 @@ def test_a_malformed_entry_goes_dead_with_its_reason_and_the_worker_goes_on(host
 
 
 def test_an_entry_that_raises_every_time_goes_dead_and_its_job_is_back_on_the_due_index(
-    host: Host,
+    host: Host, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.ERROR, logger="sfc.host")
     scope = host.scope("poison")
     job = host.submit(scope, linear_recipe(1, timeout_s=600), job_id="j").job
     worker = host.worker([scope])
@@ -160,6 +164,13 @@ def test_an_entry_that_raises_every_time_goes_dead_and_its_job_is_back_on_the_du
     assert worker.counters.outcome.failed  # it was tried, and raised, before
     assert r.zscore(keys.due(scope), job) == due
     assert r.xpending(keys.work(scope), keys.GROUP)["pending"] == 0
+    # each time it raised, the error names the scope, the job and the entry as log fields
+    # (the JSON log's `scope`, `job`, `entry`), not only in its text
+    raised = [x for x in caplog.records if "entries raised" in x.getMessage()]
+    assert raised, caplog.text
+    for x in raised:
+        assert (x.scope, x.job, x.kind) == (scope, job, "tick"), x.__dict__  # type: ignore[attr-defined]
+        assert x.entry == entry[b"entry"].decode()  # type: ignore[attr-defined]
 
 
 def test_an_answer_for_a_job_that_does_not_exist_is_dropped_and_counted(host: Host) -> None:
