@@ -18,7 +18,15 @@ from typing import Annotated
 import typer
 
 from cli.equipment import read_host_script
-from cli.hostcommon import DataDirOption, RedisOption, ScopeOption, check_scope, fail, open_store
+from cli.hostcommon import (
+    DataDirOption,
+    RedisOption,
+    ScopeOption,
+    adapter_logs,
+    check_scope,
+    fail,
+    open_store,
+)
 from cli.hostcommon import server_errors as server_errors
 from cli.main import app
 from host.keys import KeyError_, check_name
@@ -161,6 +169,7 @@ def bridge_mqtt(
         except KeyError_ as e:
             fail(f"--client-id: {e}", 2)
     store = open_store(redis, data_dir)
+    adapter_logs()
     stop = _stop_on_signals()
     with server_errors():
         try:
@@ -228,6 +237,7 @@ def device_mqtt(
     url = _broker(broker)
     topics = _topics(scope, topic_prefix, DEFAULT_COMMAND_TOPIC)
     parsed = read_host_script(script)
+    adapter_logs()
     stop = _stop_on_signals()
     device = MqttDevice(url, topics, parsed, time_scale=time_scale, client_id=consumer_name())
     device.start()

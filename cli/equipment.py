@@ -17,7 +17,15 @@ from typing import Annotated
 import typer
 
 from cli.files import read
-from cli.hostcommon import DataDirOption, RedisOption, ScopeOption, check_scope, fail, open_store
+from cli.hostcommon import (
+    DataDirOption,
+    RedisOption,
+    ScopeOption,
+    adapter_logs,
+    check_scope,
+    fail,
+    open_store,
+)
 from cli.hostcommon import server_errors as server_errors
 from cli.main import app
 from generated.simulation_script_v1_0 import SimulationScript
@@ -70,6 +78,7 @@ def equipment(
     check_scope(scope)
     parsed = read_host_script(script)
     store = open_store(redis, data_dir)
+    adapter_logs()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -20,7 +20,7 @@ from typing import Annotated, Any, NoReturn
 import msgspec
 import typer
 
-from host import keys
+from host import keys, logs
 from host.serve import NoServer, connect, resolve_url
 from host.settings import SettingsError
 from host.store import Store, StoreError
@@ -66,6 +66,13 @@ def failures_logged(logger: logging.Logger | None) -> Iterator[None]:
         yield
     finally:
         _error_log = before
+
+
+def adapter_logs() -> None:
+    """The logs of a long-running adapter (`sfc equipment`, `sfc bridge mqtt`, `sfc device
+    mqtt`): info and above on stderr, with time, level and logger, as `sfc serve`'s text
+    format (a warning was a bare line)."""
+    logs.configure(logging.INFO, "text")
 
 
 def fail(message: str, code: int) -> NoReturn:

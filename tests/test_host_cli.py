@@ -1057,6 +1057,9 @@ def test_equipment_waits_out_a_restart_of_serve_and_answers_after_it(tmp_path: P
         equipment.wait_for_stderr("the server is unreachable")
         procs.serve(data, cwd=tmp_path)
         equipment.wait_for_stderr("reconnected after")
+        # its warnings carry a time, a level and the logger, as serve's do
+        (lost,) = [x for x in equipment.stderr().splitlines() if "the server is unreachable" in x]
+        assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING sfc\.host\.", lost), lost
         r = sfc("job", "submit", GREETINGS, "--job-id", "after", "--data-dir", data, cwd=tmp_path)
         assert r.code == 0, r
         r = sfc("job", "wait", "after", "--timeout", "30", "--data-dir", data, cwd=tmp_path)
