@@ -504,6 +504,34 @@ def _sent_at(v: jobs.JobView) -> list[tuple[str, int]]:
     return out
 
 
+def _order_waits(v: jobs.JobView, now: int) -> list[str]:
+    """What the order waits for from a person, or from a worker to start it: the recipe's
+    own waits say nothing of these."""
+    o = v.order
+    top = o.state[0].state_text if o.state else ""
+    if top == "Interrupted":
+        paused = [h.at for _, h in v.history if h.event == "Pause" and h.disposition == "applied"]
+        since = (
+            f" since {when(paused[-1])} ({duration(max(0, now - paused[-1]))} ago)"
+            if paused
+            else ""
+        )
+        return [f"  paused{since}: it waits for an operator's `sfc job resume` (or stop, or abort)"]
+    if top == "NotAllowedToStart":
+        return ["  stored, not allowed to start: it waits for `sfc job start`"]
+    if top == "AllowedToStart":
+        since = max([o.stored_at, *(h.at for _, h in v.history)])  # stored, or allowed later
+        waited = max(0, now - since)
+        said = [f"  allowed to start {duration(waited)} ago: a worker of scope {o.scope} starts it"]
+        if waited > 5000 and not v.pending:
+            said.append(
+                f"  WARNING: no worker has read its start: is `sfc serve` serving scope {o.scope}?"
+                " (`sfc work pending` shows the entries no worker has read)"
+            )
+        return said
+    return []
+
+
 def _show_text(v: jobs.JobView, now: int) -> str:
     o = v.order
     lines = [f"Job order {o.job_order_id} (scope {o.scope}): {joborder.path_text(o)}"]
@@ -527,6 +555,7 @@ def _show_text(v: jobs.JobView, now: int) -> str:
         lines.append(said)
     for c in [] if o.comments is msgspec.UNSET else o.comments:
         lines.append(f"  comment at {when(c.at)}: {c.text}")
+    lines += _order_waits(v, now)
     lines.append("")
     if v.graph is None:
         lines.append(f"The recipe: {v.graph_problem}")

@@ -447,6 +447,9 @@ def test_job_orders_without_a_worker(valkey_url: str, tmp_path: Path) -> None:
         ("Start", "AllowedToStart/Ready"),
     ]
     assert view["response"]["startTime"] is None
+    plain = sfc("job", "show", "g1", *at, cwd=tmp_path)
+    said = rf"\n  allowed to start [\d.]+ \w+ ago: a worker of scope {re.escape(scope)} starts it\n"
+    assert re.search(said, plain.out), plain
     assert listed.code == 0, listed
     rows = {row["job"]: row for row in check(listed.json(), LIST)["jobs"]}
     assert sorted(rows) == ["c-1", "c-2", "g1"]
@@ -471,6 +474,9 @@ def test_job_orders_without_a_worker(valkey_url: str, tmp_path: Path) -> None:
         "c-2: invalid job order status (8): Pause is not allowed: the order is "
         "NotAllowedToStart/Ready\n"
     )
+
+    plain = sfc("job", "show", "g1", *at, cwd=tmp_path)  # revoked: it waits for a person
+    assert "  stored, not allowed to start: it waits for `sfc job start`\n" in plain.out, plain
 
     r = sfc("job", "response", "g1", "c-1", *at, cwd=tmp_path)
     assert r.code == 1, r
@@ -522,6 +528,12 @@ def test_job_control_on_a_served_scope(plant: Plant) -> None:
     r = plant.sfc("job", "pause", "ctl-1", "--comment", "shift change", "--json", *at)
     assert (r.code, statuses(r)) == (0, [("ctl-1", 1)]), r
     assert r.json()["results"][0]["message"] == "Interrupted/Suspended"
+    r = plant.sfc("job", "show", "ctl-1", *at)  # what it waits for: a person
+    assert re.search(
+        r"\n  paused since \S+ \([\d.]+ \w+ ago\): it waits for an operator's `sfc job resume` "
+        r"\(or stop, or abort\)\n",
+        r.out,
+    ), r.out
     r = plant.sfc("job", "show", "ctl-1", "--json", "--history", "0", *at)
     assert r.code == 0 and check(r.json(), SHOW)["history"] == [], r  # it was a traceback
     r = plant.sfc("job", "show", "ctl-1", "--json", "--history", "100", *at)
