@@ -492,7 +492,9 @@ def _remove(store: Store, scope: str, job: str, method: str) -> MethodResult:
         order = None if record is None else decode_order(record.order)
         status = joborder.allowed(method, order)
         if status != ReturnStatus.OK or record is None or order is None:
-            where = "" if order is None else f"the order is {joborder.path_text(order)}"
+            if order is None:
+                return MethodResult(status, job, "no such job order")
+            where = f"{method} is not allowed: the order is {joborder.path_text(order)}"
             return MethodResult(status, job, where)
         state = state_decoder.decode(record.state)
         result = store.clear(scope, job, record.version, state.sequence)

@@ -541,9 +541,11 @@ def test_a_job_whose_state_cannot_be_read_is_removed_with_clear_unreadable(host:
     assert r.zcard(keys.waits(scope, "com.example.qa.v1")) == 1
     # readable: Clear as ever (a running order is refused), with or without `unreadable`
     for flag in (False, True):
-        assert jobs.clear(store, scope, job, unreadable=flag).status == (
-            ReturnStatus.INVALID_JOB_ORDER_STATUS
-        )
+        refused = jobs.clear(store, scope, job, unreadable=flag)
+        assert refused.status == ReturnStatus.INVALID_JOB_ORDER_STATUS
+        assert refused.message == "Clear is not allowed: the order is Running"
+    assert jobs.cancel(store, scope, job).message == "Cancel is not allowed: the order is Running"
+    assert jobs.clear(store, scope, "nobody").message == "no such job order"
     r.hset(keys.job(scope, job), "state", '{"format":"1.4","sequence":1,"garbage')
     assert jobs.clear(store, scope, job).status == ReturnStatus.INVALID_JOB_ORDER_STATUS
     result = jobs.clear(store, scope, job, unreadable=True)
