@@ -583,6 +583,10 @@ def _observe(
             ended_by = r.ended_by
             if r.fault_code or r.fault_message:
                 reason = f"{r.fault_code or 'fault'}: {r.fault_message or ''}"
+        data = entry.data
+        if isinstance(data, AnswerData) and data.error is not UNSET:
+            # what the equipment said, which the core's fault message leaves out
+            reason += f" (the equipment reported: {data.error[:300]!r})"
         tally.ends.append(JobEnd(job, entry.id, entry.kind, disposition, ended_by, reason))
 
 
