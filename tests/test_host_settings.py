@@ -320,6 +320,7 @@ def test_the_scope_keys_are_all_there() -> None:
         "work",
         "dead",
         "equipment",
+        "lease",
         "heartbeat",
         "outage",
     }
