@@ -39,6 +39,7 @@ from host.mqtt import (
     MqttBridge,
     MqttDevice,
     Topics,
+    check_group,
     parse_broker_url,
 )
 from host.settings import SettingsError, duration_ms
@@ -153,6 +154,10 @@ def bridge_mqtt(
     check_scope(scope)
     url = _broker(broker)
     topics = _topics(scope, topic_prefix, command_topic)
+    try:
+        check_group(group)
+    except ValueError as e:
+        fail(f"--group: {e}", 2)
     try:
         idle = duration_ms("--claim-idle", claim_idle)
         expiry_ms = duration_ms("--session-expiry", session_expiry)

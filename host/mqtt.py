@@ -187,6 +187,13 @@ class Topics:
         )
 
 
+def check_group(group: str) -> str:
+    """`group`, if it can be a bridge group (a consumer group, and a part of share names)."""
+    if not group or _WILDCARDS & set(group) or "/" in group:
+        raise ValueError(f"the group {group!r} may not be empty, or hold /, + or #")
+    return group
+
+
 def share_name(group: str, what: str, topic_filter: str) -> str:
     """The share name of `group`'s subscription to `topic_filter`: one of its own for each
     filter (`{group}-{what}-` and 8 hex digits of the filter's sha256), also across scopes
@@ -934,6 +941,7 @@ class MqttBridge:
 
     def __post_init__(self) -> None:
         keys.check_scope(self.topics.scope)
+        check_group(self.group)
         # a share name of its own for each filter: rumqttd keys a shared subscription by
         # its name alone, and loses messages when one name has two filters
         subs = [

@@ -702,6 +702,8 @@ def test_the_commands_run_a_job_and_stop_cleanly(host: Host, mqtt_url: str, tmp_
         (["--session-expiry", "60000d"], "--session-expiry: at most 4,294,967,295 s"),
         (["--client-id", "a b"], "--client-id: the client id 'a b' contains ' '"),
         (["--client-id", ""], "--client-id: the client id is empty"),
+        (["--group", ""], "the group '' may not be empty, or hold /, + or #"),
+        (["--group", "a/b"], "the group 'a/b' may not be empty, or hold /, + or #"),
     ],
 )
 def test_bad_bridge_options_exit_2_before_connecting(
