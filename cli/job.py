@@ -525,8 +525,9 @@ def _order_waits(v: jobs.JobView, now: int) -> list[str]:
         said = [f"  allowed to start {duration(waited)} ago: a worker of scope {o.scope} starts it"]
         if waited > 5000 and not v.pending:
             said.append(
-                f"  WARNING: no worker has read its start: is `sfc serve` serving scope {o.scope}?"
-                " (`sfc work pending` shows the entries no worker has read)"
+                f"  WARNING: not started {duration(waited)} after it was allowed to: is `sfc "
+                f"serve` serving scope {o.scope}, and keeping up? (`sfc work pending` shows the "
+                "entries no worker has read yet, `sfc work dead` those that failed)"
             )
         return said
     return []

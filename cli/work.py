@@ -108,8 +108,7 @@ def respond(
         command_id, action = rec.hold_command_id, name.removesuffix(":hold")
     elif command_id is None:
         # ACTION answers the work open now, by its command id: not work that opens later
-        # (a job not started yet), and not a later attempt (an answer of the attempt it
-        # meant comes too late for it, and is absorbed)
+        # (a job not started yet), nor work of a later round of its step
         state = _stored_state(record.state)
         rec = state.actions.get(name)
         if rec is None or rec.status != "open" or rec.command_id is None:
@@ -117,6 +116,12 @@ def respond(
                 f"{name}: no work of it is open for job {job} "
                 f"({'it has not started' if state.status == 'ready' else 'see `sfc job show`'})"
                 "; nothing queued",
+                1,
+            )
+        if rec.work == "await":
+            fail(
+                f"{name} waits for an event, not an answer: publish it with `sfc event "
+                f"{rec.type_id} ...` (see `sfc job show {job}` for its selector); nothing queued",
                 1,
             )
         command_id = rec.command_id

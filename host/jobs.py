@@ -515,7 +515,7 @@ def redispatch(store: Store, scope: str, job: str, action: str | None = None) ->
     if record is None:
         return MethodResult(ReturnStatus.UNKNOWN_JOB_ORDER_ID, job, "no such job order")
     order = decode_order(record.order)
-    if joborder.ended(order) or joborder.path_text(order).endswith("ToStart/Ready"):
+    if joborder.ended(order) or not joborder.has_response(order):
         # nothing is open: a resume would be absorbed, after an `ok` that misled
         return MethodResult(
             ReturnStatus.INVALID_JOB_ORDER_STATUS,

@@ -73,8 +73,9 @@ class Settings:
     def __post_init__(self) -> None:
         if self.outage_threshold <= self.sweep_interval:
             raise SettingsError(
-                f"SFC_OUTAGE_THRESHOLD ({self.outage_threshold} ms) must be above "
-                f"SFC_SWEEP_INTERVAL ({self.sweep_interval} ms): every sweep would be an outage"
+                f"the outage threshold ({self.outage_threshold} ms; SFC_OUTAGE_THRESHOLD, "
+                f"--outage-threshold) must be above the sweep interval ({self.sweep_interval} "
+                "ms; SFC_SWEEP_INTERVAL, --sweep-interval): every sweep would be an outage"
             )
 
     def texts(self) -> dict[str, str]:

@@ -368,3 +368,41 @@ def test_respond_action_hold_answers_a_hold_whose_time_ran_out(host: Host, valke
 
 def _sent(host: Host, scope: str) -> list[tuple[str, str]]:
     return [(k, d.command_id) for _, k, d in host.equipment(scope)]
+
+
+def test_respond_to_a_wait_for_an_event_points_to_sfc_event(host: Host, valkey_url: str) -> None:
+    """The engine rejects an answer to a pull action: the CLI said `queued answer`, exit 0."""
+    from tests.test_host_jobcontrol import WAITING
+
+    scope = host.scope("respondwait")
+    job = host.submit(scope, WAITING, job_id="w").job
+    worker = host.worker([scope])
+    args = ["--scope", scope, "--redis", valkey_url]
+    host.run([worker], [], lambda: any(k == "push" for _, k, _ in host.equipment(scope)))
+    assert sfc("respond", job, "go", "ok", *args).returncode == 0
+    host.run([worker], [], lambda: any(k == "await" for _, k, _ in host.equipment(scope)))
+    before = _written(host.client(), scope)
+    proc = sfc("respond", job, "qa", "ok", *args)
+    assert proc.returncode == 1, proc.stderr
+    assert "qa waits for an event, not an answer: publish it with `sfc event" in proc.stderr
+    assert "com.example.qa.v1" in proc.stderr
+    assert _written(host.client(), scope) == before
+
+
+def test_job_show_warns_when_no_worker_starts_a_job_allowed_to_start(host: Host) -> None:
+    from cli.job import _order_waits
+    from host import jobs
+
+    scope = host.scope("nostart")  # no worker reads it
+    host.submit(scope, linear_recipe(1), job_id="s")
+    view = jobs.view(host.store(), scope, "s", 20)
+    assert view is not None
+    stored = view.order.stored_at
+    (soon,) = _order_waits(view, stored + 1000)
+    assert soon == f"  allowed to start 1 s ago: a worker of scope {scope} starts it"
+    later = _order_waits(view, stored + 60_000)
+    assert later[0] == f"  allowed to start 1 min ago: a worker of scope {scope} starts it"
+    assert later[1].startswith(
+        f"  WARNING: not started 1 min after it was allowed to: is `sfc serve` serving scope "
+        f"{scope}, and keeping up?"
+    ), later
