@@ -106,7 +106,8 @@ def server_errors() -> Iterator[None]:
     except msgspec.DecodeError as e:  # ValidationError too: what this host wrote reads back
         fail(
             "a job's stored order or state cannot be read (was it written by another program, "
-            f"or by hand?): {e}; `sfc job clear JOB --unreadable` removes such a job",
+            f"or by hand?): {e}; unless a newer sfc wrote it, `sfc job clear JOB --unreadable` "
+            "removes such a job",
             2,
         )
     except Exception as e:

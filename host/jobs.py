@@ -34,6 +34,7 @@ from sfc.builder import RECIPE_V1_1_0, BuildError, build
 from sfc.codec import capabilities_decoder, state_decoder
 from sfc.evolution import new_state
 from sfc.graph import Graph
+from sfc.migrate import READERS, state_format
 
 RECIPE_LIMIT = 4 << 20
 """Most bytes of a recipe document the host stores."""
@@ -430,6 +431,14 @@ def clear(store: Store, scope: str, job: str, unreadable: bool = False) -> Metho
             return refused
         record = store.job(scope, job)
         if record is not None and _unreadable(record) is not None:
+            newer = _newer_format(record)
+            if newer is not None:
+                return MethodResult(
+                    ReturnStatus.INVALID_REQUEST,
+                    job,
+                    f"its state is format {newer!r}, which this sfc does not read: a newer "
+                    "sfc wrote it (run that one); nothing was removed",
+                )
             return _remove_unreadable(store, scope, job, record)
     return _remove(store, scope, job, "Clear")
 
@@ -442,6 +451,13 @@ def _unreadable(record: JobRecord) -> str | None:
     except msgspec.DecodeError as e:
         return str(e)
     return None
+
+
+def _newer_format(record: JobRecord) -> str | None:
+    """The state's format when it is one this build does not know (a newer sfc's, during
+    an upgrade: such a job is healthy, and must not be removed as unreadable)."""
+    found = state_format(record.state)
+    return None if found is None or found in READERS else found
 
 
 _SEQUENCE = re.compile(rb'"sequence"\s*:\s*(\d{1,19})')
@@ -467,7 +483,10 @@ def salvaged_sequence(raw_state: bytes, history: Sequence[Mapping[bytes, bytes]]
 def _remove_unreadable(store: Store, scope: str, job: str, record: JobRecord) -> MethodResult:
     for _ in range(STORE_RETRIES):
         history = [f for _, f in store.history(scope, job, HISTORY_SCAN)]
-        sequence = salvaged_sequence(record.state, history)
+        # never below what the id retired before (a clear's record lives 30 days): the job
+        # may have been stored again under it, and sent nothing that the history still shows
+        retired = store.retired_sequence(scope, job)
+        sequence = max(salvaged_sequence(record.state, history), int(retired or 0))
         result = store.clear(scope, job, record.version, sequence, store.waits_of(scope, job))
         if result == "ok":
             return MethodResult(
@@ -478,6 +497,8 @@ def _remove_unreadable(store: Store, scope: str, job: str, record: JobRecord) ->
         again = store.job(scope, job)
         if again is None:
             return MethodResult(ReturnStatus.UNKNOWN_JOB_ORDER_ID, job)
+        if _unreadable(again) is None:  # mended, or cleared and stored again meanwhile
+            return _remove(store, scope, job, "Clear")
         record = again
     return MethodResult(ReturnStatus.UNABLE_TO_ACCEPT, job, "the job kept conflicting")
 

@@ -563,6 +563,33 @@ def test_a_job_whose_state_cannot_be_read_is_removed_with_clear_unreadable(host:
     host.run([worker], [], lambda: ("push", "u:go#3") in _sent(host, scope), sweep=False)
 
 
+def test_clear_unreadable_never_lowers_a_retired_sequence_nor_removes_a_newer_state(
+    host: Host,
+) -> None:
+    scope = host.scope("unreadable2")
+    store = host.store()
+    worker = host.worker([scope])
+    job = host.submit(scope, linear_recipe(1), job_id="u").job
+    host.run([worker], [], lambda: ("push", "u:a1#1") in _sent(host, scope), sweep=False)
+    assert jobs.abort(store, scope, job).ok
+    assert jobs.clear(store, scope, job).ok
+    assert store.retired_sequence(scope, job) == "1"
+    # stored again, and broken before it sent anything: neither its state nor its history
+    # says 1 was used, but the retired record does
+    assert host.submit(scope, linear_recipe(1), job_id="u", start=False).ok
+    r = host.client()
+    r.hset(keys.job(scope, job), "state", b"\x00garbage")
+    assert jobs.clear(store, scope, job, unreadable=True).ok
+    assert store.retired_sequence(scope, job) == "1"
+    # a state of a format this sfc does not know: a newer sfc's, not garbage
+    assert host.submit(scope, linear_recipe(1), job_id="u", start=False).ok
+    r.hset(keys.job(scope, job), "state", b'{"format":"1.5","jobId":"u","news":1}')
+    refused = jobs.clear(store, scope, job, unreadable=True)
+    assert refused.status == ReturnStatus.INVALID_REQUEST
+    assert "format '1.5', which this sfc does not read: a newer sfc wrote it" in refused.message
+    assert store.job(scope, job) is not None
+
+
 def test_a_salvaged_sequence_takes_the_highest_number_it_can_read() -> None:
     def entry(*sent: str) -> dict[bytes, bytes]:
         h = {"at": 1, "event": "answer", "disposition": "applied", "reason": "r",
