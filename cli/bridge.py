@@ -31,6 +31,7 @@ from cli.hostcommon import server_errors as server_errors
 from cli.main import app
 from host.keys import KeyError_, check_name
 from host.mqtt import (
+    CLIENT_ID_LIMIT,
     DEFAULT_COMMAND_TOPIC,
     DEFAULT_GROUP,
     DEFAULT_PREFIX,
@@ -46,7 +47,6 @@ from host.settings import SettingsError, duration_ms
 from host.worker import consumer_name
 
 MAX_SESSION_EXPIRY_S = 2**32 - 1
-CLIENT_ID_LIMIT = 128
 
 bridge_app = typer.Typer(
     name="bridge",

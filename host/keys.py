@@ -1,8 +1,9 @@
 """Every key the host uses, in one place (docs/host.md, "Keys").
 
 Every key of a scope carries the scope as a hash tag, `{scope}`, so that one function call
-touches one slot and the same code runs on a Valkey Cluster. Two keys live apart, each in a
-slot of its own: the recipe texts (`sfc:recipe:{hash}`) and the scope registry.
+touches one slot and the same code runs on a Valkey Cluster. Three kinds of key live apart,
+each in a slot of its own: the recipe texts (`sfc:recipe:{hash}`), the scope registry, and
+the MQTT bridges' holds on their client ids (`sfc:mqtt-client:{id}`).
 """
 
 from __future__ import annotations
@@ -114,9 +115,10 @@ def outage(scope: str) -> str:
     return f"sfc:outage:{{{scope}}}"
 
 
-def lease(scope: str, name: str) -> str:
-    """A name one process at a time may hold (sfc1_lease): `mqtt:{client id}`."""
-    return f"sfc:lease:{{{scope}}}:{name}"
+def mqtt_client(client_id: str) -> str:
+    """Which MQTT bridge holds a client id now (sfc1_lease): a broker's client ids are not
+    a scope's, so the key lives in a slot of its own (the client id has no braces)."""
+    return f"sfc:mqtt-client:{{{client_id}}}"
 
 
 def recipe(recipe_hash: str) -> str:

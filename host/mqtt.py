@@ -68,6 +68,9 @@ DEFAULT_PREFIX = "sfc"
 DEFAULT_GROUP = "sfc-mqtt"
 DEFAULT_COMMAND_TOPIC = "{prefix}/{scope}/commands/{typeId}"
 DEFAULT_CLAIM_IDLE_MS = 30_000
+SESSION_TAKEN_OVER = 0x8E
+"""The MQTT 5 DISCONNECT reason code of a session another client took over."""
+CLIENT_ID_LIMIT = 128
 LEASE_TTL_MS = 10_000
 """How long a bridge's hold on its client id lasts unless renewed (every third of it): a
 bridge that was killed leaves its client id free after this."""
@@ -713,6 +716,7 @@ class Connection:
         session_expiry_s: int = 0,
     ) -> None:
         self.broker = broker
+        self.client_id = client_id
         self.subscriptions = list(subscriptions)
         self._on_message = on_message
         self._lock = threading.Condition()
@@ -721,6 +725,8 @@ class Connection:
         self.connected = threading.Event()
         self.subscribed = threading.Event()
         self._closing = False
+        self.taken_over = False
+        """The broker said another client took the session over (the same client id)."""
         self._down_since: float | None = None
         """Since when the broker could not be reached (monotonic), once that was logged:
         a lost connection is said once, and so is its return."""
@@ -763,6 +769,15 @@ class Connection:
         self.client.disconnect()
         self.client.loop_stop()
         self.connected.clear()
+        self.subscribed.clear()
+
+    def suspend(self) -> None:
+        """Disconnect, and stay away until `resume` (close, but to come back)."""
+        self.close()
+
+    def resume(self) -> None:
+        self._closing = False
+        self.start()
 
     def wait_ready(self, timeout: float) -> bool:
         """Whether it connected and its subscriptions were granted within `timeout` s."""
@@ -804,7 +819,18 @@ class Connection:
     def _disconnected(
         self, client: mqtt.Client, userdata: Any, flags: Any, reason: ReasonCode, props: Any
     ) -> None:
-        if self.connected.is_set():
+        if getattr(reason, "value", None) == SESSION_TAKEN_OVER and not self._closing:
+            # another client connected with this client id: reconnecting would take the
+            # session back, and the two would take turns
+            self.taken_over = True
+            self._closing = True
+            client.disconnect()
+            log.error(
+                "the broker %s gave this client's session (client id %s) to another client",
+                self.broker.redacted(),
+                self.client_id,
+            )
+        elif self.connected.is_set():
             self._down(f"dropped the connection ({reason})")
         else:
             self._down(f"closed the connection before accepting it ({reason})")
@@ -903,6 +929,109 @@ class ClientIdTaken(RuntimeError):
 
 
 @dataclass
+class ClientLease:
+    """A bridge's hold on its MQTT client id: `sfc1_lease` on `sfc:mqtt-client:{ID}` (a
+    broker's client ids are not a scope's), for `ttl_ms`, renewed by a thread of its own
+    every third of it, whatever the bridge's loop is waiting for.
+
+    While it cannot be renewed (the server unreachable), the bridge stays connected for two
+    thirds of `ttl_ms`, then `fence` disconnects it from the broker, before the lease can
+    run out and another bridge take the session; `unfence` connects it again once renewed.
+    When another bridge holds it after all, `lost` says so, and the bridge stops."""
+
+    store: Store
+    client_id: str
+    holder: str
+    ttl_ms: int = LEASE_TTL_MS
+    lost: ClientIdTaken | None = None
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    _thread: threading.Thread | None = field(default=None, repr=False)
+
+    @property
+    def key(self) -> str:
+        return keys.mqtt_client(self.client_id)
+
+    def take(self) -> None:
+        """Hold the client id; wait while another bridge holds it, for as long as a killed
+        holder's lease lasts; ClientIdTaken when it is held still."""
+        deadline = time.monotonic() + self.ttl_ms / 1000 + 1.0
+        said = False
+        while True:
+            other = self.store.lease(self.key, self.holder, self.ttl_ms)
+            if other is None:
+                return
+            if time.monotonic() >= deadline:
+                raise ClientIdTaken(
+                    f"the MQTT client id {self.client_id!r} is held by another bridge "
+                    f"(consumer {other}): give each bridge its own --client-id"
+                )
+            if not said:
+                log.warning(
+                    "the MQTT client id %s is held by %s; waiting up to %.0f s for it",
+                    self.client_id,
+                    other,
+                    deadline - time.monotonic(),
+                )
+                said = True
+            time.sleep(min(0.25, self.ttl_ms / 4000))
+
+    def keep(self, fence: Callable[[], None], unfence: Callable[[], None]) -> None:
+        """Renew it in a thread until `release`."""
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._renew, args=(fence, unfence), name="sfc-mqtt-lease", daemon=True
+        )
+        self._thread.start()
+
+    def _renew(self, fence: Callable[[], None], unfence: Callable[[], None]) -> None:
+        last, fenced = time.monotonic(), False
+        while not self._stop.wait(self.ttl_ms / 3000):
+            try:
+                other = self.store.lease(self.key, self.holder, self.ttl_ms)
+            except Exception as e:  # unreachable, or refused: it is not renewed either way
+                if not fenced and time.monotonic() - last > self.ttl_ms * 2 / 3000:
+                    log.warning(
+                        "the hold on MQTT client id %s could not be renewed for %.1f s (%s); "
+                        "disconnected from the broker until it is",
+                        self.client_id,
+                        time.monotonic() - last,
+                        e,
+                    )
+                    fence()
+                    fenced = True
+                continue
+            if other is not None:
+                self.lost = ClientIdTaken(
+                    f"the MQTT client id {self.client_id!r} was taken by another bridge "
+                    f"(consumer {other}) while this one could not renew its hold; it stops"
+                )
+                if not fenced:
+                    fence()
+                return
+            last = time.monotonic()
+            if fenced:
+                log.warning(
+                    "the hold on MQTT client id %s is renewed; connecting again", self.client_id
+                )
+                unfence()
+                fenced = False
+
+    def release(self) -> None:
+        """Stop renewing, and give the client id up (the next bridge need not wait)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+        if self.lost is not None:
+            return
+        try:
+            self.store.lease(self.key, self.holder, 0)
+        except Exception as e:
+            if not unreachable(e):
+                raise
+
+
+@dataclass
 class MqttBridge:
     """The MQTT bridge of one scope (docs/mqtt.md). `pump` does one round of the outgoing
     side; the incoming side runs on the MQTT network thread. `run(stop)` pumps until
@@ -910,10 +1039,10 @@ class MqttBridge:
 
     With `session_expiry_s` above 0 the broker keeps the bridge's session while it is away
     (a restart, a crash): its subscriptions stay, and the responses and events that come
-    meanwhile wait for it instead of being dropped. Its `client_id` then names the session,
-    and the bridge holds it through a lease on the server (`sfc1_lease`), one bridge at a
-    time: a second bridge with the same client id waits for the lease (a killed holder's
-    runs out within `lease_ttl_ms`), then gives up with ClientIdTaken."""
+    meanwhile wait for it instead of being dropped. Its `client_id` then names the session.
+    A bridge given a client id holds it through a lease on the server (ClientLease), one
+    bridge at a time: a second bridge with the same client id waits for the lease (a killed
+    holder's runs out within `lease_ttl_ms`), then gives up with ClientIdTaken."""
 
     store: Store
     broker: BrokerURL
@@ -933,8 +1062,8 @@ class MqttBridge:
     lease_ttl_ms: int = LEASE_TTL_MS
     counters: BridgeCounters = field(default_factory=BridgeCounters)
     _conn: Connection = field(init=False, repr=False)
-    _lease_due: float = field(default=0.0, repr=False)
-    """When the hold on the client id is renewed next (monotonic seconds)."""
+    _lease: ClientLease | None = field(default=None, repr=False)
+    """The hold on a client id that was given (None: one of its own, new each start)."""
     _next_claim: float = field(default=0.0, repr=False)
     _claim_from: str = field(default="0-0", repr=False)
     """Where the next XAUTOCLAIM scan goes on ("0-0": from the start)."""
@@ -952,6 +1081,9 @@ class MqttBridge:
         ]
         if self.session_expiry_s and not self.client_id:
             raise ValueError("a session the broker keeps needs a client id of its own")
+        if self.client_id:
+            keys.check_name(self.client_id, "client id", CLIENT_ID_LIMIT)
+            self._lease = ClientLease(self.store, self.client_id, self.consumer, self.lease_ttl_ms)
         self.client_id = self.client_id or f"sfc-bridge-{self.consumer}"
         self.store.equipment_group(self.topics.scope, self.group)
         self._conn = Connection(
@@ -970,8 +1102,9 @@ class MqttBridge:
     def start(self, timeout: float = 10.0) -> MqttBridge:
         """Take the client id's lease (a kept session), then connect and subscribe, waiting
         at most `timeout` s (it keeps trying after)."""
-        if self.session_expiry_s:
-            self._take_lease()
+        if self._lease is not None:
+            self._lease.take()
+            self._lease.keep(self._conn.suspend, self._conn.resume)
         self._conn.start()
         if not self._conn.wait_ready(timeout):
             log.warning("not connected to %s yet; retrying", self.broker.redacted())
@@ -979,53 +1112,18 @@ class MqttBridge:
 
     def close(self) -> None:
         self._conn.close()
-        if self.session_expiry_s and self._lease_due:
-            self._lease_due = 0.0
-            try:  # the next bridge with this client id need not wait for it to run out
-                self.store.lease(self.scope, self._lease_name, self.consumer, 0)
-            except Exception as e:
-                if not unreachable(e):
-                    raise
+        if self._lease is not None:
+            self._lease.release()
 
-    @property
-    def _lease_name(self) -> str:
-        return f"mqtt:{self.client_id}"
-
-    def _take_lease(self) -> None:
-        """Hold the client id; wait while another bridge holds it, for as long as a killed
-        holder's lease lasts; ClientIdTaken when it is held still."""
-        deadline = time.monotonic() + self.lease_ttl_ms / 1000 + 1.0
-        said = False
-        while True:
-            other = self.store.lease(self.scope, self._lease_name, self.consumer, self.lease_ttl_ms)
-            if other is None:
-                self._lease_due = time.monotonic() + self.lease_ttl_ms / 3000
-                return
-            if time.monotonic() >= deadline:
-                raise ClientIdTaken(
-                    f"the MQTT client id {self.client_id!r} is held by another bridge of scope "
-                    f"{self.scope} (consumer {other}): give each bridge its own client id"
-                )
-            if not said:
-                log.warning(
-                    "the MQTT client id %s is held by %s; waiting up to %.0f s for it",
-                    self.client_id,
-                    other,
-                    deadline - time.monotonic(),
-                )
-                said = True
-            time.sleep(min(0.25, self.lease_ttl_ms / 4000))
-
-    def _renew_lease(self) -> None:
-        if not self.session_expiry_s or time.monotonic() < self._lease_due:
-            return
-        other = self.store.lease(self.scope, self._lease_name, self.consumer, self.lease_ttl_ms)
-        if other is not None:  # it ran out while this bridge could not renew it
+    def _still_held(self) -> None:
+        """ClientIdTaken when this bridge no longer holds its client id's session."""
+        if self._lease is not None and self._lease.lost is not None:
+            raise self._lease.lost
+        if self._conn.taken_over:
             raise ClientIdTaken(
-                f"the MQTT client id {self.client_id!r} was taken over by another bridge "
-                f"(consumer {other}) while this one could not renew it; this one stops"
+                f"the broker gave the session of client id {self.client_id!r} to another "
+                "client; give each bridge its own --client-id"
             )
-        self._lease_due = time.monotonic() + self.lease_ttl_ms / 3000
 
     @property
     def ready(self) -> bool:
@@ -1036,7 +1134,7 @@ class MqttBridge:
     def pump(self, block_ms: int | None = 100) -> int:
         """Claim what other consumers left pending too long, read new entries, publish
         them and acknowledge what the broker took. Returns the entries handled."""
-        self._renew_lease()
+        self._still_held()
         if not self._conn.subscribed.wait((block_ms or 0) / 1000):
             return 0  # no command goes out before the responses can come back
         rows: list[tuple[str, dict[bytes, bytes]]] = []

@@ -752,10 +752,10 @@ class Store:
                     out.append((name.removeprefix(prefix), text))
         return out
 
-    def lease(self, scope: str, name: str, holder: str, ttl_ms: int) -> str | None:
-        """`sfc1_lease`: hold `name` for `ttl_ms` as `holder` (again: renewed; 0: given up).
+    def lease(self, key: str, holder: str, ttl_ms: int) -> str | None:
+        """`sfc1_lease`: hold `key` for `ttl_ms` as `holder` (again: renewed; 0: given up).
         None when it is ours now; else the other holder."""
-        result = _text(self._fcall("sfc1_lease", [keys.lease(scope, name)], [holder, ttl_ms]))
+        result = _text(self._fcall("sfc1_lease", [key], [holder, ttl_ms]))
         return None if result == "ok" else result
 
     def retired_sequence(self, scope: str, job: str) -> str:

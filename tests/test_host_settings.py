@@ -320,7 +320,6 @@ def test_the_scope_keys_are_all_there() -> None:
         "work",
         "dead",
         "equipment",
-        "lease",
         "heartbeat",
         "outage",
     }

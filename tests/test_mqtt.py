@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 import pytest
+import redis
 
 from generated.equipment_entry_v1_0 import AwaitData, AwaitSelector, CommandData, WithdrawData
 from host import jobs, keys
@@ -30,6 +31,7 @@ from host.mqtt import (
     JSON,
     BrokerURL,
     ClientIdTaken,
+    ClientLease,
     CloudEvent,
     Connection,
     Message,
@@ -51,6 +53,7 @@ from host.mqtt import (
     structured,
 )
 from host.scripted import load_host_script
+from host.store import Store
 from sfc.simulation import Reply
 from tests.hostkit import Host, linear_recipe, wait_for
 
@@ -839,6 +842,11 @@ def test_a_client_id_is_held_by_one_bridge_at_a_time(rig: Rig) -> None:
     with pytest.raises(ClientIdTaken, match=r"held by another bridge .*consumer first"):
         second.start()  # it waited out a lease's time: the first renews it
     assert not second._conn.connected.is_set()
+    # a clean session with that client id too (it would end the first one's session)
+    clean = {**same, "session_expiry_s": 0}
+    ending = MqttBridge(host.store(), rig.url, rig.topics, group="g", consumer="ender", **clean)
+    with pytest.raises(ClientIdTaken, match=r"consumer first"):
+        ending.start()
     rig.stop(first)  # gives the client id up: the next one takes it at once
     third = rig.bridge("third", **same)
     assert third.ready
@@ -846,6 +854,41 @@ def test_a_client_id_is_held_by_one_bridge_at_a_time(rig: Rig) -> None:
     rig.device()
     host.run([host.worker([scope])], [], host.ended(scope, [job]))
     assert host.order_path(scope, job) == "Ended/Completed"
+
+
+def test_a_client_id_hold_that_cannot_be_renewed_disconnects_first_and_stops_when_lost(
+    tmp_path: Path,
+) -> None:
+    """Renewed by a thread of its own; while the server is away the bridge leaves the broker
+    before its hold can run out (no second bridge can take the session while it is still
+    connected), and comes back once renewed; a hold another bridge took is lost for good."""
+    from host.server import EmbeddedServer
+
+    server = EmbeddedServer(tmp_path / "lease").start()
+    try:
+        store = Store.from_url(server.url)
+        store.load_library()
+        said: list[str] = []
+        lease = ClientLease(store, "c-1", "first", ttl_ms=900)
+        lease.take()
+        lease.keep(lambda: said.append("fence"), lambda: said.append("unfence"))
+        assert store.lease(lease.key, "second", 900) == "first"  # held
+        server.stop()
+        wait_for(lambda: said == ["fence"], timeout=10, what="the fence")
+        server.start()
+        wait_for(lambda: said == ["fence", "unfence"], timeout=10, what="the renewal")
+        assert lease.lost is None
+        client = redis.Redis.from_url(server.url)
+        client.set(lease.key, "second")  # as if its hold had run out and another took it
+        client.close()
+        wait_for(lambda: lease.lost is not None, timeout=10, what="the loss")
+        assert "taken by another bridge (consumer second)" in str(lease.lost)
+        assert said == ["fence", "unfence", "fence"]
+        lease.release()  # it is not ours: left alone
+        assert store.lease(lease.key, "third", 900) == "second"
+        store.close()
+    finally:
+        server.stop()
 
 
 def test_a_user_and_password_and_tls(
