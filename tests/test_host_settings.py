@@ -189,8 +189,11 @@ def test_the_outage_threshold_must_exceed_the_sweep_interval(sweep: str, outage:
     with pytest.raises(SettingsError) as caught:
         from_environment(env)
     message = str(caught.value)
-    assert message.startswith("SFC_OUTAGE_THRESHOLD (")
-    assert "must be above SFC_SWEEP_INTERVAL (" in message
+    assert message.startswith("the outage threshold (")
+    assert "; SFC_OUTAGE_THRESHOLD, --outage-threshold) must be above the sweep interval (" in (
+        message
+    )
+    assert "; SFC_SWEEP_INTERVAL, --sweep-interval): every sweep would be an outage" in message
 
 
 def test_an_outage_threshold_just_above_the_sweep_interval_is_taken() -> None:
