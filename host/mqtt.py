@@ -788,8 +788,8 @@ class Connection:
     def _connected(
         self, client: mqtt.Client, userdata: Any, flags: Any, reason: ReasonCode, props: Any
     ) -> None:
-        if reason.is_failure:
-            log.warning("the broker %s refused the connection: %s", self.broker.redacted(), reason)
+        if reason.is_failure:  # said once, as a lost connection is, not at every retry
+            self._down(f"refused the connection ({reason})")
             return
         if self._down_since is not None:
             log.warning(

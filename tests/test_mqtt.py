@@ -951,7 +951,7 @@ def test_a_lost_broker_and_a_refused_login_are_logged_once_each_way(
         assert not bad.wait_ready(2)
         wait_for(
             lambda: any(
-                "refused the connection" in r.getMessage()
+                "refused the connection (" in r.getMessage()
                 or "before accepting it" in r.getMessage()
                 for r in caplog.records
             ),
