@@ -725,6 +725,8 @@ class Connection:
         self.connected = threading.Event()
         self.subscribed = threading.Event()
         self._closing = False
+        self.generation = 0
+        """Counts the connections: a message is acknowledged on the one it came on."""
         self.taken_over = False
         """The broker said another client took the session over (the same client id)."""
         self._down_since: float | None = None
@@ -777,6 +779,10 @@ class Connection:
 
     def resume(self) -> None:
         self._closing = False
+        # paho's loop_start makes a new wake-up socket pair without closing the last one
+        reset = getattr(self.client, "_reset_sockets", None)
+        if reset is not None:
+            reset(sockpair_only=True)
         self.start()
 
     def wait_ready(self, timeout: float) -> bool:
@@ -798,6 +804,7 @@ class Connection:
                 time.monotonic() - self._down_since,
             )
             self._down_since = None
+        self.generation += 1
         self.connected.set()
         if not self.subscriptions:
             self.subscribed.set()
@@ -866,6 +873,11 @@ class Connection:
             done = False
         if done and self.manual_ack and msg.qos > 0:
             client.ack(msg.mid, msg.qos)
+
+    def ack(self, msg: Received) -> None:
+        """Acknowledge a message handled later than its callback (manual acks)."""
+        if self.manual_ack and msg.qos > 0:
+            self.client.ack(msg.mid, msg.qos)
 
     # -- publishing
 
@@ -1063,6 +1075,11 @@ class MqttBridge:
     counters: BridgeCounters = field(default_factory=BridgeCounters)
     _conn: Connection = field(init=False, repr=False)
     _lease: ClientLease | None = field(default=None, repr=False)
+    _unwritten: list[tuple[int, Received]] = field(default_factory=list, repr=False)
+    """Responses and events that could not be written (the server unreachable), with the
+    connection they came on: held, not acknowledged, and written by `pump` once the server
+    is back (within one connection a broker never gives a message again)."""
+    _unwritten_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     """The hold on a client id that was given (None: one of its own, new each start)."""
     _next_claim: float = field(default=0.0, repr=False)
     _claim_from: str = field(default="0-0", repr=False)
@@ -1155,6 +1172,8 @@ class MqttBridge:
             rows = self.store.read_equipment(
                 self.scope, self.group, self.consumer, self.count, block_ms or None
             )
+        if self._unwritten:  # the server answers again: write what it missed, then ack it
+            self._write_held()
         if not rows:
             return 0
         self.counters.read += len(rows)
@@ -1233,7 +1252,45 @@ class MqttBridge:
 
     def _incoming(self, msg: Received) -> bool:
         """Map a response or an event; True when it may be acknowledged (written, or not
-        usable: a bad message is dropped with a warning, not redelivered for ever)."""
+        usable: a bad message is dropped with a warning, not redelivered for ever). One that
+        cannot be written now is held for `pump` (False: not acknowledged yet)."""
+        try:
+            self._write(msg)
+        except Exception as e:
+            if not unreachable(e):
+                raise
+            with self._unwritten_lock:
+                if not self._unwritten:
+                    log.warning(
+                        "a message on %s could not be written, the server is unreachable "
+                        "(%s); it is held, and written once the server is back",
+                        msg.topic,
+                        e,
+                    )
+                self._unwritten.append((self._conn.generation, msg))
+            return False
+        return True
+
+    def _write_held(self) -> None:
+        """Write the messages held while the server was away, and acknowledge them (those
+        of an earlier connection the broker gives again by itself: a kept session)."""
+        with self._unwritten_lock:
+            held, self._unwritten = self._unwritten, []
+        for i, (generation, msg) in enumerate(held):
+            try:
+                self._write(msg)
+            except Exception as e:
+                if not unreachable(e):
+                    raise
+                with self._unwritten_lock:
+                    self._unwritten[:0] = held[i:]
+                return
+            if generation == self._conn.generation:
+                self._conn.ack(msg)
+
+    def _write(self, msg: Received) -> None:
+        """Write a response as an answer, or an event for its wait; a message that is not
+        usable is counted and dropped with a warning."""
         try:
             event = msg.cloudevent()
             if msg.topic == self.topics.responses:
@@ -1250,7 +1307,6 @@ class MqttBridge:
         except MessageError as e:
             self.counters.refused += 1
             log.warning("a message on %s was refused: %s", msg.topic, e)
-        return True
 
 
 # --------------------------------------------------------------------------- the device

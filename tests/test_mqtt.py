@@ -891,6 +891,67 @@ def test_a_client_id_hold_that_cannot_be_renewed_disconnects_first_and_stops_whe
         server.stop()
 
 
+def test_a_response_that_could_not_be_written_comes_again_once_the_server_is_back(
+    mqtt_url: str, tmp_path: Path
+) -> None:
+    """The bridge could not write a response (its server away) and left it unacknowledged,
+    but within one connection a broker never gives a message again: it waited for a
+    reconnect that never came, and the action timed out."""
+    from host.server import EmbeddedServer
+
+    server = EmbeddedServer(tmp_path / "valkey").start()
+    h = Host(server.url)
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    try:
+        scope = h.scope("unwritten")
+        topics = Topics(scope, "u")
+        broker = parse_broker_url(mqtt_url)
+        bridge = MqttBridge(
+            h.store(), broker, topics, group="g", consumer="b",
+            client_id=f"unwritten-{scope}", session_expiry_s=60,
+        ).start()  # fmt: skip
+        script = load_host_script(b'{"default": "ok@1500"}')
+        device = MqttDevice(broker, topics, script, client_id=f"dev-{scope}").start()
+        for thing in (bridge, device):
+            threads.append(threading.Thread(target=thing.run, args=(stop,), daemon=True))
+            threads[-1].start()
+        job = h.submit(scope, linear_recipe(1, timeout_s=60, max_attempts=1), job_id="u").job
+        worker = h.worker([scope])
+        h.run([worker], [], lambda: bridge.counters.published == 1, what="the push out")
+        server.stop()  # the answer comes while the server is away
+        wait_for(lambda: bridge._unwritten, timeout=10, what="the answer the bridge missed")
+        server.start()
+        h.run([worker], [], h.ended(scope, [job]), timeout=30)
+        assert h.order_path(scope, job) == "Ended/Completed"
+        assert bridge.counters.responses == 1
+        assert device.counters.answered == 1  # once: the broker gave the same message again
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+        h.close()
+        server.stop()
+
+
+def test_a_connection_suspended_and_resumed_leaks_nothing(mqtt_url: str) -> None:
+    """The fence of a client id's hold: away from the broker, then back, as often as it
+    takes (paho's loop left a socket pair open at each restart)."""
+    import gc
+
+    conn = Connection(parse_broker_url(mqtt_url), "fence-1", ["f/#"], bool)
+    conn.start()
+    assert conn.wait_ready(10)
+    for n in range(3):
+        conn.suspend()
+        assert not conn.connected.is_set() and not conn.subscribed.is_set()
+        conn.resume()
+        assert conn.wait_ready(10), n
+    assert conn.generation == 4
+    conn.close()
+    gc.collect()  # an unclosed socket would warn here, and warnings are errors
+
+
 def test_a_user_and_password_and_tls(
     host: Host, mqtt_broker: Listeners, monkeypatch: pytest.MonkeyPatch
 ) -> None:
