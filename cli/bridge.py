@@ -208,7 +208,8 @@ def bridge_mqtt(
             fail(str(e), 1)
     c = bridge.counters
     typer.echo(
-        f"sfc bridge mqtt: stopped; {c.published} published, {c.expired} expired, "
+        f"sfc bridge mqtt: stopped; {c.published} published (commands and notices), "
+        f"{c.expired} expired (not sent), "
         f"{c.claimed} claimed, {c.responses} response(s), {c.events} event(s)",
         err=True,
     )

@@ -170,6 +170,9 @@ def event(
         fail("--source and --id come together: give both or neither", 2)
     if not type_id.strip():
         fail("TYPE is empty", 2)
+    if not type_id.isprintable() or any(c.isspace() for c in type_id):
+        # a recipe's type id cannot hold these (SFC009): no wait can be for such a type
+        fail(f"TYPE {type_id!r} holds white space or a control character", 2)
     if outcome is not None and not outcome.strip():
         fail("--outcome is empty: leave it out for done", 2)
     store = open_store(redis, data_dir)
@@ -232,7 +235,10 @@ def pending(
         return
     if unread:
         # written and not read by any worker: none of them is reading this scope?
-        typer.echo(f"{unread} entries not read by any worker yet in scope {scope}")
+        typer.echo(
+            f"{unread} {'entry' if unread == 1 else 'entries'} not read by any worker yet "
+            f"in scope {scope}"
+        )
     if not out:
         typer.echo(f"no pending entries in scope {scope}")
         return

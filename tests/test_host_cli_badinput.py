@@ -73,6 +73,7 @@ def test_every_method_refuses_a_bad_or_unknown_id_and_writes_nothing(
         (["event", "t.v1", "--source", "s"], "come together"),
         (["event", "t.v1", "--subject", "s" * 1025], "refused, nothing written"),
         (["event", " "], "TYPE is empty"),
+        (["event", "a b"], "TYPE 'a b' holds white space or a control character"),
     ],
 )
 def test_respond_and_event_refuse_bad_input_and_write_nothing(
