@@ -122,6 +122,16 @@ def terminal() -> bool:
     return sys.stdout.isatty()
 
 
+def visible(text: str) -> str:
+    """`text` with every character that does not print as itself (control and format
+    characters: an escape sequence, a carriage return, a right-to-left override) written as
+    its escape, the line breaks kept. What equipment or a person wrote (an error, a comment)
+    then cannot recolour, overwrite or reorder an operator's terminal."""
+    if text.isprintable() or all(c.isprintable() or c == "\n" for c in text):
+        return text
+    return "".join(c if c.isprintable() or c == "\n" else repr(c)[1:-1] for c in text)
+
+
 def console() -> Console:
     return Console(highlight=False, soft_wrap=True)
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import msgspec
 import typer
 
-from cli.files import console, read, terminal
+from cli.files import console, read, terminal, visible
 from cli.hostcommon import (
     DataDirOption,
     JsonOption,
@@ -599,7 +599,7 @@ def _show_text(v: jobs.JobView, now: int) -> str:
             for p in resp.job_response_data
         )
     )
-    return "\n".join(lines)
+    return visible("\n".join(lines))  # equipment's errors and operators' comments among them
 
 
 @job_app.command()

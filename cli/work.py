@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from cli.files import visible
 from cli.hostcommon import (
     DataDirOption,
     JsonOption,
@@ -285,8 +286,10 @@ def dead(
         was = str(d["entry"] or d["id"])
         job = f" for job {d['job']}" if d["job"] else ""
         typer.echo(
-            f"{d['id']}  (was {was} at {when(entry_ms(was))}, {d['kind'] or 'no kind'}{job}): "
-            f"{d['reason']}"
+            visible(
+                f"{d['id']}  (was {was} at {when(entry_ms(was))}, {d['kind'] or 'no kind'}"
+                f"{job}): {d['reason']}"
+            )
         )
 
 

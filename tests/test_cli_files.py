@@ -8,9 +8,11 @@ from typing import Any
 import msgspec
 import pytest
 from click.testing import Result
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from cli.files import UTF8_BOM, decode_failure
+from cli.files import UTF8_BOM, decode_failure, visible
 from cli.main import app
 from sfc import codec
 
@@ -114,3 +116,17 @@ def test_malformed_json_is_at_the_root() -> None:
     where, message = decode_failure(b"{", codec.state_decoder, caught.value, "job state")
     assert where == "$"
     assert message.startswith("the document is not valid JSON")
+
+
+@given(st.text())
+def test_visible_text_prints_as_itself_and_keeps_its_lines(text: str) -> None:
+    shown = visible(text)
+    assert all(c.isprintable() or c == "\n" for c in shown)
+    assert shown.count("\n") == text.count("\n")
+    if all(c.isprintable() or c == "\n" for c in text):
+        assert shown == text
+
+
+def test_visible_text_escapes_what_would_steer_a_terminal() -> None:
+    said = "jammed\x1b[2J\x1b[31m red\r over\u202eevil\u200b\n"
+    assert visible(said) == "jammed\\x1b[2J\\x1b[31m red\\r over\\u202eevil\\u200b\n"

@@ -409,3 +409,32 @@ def test_job_show_warns_when_no_worker_starts_a_job_allowed_to_start(host: Host)
         f"  WARNING: not started 1 min after it was allowed to: is `sfc serve` serving scope "
         f"{scope}, and keeping up?"
     ), later
+
+
+def test_job_show_and_work_dead_escape_what_would_steer_a_terminal(
+    host: Host, valkey_url: str
+) -> None:
+    """An equipment's error text, an operator's comment and a dead entry's reason are shown
+    as written: an escape sequence in them cleared or recoloured the operator's screen."""
+    from host.equipment import respond
+    from host.jobs import pause
+
+    scope = host.scope("escapes")
+    job = host.submit(scope, linear_recipe(2), job_id="e").job
+    worker = host.worker([scope])
+    host.run([worker], [], lambda: any(k == "push" for _, k, _ in host.equipment(scope)))
+    assert pause(host.store(), scope, job, comment="shift\x1b[2J change").ok
+    respond(host.store(), scope, job, "a1", error="jammed\x1b[31m\r", command_id="e:a1#1")
+    host.run([worker], [], lambda: len(host.store().history(scope, job, 20)) >= 3)
+    host.client().xadd(
+        keys.dead(scope), {"v": "1", "kind": "tick", "reason": "r\x1b[H", "entry": "1-0"}
+    )
+    args = ["--scope", scope, "--redis", valkey_url]
+    shown = sfc("job", "show", job, *args)
+    dead = sfc("work", "dead", *args)
+    for proc in (shown, dead):
+        assert proc.returncode == 0, proc.stderr
+        assert "\x1b" not in proc.stdout and "\r" not in proc.stdout, proc.stdout
+    assert "shift\\x1b[2J change" in shown.stdout
+    assert "jammed\\x1b[31m\\r" in shown.stdout
+    assert ": r\\x1b[H" in dead.stdout
