@@ -1242,6 +1242,7 @@ class MqttBridge:
                 except Exception as e:
                     if not unreachable(e):
                         raise
+                    self.store.refresh_routes()  # a cluster's slot may have moved
                     log.warning("the server cannot be reached (%s); retrying", e)
                     stop.wait(backoff)
                     backoff = min(backoff * 2, 5.0)

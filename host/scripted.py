@@ -248,6 +248,7 @@ class ScriptedEquipment:
             except Exception as e:
                 if not unreachable(e):
                     raise
+                self.store.refresh_routes()  # a cluster's slot may have moved
                 if down_since is None:
                     down_since = time.monotonic()
                     log.warning(

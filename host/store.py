@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -22,6 +24,8 @@ import redis
 import redis.cluster
 
 from host import keys
+
+log = logging.getLogger("sfc.host.store")
 
 _LIBRARY_SOURCE: str | None = None
 CLUSTER_BLOCK_MS = 10
@@ -417,9 +421,10 @@ class CommitStream:
         self._conn = None
 
 
-_PASSING = ("CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "LOADING")
+_PASSING = ("CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "LOADING", "MOVED ", "ASK ")
 """Error replies of a server that is there but cannot serve now: a cluster with a node
-down or slots moving, a replica without its primary, a server loading its data."""
+down or slots moving (or moved: the routes are read again), a replica without its primary,
+a server loading its data."""
 
 
 def unreachable(error: BaseException) -> bool:
@@ -432,6 +437,7 @@ def unreachable(error: BaseException) -> bool:
         | redis.BusyLoadingError
         | redis.exceptions.ClusterDownError
         | redis.exceptions.TryAgainError
+        | redis.exceptions.AskError  # MovedError too: a slot that moved (Store.refresh_routes)
         | OSError,
     ):
         return True
@@ -476,6 +482,8 @@ class Store:
         self.dedupe_ttl_ms = dedupe_ttl_ms
         self._kept: dict[Any, tuple[int, Any]] = {}
         """A connection of each pool kept between round trips, with its process (`_lease`)."""
+        self._routes_at = 0.0
+        """When the cluster's slots were last read again (`refresh_routes`)."""
 
     url: str = ""
 
@@ -523,6 +531,22 @@ class Store:
         """The client for the keys of `scope`: on a cluster, a connection to the node that
         owns the slot of `{scope}`, so every call and pipeline goes there directly."""
         return self._for_key(keys.work(scope))
+
+    def refresh_routes(self) -> None:
+        """On a cluster, read which node owns which slot again (CLUSTER SLOTS), at most once
+        a second: calls go straight to the node of their scope's slot, by a map read at the
+        start, and a slot that moved (a reshard, a failover) answered MOVED, or not at all,
+        for ever. The loops that wait out an unreachable server call this each time."""
+        if self.cluster is None:
+            return
+        now = time.monotonic()
+        if now - self._routes_at < 1.0:
+            return
+        self._routes_at = now
+        try:
+            self.cluster.nodes_manager.initialize()
+        except (redis.RedisError, OSError) as e:  # every node away: the next call says so
+            log.debug("the cluster's slots could not be read again: %s", e)
 
     def _for_key(self, key: str) -> redis.Redis:
         if self.cluster is None:

@@ -696,6 +696,7 @@ class Worker:
                     log.exception("worker %s: a round failed; retrying", self.consumer)
                     stop.wait(0.5)
                     continue
+                self.store.refresh_routes()  # a cluster's slot may have moved
                 if down_since is None:
                     down_since = self.clock()
                     log.warning(

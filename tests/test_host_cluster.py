@@ -278,3 +278,69 @@ def _cluster_ok(c: LocalCluster) -> bool:
         finally:
             client.close()
     return True
+
+
+def _move_slot(c: LocalCluster, key: str) -> None:
+    """Move the slot of `key`, with its keys, to another primary (a reshard)."""
+    import redis
+
+    clients = [redis.Redis(host="127.0.0.1", port=s.port) for s in c.servers]
+    try:
+        slot = int(clients[0].execute_command("CLUSTER", "KEYSLOT", key))
+        ids = [x.execute_command("CLUSTER", "MYID").decode() for x in clients]
+        rc = RedisCluster.from_url(c.url)
+        port = rc.get_node_from_key(key).port
+        rc.close()
+        owner = next(i for i, s in enumerate(c.servers) if s.port == port)
+        target = (owner + 1) % len(clients)
+        src, dst = clients[owner], clients[target]
+        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[owner])
+        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target])
+        while True:
+            moving = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+            if not moving:
+                break
+            src.execute_command(
+                "MIGRATE", "127.0.0.1", c.servers[target].port, "", 0, 5000, "KEYS", *moving
+            )
+        for x in clients:
+            x.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])
+    finally:
+        for x in clients:
+            x.close()
+
+
+def test_a_scope_whose_slot_moves_to_another_node_is_served_on(tmp_path: Path) -> None:
+    """A reshard (adding a node) moves slots: the worker and the equipment, which call the
+    node of their scope's slot by a map read at their start, got MOVED for ever."""
+    from host.scripted import ScriptedEquipment, load_host_script
+
+    own = LocalCluster(tmp_path).start()
+    stop = threading.Event()
+    h = Host(own.url)
+    threads: list[threading.Thread] = []
+    try:
+        scope = spread_scopes(own.url, "moved")[0]
+        h.scopes.append(scope)
+        h.store().load_library()
+        worker = Worker(Store.from_url(own.url), FAST, [scope])
+        equipment = ScriptedEquipment(Store.from_url(own.url), scope, load_host_script(b"{}"))
+        for target in (worker.run, equipment.run):
+            threads.append(threading.Thread(target=target, args=(stop,), daemon=True))
+            threads[-1].start()
+        first = h.submit(scope, linear_recipe(2), job_id="m1").job
+        wait_for(h.ended(scope, [first]), timeout=20, what="the first job")
+        _move_slot(own, keys.work(scope))
+        fresh = Host(own.url)  # a new process (`sfc job submit`) reads the new map
+        try:
+            second = fresh.submit(scope, linear_recipe(2), job_id="m2").job
+            wait_for(fresh.ended(scope, [second]), timeout=30, what="the job after the move")
+            assert fresh.order_path(scope, second) == "Ended/Completed"
+        finally:
+            fresh.close()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+        h.close()
+        own.stop()
