@@ -373,12 +373,15 @@ def list_(
         return
     if terminal():
         from rich.table import Table
+        from rich.text import Text
 
-        table = Table("job", "state", "stored", "started", "ended", box=None)
+        table = Table(box=None)
+        for name in ("job", "state", "stored", "started", "ended"):
+            table.add_column(name, overflow="fold")  # a narrow terminal wraps, cuts nothing
         for o in orders:
             row = _order_row(o)
             table.add_row(
-                o.job_order_id,
+                Text(o.job_order_id),  # not markup: an id may hold [ and ]
                 row["state"],
                 when(o.stored_at),
                 "" if o.started_at is None else when(o.started_at),

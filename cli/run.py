@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from cli.equipment import read_host_script
-from cli.files import read, terminal
+from cli.files import read, terminal, visible
 from cli.hostcommon import DataDirOption, RedisOption, fail, print_json, server_errors
 from cli.main import app
 from host import joborder, jobs, keys
@@ -128,7 +128,7 @@ def run(
     if as_json:
         print_json(summary)
     else:
-        typer.echo(_text(summary, orders))
+        typer.echo(visible(_text(summary, orders)))  # fault texts come from equipment
     if summary["completed"] != len(ids):
         raise typer.Exit(1)
 

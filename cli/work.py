@@ -246,8 +246,10 @@ def pending(
     for p in out:
         age = duration(max(0, now - entry_ms(p["id"])))
         typer.echo(
-            f"{p['id']}  {p['entry']}: written {age} ago, read by {p['consumer']}, idle "
-            f"{duration(p['idleMs'])}, delivered {p['deliveries']} time(s)"
+            visible(  # a consumer's name and a malformed entry's reason are anyone's text
+                f"{p['id']}  {p['entry']}: written {age} ago, read by {p['consumer']}, idle "
+                f"{duration(p['idleMs'])}, delivered {p['deliveries']} time(s)"
+            )
         )
 
 

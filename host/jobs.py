@@ -431,13 +431,10 @@ def clear(store: Store, scope: str, job: str, unreadable: bool = False) -> Metho
             return refused
         record = store.job(scope, job)
         if record is not None and _unreadable(record) is not None:
-            newer = _newer_format(record)
+            newer = _newer(record)
             if newer is not None:
                 return MethodResult(
-                    ReturnStatus.INVALID_REQUEST,
-                    job,
-                    f"its state is format {newer!r}, which this sfc does not read: a newer "
-                    "sfc wrote it (run that one); nothing was removed",
+                    ReturnStatus.INVALID_REQUEST, job, f"{newer}; nothing was removed"
                 )
             return _remove_unreadable(store, scope, job, record)
     return _remove(store, scope, job, "Clear")
@@ -453,11 +450,38 @@ def _unreadable(record: JobRecord) -> str | None:
     return None
 
 
-def _newer_format(record: JobRecord) -> str | None:
-    """The state's format when it is one this build does not know (a newer sfc's, during
-    an upgrade: such a job is healthy, and must not be removed as unreadable)."""
+def _newer(record: JobRecord) -> str | None:
+    """Why a newer sfc may have written the job (during an upgrade: such a job is healthy,
+    and must not be removed as unreadable), or None: its state has a format this build
+    does not know, or its order (which has no format) a field this build does not know."""
     found = state_format(record.state)
-    return None if found is None or found in READERS else found
+    if found is not None and found not in READERS:
+        return f"its state is format {found!r}, which this sfc does not read: a newer sfc wrote it"
+    try:
+        decode_order(record.order)
+    except msgspec.DecodeError as e:
+        if "unknown field" in str(e) and _order_but_for_new_fields(record.order):
+            return (
+                f"its order is one with fields this sfc does not know ({e}): a newer sfc "
+                "may have written it; if none did, mend the order by hand"
+            )
+    return None
+
+
+_ORDER_FIELDS = {f.encode_name for f in msgspec.structs.fields(JobOrder)}
+
+
+def _order_but_for_new_fields(raw: bytes) -> bool:
+    """Whether `raw` is a good order of this build once its unknown fields are left out
+    (a newer sfc's order), not garbage that happens to have a field."""
+    try:
+        doc = msgspec.json.decode(raw)
+        if not isinstance(doc, dict):
+            return False
+        decode_order(msgspec.json.encode({k: v for k, v in doc.items() if k in _ORDER_FIELDS}))
+    except msgspec.DecodeError:
+        return False
+    return True
 
 
 _SEQUENCE = re.compile(rb'"sequence"\s*:\s*(\d{1,19})')

@@ -25,12 +25,14 @@ The mapping functions (`command_message`, `read_cloudevent`, `response_answer`,
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import heapq
 import logging
 import math
 import os
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -721,10 +723,15 @@ class Connection:
         self._on_message = on_message
         self._lock = threading.Condition()
         self._acked: dict[int, bool] = {}
+        self._abandoned: set[int] = set()
+        """Mids given up on (`wait_acked` timed out, or the connection dropped)."""
         self._suback_mids: set[int] = set()
         self.connected = threading.Event()
         self.subscribed = threading.Event()
         self._closing = False
+        self._closed = False
+        self._state_lock = threading.Lock()
+        """close, suspend and resume one at a time (the bridge's loop and its lease's thread)"""
         self.generation = 0
         """Counts the connections: a message is acknowledged on the one it came on."""
         self.taken_over = False
@@ -767,17 +774,37 @@ class Connection:
         self.client.loop_start()
 
     def close(self) -> None:
+        """Disconnect for good: a `resume` after it does nothing."""
+        with self._state_lock:
+            self._closed = True
+            self._stop_network(at_once=False)
+
+    def _stop_network(self, at_once: bool) -> None:
         self._closing = True
+        shutdown = getattr(self.client.socket(), "shutdown", None)
+        if at_once and shutdown is not None:
+            # the broker sees the connection end now, even while the network thread is in
+            # a callback (a fence must not wait for it); no DISCONNECT: the session is kept
+            with contextlib.suppress(OSError):
+                shutdown(socket.SHUT_RDWR)
         self.client.disconnect()
         self.client.loop_stop()
         self.connected.clear()
         self.subscribed.clear()
 
     def suspend(self) -> None:
-        """Disconnect, and stay away until `resume` (close, but to come back)."""
-        self.close()
+        """Disconnect, and stay away until `resume`."""
+        with self._state_lock:
+            if not self._closed:
+                self._stop_network(at_once=True)
 
     def resume(self) -> None:
+        with self._state_lock:
+            if self._closed or self.taken_over:
+                return
+            self._resume()
+
+    def _resume(self) -> None:
         self._closing = False
         # paho's loop_start makes a new wake-up socket pair without closing the last one
         reset = getattr(self.client, "_reset_sockets", None)
@@ -826,6 +853,7 @@ class Connection:
     def _disconnected(
         self, client: mqtt.Client, userdata: Any, flags: Any, reason: ReasonCode, props: Any
     ) -> None:
+        self.generation += 1  # a message of the last connection is not acknowledged on the next
         if getattr(reason, "value", None) == SESSION_TAKEN_OVER and not self._closing:
             # another client connected with this client id: reconnecting would take the
             # session back, and the two would take turns
@@ -862,6 +890,9 @@ class Connection:
         self, client: mqtt.Client, userdata: Any, mid: int, reason: ReasonCode, props: Any
     ) -> None:
         with self._lock:
+            if mid in self._abandoned:  # a late PUBACK of one no longer waited for
+                self._abandoned.discard(mid)
+                return
             self._acked[mid] = not reason.is_failure
             self._lock.notify_all()
 
@@ -888,6 +919,8 @@ class Connection:
         )
         if info.rc != mqtt.MQTT_ERR_SUCCESS:
             return None
+        with self._lock:
+            self._abandoned.discard(info.mid)  # paho's mids wrapped round: this one is new
         return info.mid
 
     def wait_acked(self, mids: Sequence[int], timeout: float) -> set[int]:
@@ -904,7 +937,10 @@ class Connection:
                 self._lock.wait(left)
             ok = {m for m in mids if self._acked.get(m)}
             for m in mids:
-                self._acked.pop(m, None)
+                if self._acked.pop(m, None) is None:
+                    # not acknowledged yet: paho may send it again and get its PUBACK later,
+                    # which must not count for a new message of the same mid
+                    self._abandoned.add(m)
         return ok
 
 
@@ -998,9 +1034,12 @@ class ClientLease:
     def _renew(self, fence: Callable[[], None], unfence: Callable[[], None]) -> None:
         last, fenced = time.monotonic(), False
         while not self._stop.wait(self.ttl_ms / 3000):
+            sent = time.monotonic()  # the hold runs from the call, not from its reply
             try:
                 other = self.store.lease(self.key, self.holder, self.ttl_ms)
             except Exception as e:  # unreachable, or refused: it is not renewed either way
+                if unreachable(e):
+                    self.store.refresh_routes()  # its slot may have moved (a reshard)
                 if not fenced and time.monotonic() - last > self.ttl_ms * 2 / 3000:
                     log.warning(
                         "the hold on MQTT client id %s could not be renewed for %.1f s (%s); "
@@ -1020,7 +1059,7 @@ class ClientLease:
                 if not fenced:
                     fence()
                 return
-            last = time.monotonic()
+            last = sent
             if fenced:
                 log.warning(
                     "the hold on MQTT client id %s is renewed; connecting again", self.client_id
@@ -1028,12 +1067,16 @@ class ClientLease:
                 unfence()
                 fenced = False
 
-    def release(self) -> None:
-        """Stop renewing, and give the client id up (the next bridge need not wait)."""
+    def stop(self) -> None:
+        """Stop renewing (its thread joined)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
             self._thread = None
+
+    def release(self) -> None:
+        """Stop renewing, and give the client id up (the next bridge need not wait)."""
+        self.stop()
         if self.lost is not None:
             return
         try:
@@ -1128,6 +1171,8 @@ class MqttBridge:
         return self
 
     def close(self) -> None:
+        if self._lease is not None:
+            self._lease.stop()  # no fence or unfence after this
         self._conn.close()
         if self._lease is not None:
             self._lease.release()

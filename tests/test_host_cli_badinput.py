@@ -438,3 +438,26 @@ def test_job_show_and_work_dead_escape_what_would_steer_a_terminal(
     assert "shift\\x1b[2J change" in shown.stdout
     assert "jammed\\x1b[31m\\r" in shown.stdout
     assert ": r\\x1b[H" in dead.stdout
+
+
+def test_job_list_on_a_terminal_shows_ids_as_written_not_as_markup(
+    host: Host, valkey_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The terminal's table took an id as rich markup: `[link=...]` made a hyperlink of
+    it, and `job[/]` made the command raise."""
+    import cli.job
+
+    scope = host.scope("markup")
+    ids = ["[link=https://evil.example]job-7[/link]", "job[/]", "[bold]x"]
+    for job in ids:
+        host.submit(scope, linear_recipe(1), job_id=job, start=False)
+    monkeypatch.setattr(cli.job, "terminal", lambda: True)
+    at = ["job", "list", "--scope", scope, "--redis", valkey_url]
+    r = CliRunner().invoke(app, at, env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    for job in ids:
+        assert job in r.output, r.output
+    # on a narrow terminal, the columns wrap: nothing is cut off
+    narrow = CliRunner().invoke(app, at, env={"COLUMNS": "60"})
+    assert narrow.exit_code == 0 and "…" not in narrow.output, narrow.output
+    assert "evil.example" in narrow.output and "tart/Ready" in narrow.output, narrow.output

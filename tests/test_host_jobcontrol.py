@@ -588,6 +588,18 @@ def test_clear_unreadable_never_lowers_a_retired_sequence_nor_removes_a_newer_st
     assert refused.status == ReturnStatus.INVALID_REQUEST
     assert "format '1.5', which this sfc does not read: a newer sfc wrote it" in refused.message
     assert store.job(scope, job) is not None
+    # an order with a field this sfc does not know: a newer sfc's too, maybe (no format)
+    record = store.job(scope, job)
+    assert record is not None
+    order = json.loads(record.order)
+    r.hset(
+        keys.job(scope, job),
+        mapping={"state": b"\x00", "order": json.dumps({**order, "newerField": 1})},
+    )
+    refused = jobs.clear(store, scope, job, unreadable=True)
+    assert refused.status == ReturnStatus.INVALID_REQUEST
+    assert "its order is one with fields this sfc does not know" in refused.message
+    assert store.job(scope, job) is not None
 
 
 def test_a_salvaged_sequence_takes_the_highest_number_it_can_read() -> None:
