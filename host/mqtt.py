@@ -992,6 +992,8 @@ class ClientLease:
     holder: str
     ttl_ms: int = LEASE_TTL_MS
     lost: ClientIdTaken | None = None
+    renewed: int = 0
+    """Renewals that landed."""
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
 
@@ -1060,6 +1062,7 @@ class ClientLease:
                     fence()
                 return
             last = sent
+            self.renewed += 1
             if fenced:
                 log.warning(
                     "the hold on MQTT client id %s is renewed; connecting again", self.client_id

@@ -344,3 +344,27 @@ def test_a_scope_whose_slot_moves_to_another_node_is_served_on(tmp_path: Path) -
             t.join(10)
         h.close()
         own.stop()
+
+
+def test_an_mqtt_bridges_hold_on_its_client_id_follows_its_slot(tmp_path: Path) -> None:
+    """The hold's key lives in a slot of its own; when a reshard moved it, every renewal got
+    MOVED, and the bridge was cut off from its broker for good."""
+    from host.mqtt import ClientLease
+
+    own = LocalCluster(tmp_path).start()
+    store = Store.from_url(own.url)
+    lease = ClientLease(store, "moving-client", "b-1", ttl_ms=1500)
+    said: list[str] = []
+    try:
+        store.load_library()
+        lease.take()
+        lease.keep(lambda: said.append("fence"), lambda: said.append("unfence"))
+        wait_for(lambda: lease.renewed >= 1, timeout=10, what="a renewal")
+        _move_slot(own, lease.key)
+        before = lease.renewed
+        wait_for(lambda: lease.renewed >= before + 3, timeout=15, what="renewals after the move")
+        assert "fence" not in said, said
+    finally:
+        lease.release()
+        store.close()
+        own.stop()
