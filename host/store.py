@@ -1144,8 +1144,18 @@ class Store:
             entry_id = _text(row["message_id"])
             pipe.xrange(keys.work(scope), entry_id, entry_id)
         found: Any = pipe.execute()
+        pairs = list(zip(rows, found, strict=True))
+        gone = [_text(r["message_id"]) for r, got in pairs if not got]
+        if gone:
+            # no fields: committed (acked and deleted) since the XPENDING above, or deleted
+            # while still pending; only the second is pending still, and shown
+            again = self.client(scope).pipeline(transaction=False)
+            for entry_id in gone:
+                again.xpending_range(keys.work(scope), keys.GROUP, entry_id, entry_id, 1)
+            done = {i for i, x in zip(gone, again.execute(), strict=True) if not x}
+            pairs = [(r, got) for r, got in pairs if _text(r["message_id"]) not in done]
         out = []
-        for row, got in zip(rows, found, strict=True):
+        for row, got in pairs:
             out.append(
                 {
                     "id": _text(row["message_id"]),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -461,3 +462,48 @@ def test_job_list_on_a_terminal_shows_ids_as_written_not_as_markup(
     narrow = CliRunner().invoke(app, at, env={"COLUMNS": "60"})
     assert narrow.exit_code == 0 and "…" not in narrow.output, narrow.output
     assert "evil.example" in narrow.output and "tart/Ready" in narrow.output, narrow.output
+
+
+def test_work_pending_leaves_out_entries_committed_while_it_looked(
+    host: Host, valkey_url: str
+) -> None:
+    """`sfc work pending` reads the pending ids, then their fields: an entry committed in
+    between (acked and deleted) had no fields, and was shown as malformed. One deleted
+    while still pending is shown."""
+    from host.store import Store
+
+    scope = host.scope("pendrace")
+    r = host.client()
+    store = host.store()
+    ids = [
+        store.add_work(scope, {"v": b"1", "kind": b"tick", "data": b'{"job":"j"}'})
+        for _ in range(3)
+    ]
+    r.xgroup_create(keys.work(scope), keys.GROUP, id="0", mkstream=True)
+    r.xreadgroup(keys.GROUP, "c-1", {keys.work(scope): ">"})
+    r.xdel(keys.work(scope), ids[2])  # deleted while pending: still pending
+
+    class Racing(Store):
+        """Commits ids[0] right after the XPENDING, before the fields are read."""
+
+        def client(self, s: str) -> Any:
+            real = super().client(s)
+
+            class Client:
+                def __getattr__(self, name: str) -> Any:
+                    return getattr(real, name)
+
+                def pipeline(self, transaction: bool = True) -> Any:
+                    r.xack(keys.work(scope), keys.GROUP, ids[0])
+                    r.xdel(keys.work(scope), ids[0])
+                    return real.pipeline(transaction=transaction)
+
+            return Client()
+
+    racing = Racing.from_url(valkey_url)
+    try:
+        shown = racing.pending_entries(scope)
+    finally:
+        racing.close()
+    assert [p["id"] for p in shown] == ids[1:]
+    assert shown[0]["fields"][b"kind"] == b"tick" and shown[1]["fields"] == {}
