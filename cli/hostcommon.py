@@ -23,7 +23,7 @@ import typer
 from host import keys, logs
 from host.serve import NoServer, connect, resolve_url
 from host.settings import SettingsError
-from host.store import Store, StoreError
+from host.store import Store, StoreError, unreachable
 
 RedisOption = Annotated[
     str | None,
@@ -66,6 +66,12 @@ def failures_logged(logger: logging.Logger | None) -> Iterator[None]:
         yield
     finally:
         _error_log = before
+
+
+def server_gone(error: BaseException) -> bool:
+    """Whether `error` says the server went away or cannot be reached (the messages of
+    `server_errors`)."""
+    return unreachable(error) or isinstance(error, StoreError)
 
 
 def adapter_logs() -> None:

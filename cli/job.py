@@ -26,6 +26,7 @@ from cli.hostcommon import (
     open_store,
     print_json,
     server_errors,
+    server_gone,
 )
 from cli.main import app
 from host import joborder, jobs
@@ -109,6 +110,7 @@ def submit(
     store = open_store(redis, data_dir)
     results = []
     interrupted = False
+    lost: str | None = None
     with server_errors():
         try:
             for one in ids:
@@ -128,6 +130,12 @@ def submit(
             # Ctrl-C: the jobs stored so far are reported below, as ever (one submit is
             # one write: a job is stored whole or not at all)
             interrupted = True
+        except Exception as e:
+            if not server_gone(e) or not results:
+                raise
+            # the server went away part-way: say what was stored, then what went wrong
+            # (a retry without --job-id would store the same orders again)
+            interrupted, lost = True, str(e)
     store.close()
     refused = [r for r in results if not r.ok]
     if as_json:
@@ -135,6 +143,7 @@ def submit(
             {
                 "jobs": [r.job for r in results if r.ok],
                 **({"interrupted": True} if interrupted else {}),
+                **({"error": f"the server went away: {lost}"} if lost else {}),
                 "refused": [
                     {
                         "job": r.job,
@@ -158,6 +167,13 @@ def submit(
                 typer.echo(f"  {e.code} {e.path}: {e.message}", err=True)
     if interrupted:
         stored = sum(1 for r in results if r.ok)
+        if lost is not None:
+            typer.echo(
+                f"sfc: the server went away ({lost}) after {stored} of {count} job(s) were "
+                "stored, above; the one in flight may be stored too (see `sfc job list`)",
+                err=True,
+            )
+            raise typer.Exit(2)
         typer.echo(f"sfc: interrupted: {stored} of {count} job(s) stored, above", err=True)
         raise typer.Exit(130)
     if refused:
@@ -192,6 +208,22 @@ def _method(name: str, call: Callable[..., jobs.MethodResult], doc: str) -> None
     job_app.command(name)(fn)
 
 
+def _report_part(results: list[jobs.MethodResult], as_json: bool) -> None:
+    """The results of the jobs done before the server went away."""
+    if as_json:
+        print_json(
+            {
+                "results": [
+                    {"job": r.job, "status": int(r.status), "message": r.message} for r in results
+                ],
+                "interrupted": True,
+            }
+        )
+    else:
+        for r in results:
+            typer.echo(_status_line(r))
+
+
 def _apply_each(
     job_ids: list[str],
     scope: str,
@@ -201,8 +233,23 @@ def _apply_each(
     one: Callable[[Store, str], jobs.MethodResult],
 ) -> None:
     check_scope(scope)
+    results: list[jobs.MethodResult] = []
     with connected(redis, data_dir) as store:
-        results = [one(store, j) for j in job_ids]
+        try:
+            for j in job_ids:
+                results.append(one(store, j))
+        except Exception as e:
+            if not server_gone(e) or not results:
+                raise
+            # part-way: what was done, then what was not (each method is one commit)
+            _report_part(results, as_json)
+            left = job_ids[len(results) :]
+            fail(
+                f"the server went away ({e}) after {len(results)} of {len(job_ids)} job(s), "
+                f"above; not done, or not known to be: {', '.join(left[:10])}"
+                + (f" and {len(left) - 10} more" if len(left) > 10 else ""),
+                2,
+            )
     _report(results, as_json)
 
 

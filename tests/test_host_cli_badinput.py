@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from cli.main import app
 from host import keys
 from host.entries import decode_work
 from sfc.codec import state_decoder
-from tests.hostkit import Host, linear_recipe
+from tests.hostkit import Host, linear_recipe, wait_for
 
 METHODS = ["start", "revoke", "pause", "resume", "stop", "abort", "cancel", "clear"]
 
@@ -507,3 +508,42 @@ def test_work_pending_leaves_out_entries_committed_while_it_looked(
         racing.close()
     assert [p["id"] for p in shown] == ids[1:]
     assert shown[0]["fields"][b"kind"] == b"tick" and shown[1]["fields"] == {}
+
+
+def test_a_server_gone_part_way_through_a_submit_still_says_what_was_stored(
+    tmp_path: Path,
+) -> None:
+    """`sfc job submit --count N` printed nothing when the server went away part-way, and
+    had stored some hundreds: a retry without --job-id stores them again."""
+    from host.server import EmbeddedServer
+
+    recipe = tmp_path / "r.json"
+    recipe.write_bytes(linear_recipe(1))
+    server = EmbeddedServer(tmp_path / "valkey").start()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from cli.main import app; import cli.commands; app()",
+             "job", "submit", str(recipe), "--count", "20000", "--job-id", "k",
+             "--scope", "gone", "--redis", server.url],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=Path(__file__).resolve().parent.parent,
+        )  # fmt: skip
+        r = redis.Redis.from_url(server.url)
+        wait_for(lambda: r.zcard(keys.orders("gone")) >= 200, timeout=60, what="200 stored")
+        r.close()
+        server.stop()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        server.stop()
+    assert proc.returncode == 2, err
+    printed = out.split()
+    assert len(printed) >= 200 and printed == [f"k-{i}" for i in range(1, len(printed) + 1)]
+    assert f"after {len(printed)} of 20000 job(s) were stored, above" in err, err
+    server.start()
+    try:
+        r = redis.Redis.from_url(server.url)
+        stored = r.zcard(keys.orders("gone"))
+        r.close()
+    finally:
+        server.stop()
+    assert stored in (len(printed), len(printed) + 1)  # and maybe the one in flight
