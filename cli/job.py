@@ -349,17 +349,26 @@ def update(
 def redispatch(
     job_id: Annotated[str, typer.Argument(metavar="JOB")],
     action: Annotated[str | None, typer.Argument(metavar="[ACTION]")] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Also send again a push command on its last attempt, which then times out "
+            "at once and faults the job.",
+        ),
+    ] = False,
     scope: ScopeOption = "default",
     redis: RedisOption = None,
     data_dir: DataDirOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Send open work again (the core's resume): ACTION's work, or every open action's work
-    that the equipment may have lost."""
+    that the equipment may have lost. A push command sent again uses up an attempt; one on
+    its last attempt is refused without --force."""
     check_scope(scope)
     store = open_store(redis, data_dir)
     with server_errors():
-        result = jobs.redispatch(store, scope, job_id, action)
+        result = jobs.redispatch(store, scope, job_id, action, force=force)
     store.close()
     _report([result], as_json)
 

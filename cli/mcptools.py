@@ -431,7 +431,9 @@ def control_tools(conn: Connection) -> list[Callable[..., Any]]:
         job: str, action: str | None = None, scope: str = "default"
     ) -> dict[str, Any]:
         """Send a job's open work again (the core's resume): the named action's work, or,
-        without one, every open action's work that the equipment may have lost."""
+        without one, every open action's work that the equipment may have lost. A push
+        command sent again uses up an attempt; one on its last attempt is refused (it would
+        fault the job): `sfc job redispatch --force` does that."""
         _scope(scope)
         _job(job)
         with _server(conn) as store:

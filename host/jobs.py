@@ -24,7 +24,7 @@ from generated.job_response_v1_0 import JobResponse
 from generated.state_v1_4 import SfcState
 from generated.work_entry_v1_0 import ResumeData, StartData
 from host import joborder, keys
-from host.apply import Applier, MethodCall, decode_order
+from host.apply import Applier, MethodCall, ScopeConfig, decode_order
 from host.entries import EntryError, decode_history, encode, fields, job_named
 from host.joborder import ReturnStatus
 from host.outbox import command_number
@@ -550,9 +550,15 @@ def _remove(store: Store, scope: str, job: str, method: str) -> MethodResult:
     return MethodResult(ReturnStatus.UNABLE_TO_ACCEPT, job, "the job kept conflicting")
 
 
-def redispatch(store: Store, scope: str, job: str, action: str | None = None) -> MethodResult:
+def redispatch(
+    store: Store, scope: str, job: str, action: str | None = None, force: bool = False
+) -> MethodResult:
     """Queue a `resume` entry: the core re-issues open work the host does not know as live
-    (every open command id counts as live except the named action's; none without one)."""
+    (every open command id counts as live except the named action's; none without one).
+
+    A push command sent again uses up an attempt (spec 02, SfcResume), so one on its last
+    attempt times out at once, and the job faults: that is refused unless `force`. The
+    message says what each push sent again costs."""
     refused = _checked(scope, job)
     if refused is not None:
         return refused
@@ -567,20 +573,48 @@ def redispatch(store: Store, scope: str, job: str, action: str | None = None) ->
             job,
             f"the order is {joborder.path_text(order)}: it has no work to send again",
         )
-    if action is not None:
-        text = store.recipe_text(order.recipe_hash)
-        built = None if text is None else build(text, None, order.dataschema)
-        names = set() if built is None or built.graph is None else set(built.graph.actions)
-        if action not in names:
-            return MethodResult(
-                ReturnStatus.INVALID_REQUEST,
-                job,
-                f"the recipe has no action {action!r}"
-                + (f"; it has {', '.join(sorted(names))}" if names else ""),
-            )
+    text = store.recipe_text(order.recipe_hash)
+    built = None if text is None else build(text, None, order.dataschema)
+    graph = None if built is None else built.graph
+    names = set() if graph is None else set(graph.actions)
+    if action is not None and action not in names:
+        return MethodResult(
+            ReturnStatus.INVALID_REQUEST,
+            job,
+            f"the recipe has no action {action!r}"
+            + (f"; it has {', '.join(sorted(names))}" if names else ""),
+        )
+    costs: list[str] = []
+    last: list[str] = []
+    if graph is not None:
+        state = state_decoder.decode(record.state)
+        default = ScopeConfig.of(store.scope_settings(scope), Settings()).max_attempts
+        for name, rec in sorted(state.actions.items()):
+            if (action is not None and name != action) or rec.status != "open":
+                continue
+            if rec.work != "push" or rec.hold == "open" or name not in graph.actions:
+                continue  # announced again under its id, at no cost
+            spec = graph.actions[name]
+            limit = spec.max_attempts if spec.max_attempts is not None else default
+            if rec.attempt >= limit:
+                last.append(f"{name} is on its last attempt ({rec.attempt} of {limit})")
+            else:
+                costs.append(f"{name} goes out as attempt {rec.attempt + 1} of {limit}")
+    if last and not force:
+        return MethodResult(
+            ReturnStatus.INVALID_REQUEST,
+            job,
+            f"{'; '.join(last)}: sending it again uses an attempt, and with none left the "
+            "action times out at once and the job faults (force it to do so)",
+        )
     data = ResumeData(job=job, action=msgspec.UNSET if action is None else action)
     entry_id = store.add_work(scope, fields("resume", data))
-    return MethodResult(ReturnStatus.OK, job, f"queued resume {entry_id}")
+    said = costs + [f"{x}: it times out" for x in last]
+    return MethodResult(
+        ReturnStatus.OK,
+        job,
+        f"queued resume {entry_id}" + (f" ({'; '.join(said)})" if said else ""),
+    )
 
 
 @dataclass(frozen=True)

@@ -617,3 +617,29 @@ def test_a_salvaged_sequence_takes_the_highest_number_it_can_read() -> None:
 
 def _sent(host: Host, scope: str) -> list[tuple[str, str]]:
     return [(k, d.command_id) for _, k, d in host.equipment(scope)]
+
+
+def test_redispatch_says_what_it_costs_and_refuses_the_last_attempt(host: Host) -> None:
+    """A push sent again uses up an attempt (spec 02): on the last one it timed out at once
+    and faulted a healthy job, after an `ok` that said it was sent again."""
+    scope = host.scope("redisp")
+    store = host.store()
+    worker = host.worker([scope])
+    once = host.submit(scope, linear_recipe(1, timeout_s=900, max_attempts=1), job_id="o").job
+    thrice = host.submit(scope, linear_recipe(1, timeout_s=900, max_attempts=3), job_id="t").job
+    host.run(
+        [worker], [], lambda: {("push", "o:a1#1"), ("push", "t:a1#1")} <= set(_sent(host, scope))
+    )
+    refused = jobs.redispatch(store, scope, once, "a1")
+    assert refused.status == ReturnStatus.INVALID_REQUEST
+    assert refused.message.startswith("a1 is on its last attempt (1 of 1): sending it again")
+    again = jobs.redispatch(store, scope, thrice)
+    assert again.ok and again.message.endswith("(a1 goes out as attempt 2 of 3)"), again.message
+    host.run([worker], [], lambda: ("push", "t:a1#2") in _sent(host, scope), sweep=False)
+    assert host.order_path(scope, once) == "Running"  # the refusal wrote nothing
+    forced = jobs.redispatch(store, scope, once, "a1", force=True)
+    assert forced.ok and forced.message.endswith(
+        "(a1 is on its last attempt (1 of 1): it times out)"
+    )
+    host.run([worker], [], host.ended(scope, [once]), sweep=False)
+    assert host.order_path(scope, once) == "Aborted"
