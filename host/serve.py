@@ -243,6 +243,7 @@ class Serving:
     metrics_dir: str | None = None
     _lock: IO[str] | None = None
     _restarts: list[float] = field(default_factory=list)
+    _server_restarts: list[float] = field(default_factory=list)
     """When workers were replaced (monotonic seconds), within RESTART_WINDOW_S."""
 
     def start_metrics(self, addr: str, port: int) -> int:
@@ -338,7 +339,7 @@ class Serving:
         logged; returns how many. The entries it had read stay pending, and a worker takes
         them over after SFC_AUTOCLAIM_IDLE. Raises CrashLoop past RESTART_LIMIT
         replacements in RESTART_WINDOW_S seconds."""
-        replaced = 0
+        replaced = self._restart_server_if_exited()
         for i, p in enumerate(self.processes):
             if p.is_alive():
                 continue
@@ -363,6 +364,43 @@ class Serving:
                 extra={"reason": f"exit code {p.exitcode}: its pending entries are taken over"},
             )
         return replaced
+
+    def _restart_server_if_exited(self) -> int:
+        """Start the embedded server again when it exited (killed, out of memory): on its
+        port and data directory, so the workers and every client reconnect to it, with what
+        its append-only file kept. Logged; past RESTART_LIMIT in RESTART_WINDOW_S, a
+        CrashLoop. Returns 1 when it restarted it."""
+        server = self.server
+        if server is None or server.process is None or server.process.poll() is None:
+            return 0
+        code = server.process.returncode
+        now = time.monotonic()
+        self._server_restarts = [t for t in self._server_restarts if t > now - RESTART_WINDOW_S] + [
+            now
+        ]
+        if len(self._server_restarts) > RESTART_LIMIT:
+            raise CrashLoop(
+                f"the embedded server exited (code {code}), the {len(self._server_restarts)}th "
+                f"time in {RESTART_WINDOW_S} s (see {server.data_dir / 'valkey.log'})"
+            )
+        log.error(
+            "the embedded server (pid %d) exited (code %s); starting it again on port %d",
+            server.process.pid,
+            code,
+            server.port,
+            extra={"reason": f"exit code {code}: the workers reconnect when it is back"},
+        )
+        try:
+            server.start()
+        except ServerError as e:
+            raise CrashLoop(
+                f"the embedded server exited (code {code}) and did not start again: {e}"
+            ) from None
+        if server.process is not None:
+            directory = server.data_dir
+            (directory / SERVER_PID_FILE).write_text(f"{server.process.pid}\n", encoding="utf-8")
+        log.warning("the embedded server is back on port %d", server.port)
+        return 1
 
     def alive(self) -> list[bool]:
         return [p.is_alive() for p in self.processes]

@@ -1039,6 +1039,32 @@ def test_a_killed_worker_is_replaced_and_a_crash_loop_stops_serve(tmp_path: Path
         assert "the workers keep exiting" in serve.stderr()
 
 
+def test_a_killed_embedded_server_is_started_again_and_the_host_goes_on(tmp_path: Path) -> None:
+    """serve did not notice that its embedded server was gone: the process was left a zombie,
+    the workers retried for ever, and nothing but a metric said so."""
+    data = tmp_path / "data"
+    happy = EXAMPLES / "greetings-demo" / "happy.script.json"
+    with processes(tmp_path / "logs") as procs:
+        serve = procs.serve(data, cwd=tmp_path)
+        procs.equipment(happy, "default", data, cwd=tmp_path)
+        url = server_url(data)
+        r = sfc("job", "submit", GREETINGS, "--job-id", "before", "--data-dir", data, cwd=tmp_path)
+        assert r.code == 0, r
+        pid = int((data / "server.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+        serve.wait_for_stderr(
+            f"the embedded server (pid {pid}) exited (code -9); starting it again"
+        )
+        serve.wait_for_stderr("the embedded server is back on port")
+        assert int((data / "server.pid").read_text()) != pid
+        assert server_url(data) == url
+        r = sfc("job", "submit", GREETINGS, "--job-id", "after", "--data-dir", data, cwd=tmp_path)
+        assert r.code == 0, r
+        r = sfc("job", "wait", "after", "--timeout", "30", "--data-dir", data, cwd=tmp_path)
+        assert (r.code, r.out) == (0, "after: Ended/Completed\n"), r
+        assert serve.running()
+
+
 def test_a_restarted_serve_keeps_its_port_after_clients_had_connected(tmp_path: Path) -> None:
     """A stop closes the clients' connections from the server's side, and those wait out
     TIME_WAIT on its port: the next serve takes the same port all the same, so that clients
