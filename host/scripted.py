@@ -25,9 +25,12 @@ equipment does, so that a job run through the host with a script ends as its dry
 - The script's `events` and `controls` belong to the virtual clock; the host has real event
   sources and operators, so a script with either is refused (`host_script_problem`).
 
-Answers are kept in memory until they are due: entries are acknowledged when their answer
-is scheduled, so answers scheduled but not yet sent when the process stops are lost (the
-work then times out and is sent again, as with any equipment that dies).
+Answers are kept in memory until they are due, and an entry is acknowledged when its
+answer is sent (or at once when it gets none). A scripted equipment that stops, or dies,
+with answers scheduled reads its own unacknowledged entries again when it starts (the same
+group and consumer): it answers them then, when they are due, or at once when they fell due
+while it was away. An answer sent just before a death is sent twice; the core absorbs the
+copy.
 """
 
 from __future__ import annotations
@@ -98,6 +101,8 @@ class _Due:
     command_id: str
     answer: dict[str, bytes] | None = None
     event: tuple[str, bytes] | None = None
+    entry_id: str = ""
+    """The equipment entry it answers: acknowledged once the answer is sent."""
 
 
 @dataclass(slots=True)
@@ -187,6 +192,8 @@ class ScriptedEquipment:
     _answers: ScriptAnswers = field(init=False, repr=False)
     _due: list[tuple[float, int, _Due]] = field(default_factory=list, repr=False)
     _order: int = field(default=0, repr=False)
+    _own_read: bool = field(default=False, repr=False)
+    """Whether its own unacknowledged entries (of a run before) were read again."""
 
     def __post_init__(self) -> None:
         keys.check_scope(self.scope)
@@ -223,18 +230,38 @@ class ScriptedEquipment:
             block = min(block, wait) if wait > 0 else None
         if block is not None and block <= 0:
             block = None  # XREADGROUP BLOCK 0 would wait for ever
-        rows = self.store.read_equipment(self.scope, self.group, self.consumer, count, block)
+        rows: list[tuple[str, dict[bytes, bytes]]] = []
+        if not self._own_read:  # what a run before read and did not answer
+            rows = self.store.read_equipment(
+                self.scope, self.group, self.consumer, count, None, own=True
+            )
+            self._own_read = len(rows) < count
+            if rows:
+                log.warning(
+                    "equipment of scope %s: %d entries read before and not answered: "
+                    "answering them now",
+                    self.scope,
+                    len(rows),
+                )
+        if not rows:
+            rows = self.store.read_equipment(self.scope, self.group, self.consumer, count, block)
+        done: list[str] = []  # entries that get no answer: acknowledged now
         for entry_id, raw in rows:
+            if not raw:  # deleted while pending (trimmed): nothing to answer
+                done.append(entry_id)
+                continue
             try:
                 entry = decode_equipment(entry_id, raw)
             except EntryError as e:
                 self.counters.skipped += 1
                 log.warning("equipment entry %s of %s skipped: %s", entry_id, self.scope, e)
+                done.append(entry_id)
                 continue
-            self._receive(entry)
+            if not self._receive(entry):
+                done.append(entry_id)
         self.counters.read += len(rows)
-        if rows:
-            self.store.ack_equipment(self.scope, self.group, [i for i, _ in rows])
+        if done:
+            self.store.ack_equipment(self.scope, self.group, done)
         return len(rows) + self._send_due()
 
     def run(self, stop: threading.Event, block_ms: int = 100) -> None:
@@ -270,16 +297,17 @@ class ScriptedEquipment:
 
     # -- asking the script
 
-    def _receive(self, entry: Entry) -> None:
+    def _receive(self, entry: Entry) -> bool:
+        """Schedule the entry's answer; False when it gets none."""
         data = entry.data
         if isinstance(data, WithdrawData):
             self.counters.withdrawn += 1
-            return
+            return False
         if not isinstance(data, CommandData | AwaitData):
-            return  # pragma: no cover - every other kind is one of the two
+            return False  # pragma: no cover - every other kind is one of the two
         reply = self._answers.ask(entry.kind, data, self.now_ms())
         if reply is None:
-            return
+            return False
         if isinstance(data, AwaitData):
             selector = data.selector
             ev = event_data(
@@ -290,7 +318,7 @@ class ScriptedEquipment:
                 source=SOURCE,
                 id=data.command_id,
             )
-            item = _Due(data.command_id, event=(data.type_id, encode(ev)))
+            item = _Due(data.command_id, event=(data.type_id, encode(ev)), entry_id=entry.id)
         else:
             answer = answer_data(
                 data.job,
@@ -301,10 +329,11 @@ class ScriptedEquipment:
                 command_id=data.command_id,
                 round=data.round,
             )
-            item = _Due(data.command_id, answer=fields("answer", answer))
+            item = _Due(data.command_id, answer=fields("answer", answer), entry_id=entry.id)
         at = entry.ms + reply.delay_ms * self.time_scale
         heapq.heappush(self._due, (at, self._order, item))
         self._order += 1
+        return True
 
     def _send_due(self) -> int:
         now = self.now_ms()
@@ -324,6 +353,8 @@ class ScriptedEquipment:
                 heapq.heappush(self._due, (now, self._order, item))
                 self._order += 1
             raise
+        # sent: their entries are acknowledged (a death before this sends them again)
+        self.store.ack_equipment(self.scope, self.group, [i.entry_id for i in items if i.entry_id])
         self.counters.answered += len(answers)
         self.counters.events_published += sum(p is not None for p in published)
         self.counters.events_unmatched += sum(p is None for p in published)

@@ -184,13 +184,19 @@ def _pack(commands: Sequence[tuple[Any, ...]]) -> bytes:
 
 
 def _xreadgroup(
-    group: str, consumer: str, count: int, block_ms: int | None, streams: Sequence[str]
+    group: str,
+    consumer: str,
+    count: int,
+    block_ms: int | None,
+    streams: Sequence[str],
+    start: str = ">",
 ) -> tuple[Any, ...]:
-    """XREADGROUP of new entries (`>`) of `streams`; blocking only when `block_ms` is set."""
+    """XREADGROUP of new entries (`>`) of `streams`, or with `start` "0" of the consumer's
+    own pending ones; blocking only when `block_ms` is set."""
     block = () if block_ms is None else ("BLOCK", block_ms)
     return (
         "XREADGROUP", "GROUP", group, consumer, "COUNT", count, *block,
-        "STREAMS", *streams, *[">"] * len(streams),
+        "STREAMS", *streams, *[start] * len(streams),
     )  # fmt: skip
 
 
@@ -1234,9 +1240,20 @@ class Store:
                 raise
 
     def read_equipment(
-        self, scope: str, group: str, consumer: str, count: int, block_ms: int | None
+        self,
+        scope: str,
+        group: str,
+        consumer: str,
+        count: int,
+        block_ms: int | None,
+        own: bool = False,
     ) -> list[tuple[str, dict[bytes, bytes]]]:
-        read = _xreadgroup(group, consumer, count, block_ms, [keys.equipment(scope)])
+        """New equipment entries for `consumer`; with `own`, those it read before and has not
+        acknowledged (an adapter that died before it acted on them: without blocking)."""
+        read = _xreadgroup(
+            group, consumer, count, None if own else block_ms, [keys.equipment(scope)],
+            "0" if own else ">",
+        )  # fmt: skip
         (reply,) = _raised(self._round_trip(scope, [read]))
         return [(i, f) for _, i, f in _raw_entries(reply)]
 

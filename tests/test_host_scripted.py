@@ -400,3 +400,33 @@ def test_run_answers_from_its_own_thread_until_stopped(host: Host) -> None:
     for job in jobs:
         assert host.order(scope, job).result.outcomes == ["done"]
     assert equipment.counters.answered == 9
+
+
+def test_a_scripted_equipment_that_stopped_with_answers_scheduled_answers_them_next_time(
+    host: Host,
+) -> None:
+    """It acknowledged a command when it scheduled its answer: stopped (or killed) before
+    the answer was due, the answer was lost, and a wait for an event faulted its job (a
+    wait gets no second attempt)."""
+    scope = host.scope("scheduled")
+    host.submit(scope, linear_recipe(1, timeout_s=600, max_attempts=1), job_id="j")
+    script = load_host_script(b'{"replies": {"a1": ["ok@1500"]}}')
+    first = ScriptedEquipment(host.store(), scope, script)
+    worker = host.worker([scope])
+    wait_for(
+        lambda: first.counters.asked == 1,
+        step=lambda: (worker.read_once(block_ms=5), first.pump(block_ms=5)),
+        what="the push to be asked",
+    )
+    assert first.pending == 1 and first.counters.answered == 0
+    # the first one stops here (no more pumps), its answer scheduled and not sent
+    second = ScriptedEquipment(host.store(), scope, script)
+    wait_for(
+        host.ended(scope, ["j"]),
+        step=lambda: (second.pump(block_ms=5), worker.read_once(block_ms=5)),
+        what="the job, answered by the next run",
+    )
+    assert host.order_path(scope, "j") == "Ended/Completed"
+    assert second.counters.answered == 1 and first.counters.answered == 0
+    pending = host.client().xpending(keys.equipment(scope), "sfc-equipment")
+    assert pending["pending"] == 0  # acknowledged once answered
