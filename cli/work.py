@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -264,20 +265,7 @@ def dead(
     check_scope(scope)
     with connected(redis, data_dir) as store:
         rows = store.dead(scope, 1000)
-    out = []
-    for entry_id, f in rows:
-        text = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in f.items()}
-        out.append(
-            {
-                "id": entry_id,
-                "entry": text.get("entry", ""),
-                "reason": text.get("reason", ""),
-                "deliveries": int(text.get("deliveries", "0") or 0),
-                "kind": text.get("kind", ""),
-                "data": text.get("data", ""),
-                "job": job_named(entry_id, f),
-            }
-        )
+    out = [_dead_row(entry_id, f) for entry_id, f in rows]
     if as_json:
         print_json({"scope": scope, "dead": out})
         return
@@ -293,6 +281,30 @@ def dead(
                 f"{job}): {d['reason']}"
             )
         )
+
+
+def _dead_row(entry_id: str, f: dict[bytes, bytes]) -> dict[str, Any]:
+    """A dead entry as `sfc work dead --json` shows it."""
+    text = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in f.items()}
+    return {
+        "id": entry_id,
+        "entry": text.get("entry", ""),
+        "reason": text.get("reason", ""),
+        "deliveries": int(text.get("deliveries", "0") or 0),
+        "kind": text.get("kind", ""),
+        "data": text.get("data", ""),
+        "job": job_named(entry_id, f) or _loosely_named(text.get("data", "")),
+    }
+
+
+def _loosely_named(data: str) -> str | None:
+    """The `job` a malformed entry's data names, if it names one (for the reader only)."""
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return None
+    job = doc.get("job") if isinstance(doc, dict) else None
+    return job if isinstance(job, str) and job else None
 
 
 @work_app.command()
@@ -317,6 +329,40 @@ def requeue(
                 typer.echo(f"{entry_id}: no such dead entry in scope {scope}", err=True)
             else:
                 typer.echo(f"{entry_id}: requeued as {new}")
+    store.close()
+    if missing:
+        raise typer.Exit(1)
+
+
+@work_app.command()
+def drop(
+    entry_ids: Annotated[list[str], typer.Argument(metavar="ENTRY-ID...")],
+    scope: ScopeOption = "default",
+    redis: RedisOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Remove dead entries for good, once handled by other means (their job cleared, or
+    answered by hand): the dead stream then says only what still needs someone. Each is
+    logged to stdout with its kind, job and reason, for the shift's record."""
+    check_scope(scope)
+    malformed = [i for i in entry_ids if _ENTRY_ID.fullmatch(i) is None]
+    if malformed:  # before any is removed: nothing half done
+        fail(f"not an entry id (MS-SEQ, as `sfc work dead` shows them): {malformed[0]!r}", 2)
+    store = open_store(redis, data_dir)
+    missing = False
+    with server_errors():
+        dead = {i: f for i, f in store.dead(scope, 10_000)}
+        for entry_id in entry_ids:
+            fields = dead.get(entry_id)
+            if fields is None or not store.drop_dead(scope, entry_id):
+                missing = True
+                typer.echo(f"{entry_id}: no such dead entry in scope {scope}", err=True)
+                continue
+            d = _dead_row(entry_id, fields)
+            job = f" for job {d['job']}" if d["job"] else ""
+            typer.echo(
+                visible(f"{entry_id}: dropped ({d['kind'] or 'no kind'}{job}): {d['reason']}")
+            )
     store.close()
     if missing:
         raise typer.Exit(1)

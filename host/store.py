@@ -1191,6 +1191,10 @@ class Store:
         out: Any = pipe.execute()
         return _text(out[0])
 
+    def drop_dead(self, scope: str, entry_id: str) -> bool:
+        """Remove a dead entry for good (handled by other means); False when there is none."""
+        return bool(self.client(scope).xdel(keys.dead(scope), entry_id))
+
     def dead(self, scope: str, count: int = 100) -> list[tuple[str, dict[bytes, bytes]]]:
         rows: Any = self.client(scope).xrange(keys.dead(scope), count=count)
         return [(_text(i), f) for i, f in rows]

@@ -547,3 +547,38 @@ def test_a_server_gone_part_way_through_a_submit_still_says_what_was_stored(
     finally:
         server.stop()
     assert stored in (len(printed), len(printed) + 1)  # and maybe the one in flight
+
+
+def test_work_drop_removes_handled_dead_entries_and_names_what_it_removed(
+    host: Host, valkey_url: str
+) -> None:
+    """A dead entry could only be requeued, unchanged (it died again): the dead stream, and
+    its alert, could not be cleared with sfc."""
+    scope = host.scope("drop")
+    r = host.client()
+    keep = r.xadd(
+        keys.dead(scope),
+        {"v": "1", "kind": "tick", "data": '{"job":"a"}', "reason": "r1", "entry": "1-0"},
+    ).decode()
+    # malformed: its data names a job all the same (shown, for the reader)
+    gone = r.xadd(
+        keys.dead(scope),
+        {
+            "v": "1",
+            "kind": "answer",
+            "data": '{"job":"b","round":0}',
+            "reason": "malformed: round",
+            "entry": "2-0",
+        },
+    ).decode()
+    at = ["--scope", scope, "--redis", valkey_url]
+    listed = json.loads(sfc("work", "dead", *at, "--json").stdout)["dead"]
+    assert [(d["id"], d["job"]) for d in listed] == [(keep, "a"), (gone, "b")]
+    bad = sfc("work", "drop", gone, "nonsense", *at)
+    assert bad.returncode == 2 and "not an entry id" in bad.stderr
+    assert r.xlen(keys.dead(scope)) == 2  # nothing half done
+    dropped = sfc("work", "drop", gone, "9-9", *at)
+    assert dropped.returncode == 1, dropped.stderr
+    assert f"{gone}: dropped (answer for job b): malformed: round" in dropped.stdout
+    assert f"9-9: no such dead entry in scope {scope}" in dropped.stderr
+    assert [i.decode() for i, _ in r.xrange(keys.dead(scope))] == [keep]
