@@ -672,7 +672,8 @@ def wait(
     data_dir: DataDirOption = None,
 ) -> None:
     """Wait until every job has ended; exit 0 when every one ended Completed, 1 otherwise or
-    on the timeout."""
+    on the timeout. A server that cannot be reached for a while (a restart) is waited out,
+    within the timeout."""
     check_scope(scope)
     store = open_store(redis, data_dir)
     deadline = time.monotonic() + timeout
@@ -697,10 +698,22 @@ def _wait(store: Store, scope: str, job_ids: list[str], deadline: float) -> dict
         progress = Progress(transient=True)
         task = progress.add_task("waiting", total=len(job_ids))
         progress.start()
+    said = False
     try:
         while True:
             left = [j for j in job_ids if j not in ends]
-            _, records = store.load(scope, left)
+            try:
+                _, records = store.load(scope, left)
+            except Exception as e:
+                if not server_gone(e) or time.monotonic() > deadline:
+                    raise
+                # a restart of the server (of `sfc serve`): waited out, as the workers do
+                if not said:
+                    typer.echo(f"sfc: the server cannot be reached ({e}); waiting", err=True)
+                    said = True
+                store.refresh_routes()
+                time.sleep(0.5)
+                continue
             for j in left:
                 r = records[j]
                 if r is None:

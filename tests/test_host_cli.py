@@ -1105,6 +1105,29 @@ def test_equipment_waits_out_a_restart_of_serve_and_answers_after_it(tmp_path: P
         assert equipment.running()
 
 
+def test_job_wait_waits_out_a_restart_of_serve(tmp_path: Path) -> None:
+    """`sfc job wait` exited 2 on the restart that the workers and equipment wait out."""
+    data = tmp_path / "data"
+    happy = EXAMPLES / "greetings-demo" / "happy.script.json"
+    with processes(tmp_path / "logs") as procs:
+        first = procs.serve(data, cwd=tmp_path)
+        r = sfc("job", "submit", GREETINGS, "--store-only", "--job-id", "w", "--data-dir", data,
+                cwd=tmp_path)  # fmt: skip
+        assert r.code == 0, r
+        waiting = procs.start(
+            "wait", "job", "wait", "w", "--timeout", "60", "--data-dir", data, cwd=tmp_path
+        )
+        assert first.stop() == 0
+        waiting.wait_for_stderr("the server cannot be reached")
+        procs.serve(data, cwd=tmp_path)
+        procs.equipment(happy, "default", data, cwd=tmp_path)
+        r = sfc("job", "start", "w", "--data-dir", data, cwd=tmp_path)
+        assert r.code == 0, r
+        wait_for(lambda: not waiting.running(), timeout=30, what="the wait to end")
+        assert waiting.popen.returncode == 0
+        assert waiting.stdout() == "w: Ended/Completed\n"
+
+
 # -- sfc run, as the README shows it
 
 
