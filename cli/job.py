@@ -679,11 +679,15 @@ def wait(
     deadline = time.monotonic() + timeout
     with server_errors():
         ends = _wait(store, scope, job_ids, deadline)
+        left = [j for j in job_ids if j not in ends]
+        why = jobs.unreadable_jobs(store, scope, left) if left else {}
     store.close()
     bad = False
     for j in job_ids:
         path = ends.get(j)
-        typer.echo(f"{j}: {path or 'not ended (timeout)'}")
+        if path is None and j in why:  # no worker can evaluate it: it will never end
+            path = f"not ended: its stored order or state cannot be read ({why[j]})"
+        typer.echo(visible(f"{j}: {path or 'not ended (timeout)'}"))
         bad = bad or path != "Ended/Completed"
     if bad:
         raise typer.Exit(1)

@@ -440,6 +440,17 @@ def clear(store: Store, scope: str, job: str, unreadable: bool = False) -> Metho
     return _remove(store, scope, job, "Clear")
 
 
+def unreadable_jobs(store: Store, scope: str, job_ids: Sequence[str]) -> dict[str, str]:
+    """Of `job_ids`, those whose stored order or state cannot be read, with why."""
+    _, records = store.load(scope, job_ids)
+    out: dict[str, str] = {}
+    for job, record in records.items():
+        why = None if record is None else _unreadable(record)
+        if why is not None:
+            out[job] = why
+    return out
+
+
 def _unreadable(record: JobRecord) -> str | None:
     """Why the stored order or state cannot be read, or None."""
     try:

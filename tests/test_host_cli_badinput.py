@@ -264,6 +264,12 @@ def test_a_job_whose_stored_document_cannot_be_read_is_named_not_a_traceback(
             proc.stderr
         )
         assert "Traceback" not in proc.stderr
+    if field == "state":  # job wait reads the orders: it says why this one will not end
+        proc = sfc("job", "wait", "j", "--timeout", "0.2", "--scope", scope, "--redis", valkey_url)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert proc.stdout.startswith("j: not ended: its stored order or state cannot be read ("), (
+            proc.stdout
+        )
     if field == "state":  # sfc respond reads the state for what is open
         for args in (["j", "a1", "ok"], ["j", "a1:hold", "held"]):
             proc = sfc("respond", *args, "--scope", scope, "--redis", valkey_url)
