@@ -497,6 +497,7 @@ def show(
                 "pending": [
                     {k: p[k] for k in ("id", "consumer", "idleMs", "deliveries")} for p in v.pending
                 ],
+                "unread": v.unread,
                 "response": v.response,
             }
         )
@@ -634,6 +635,12 @@ def _show_text(v: jobs.JobView, now: int) -> str:
         lines.append(
             f"  WARNING: the deadline passed {duration(now - v.due)} ago and no worker has "
             "ticked it: is `sfc serve` running for this scope?"
+        )
+    if v.unread:
+        lines.append(
+            f"Work stream: {v.unread} {'entry' if v.unread == 1 else 'entries'} of scope "
+            f"{o.scope} not read by any worker yet (an answer for this job may be waiting "
+            "there: is `sfc serve` serving the scope, and keeping up?)"
         )
     if v.pending:
         lines.append("Entries read but not yet committed:")

@@ -644,6 +644,9 @@ class JobView:
     pending: list[dict[str, Any]]
     """Work entries of this job that are read and not committed yet."""
     response: JobResponse
+    unread: int = 0
+    """Work entries of the scope that no worker has read yet (an answer for this job may be
+    among them): more than a few, and no worker serves the scope, or none keeps up."""
 
 
 def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | None:
@@ -684,4 +687,5 @@ def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | Non
         history=entries,
         pending=pending,
         response=joborder.job_response(order),
+        unread=store.unread(scope),
     )

@@ -176,6 +176,7 @@ SHOW = obj(
             )
         ),
         "pending": array(obj(PENDING_ROW)),
+        "unread": INT,
         "response": JOB_RESPONSE,
     }
 )
@@ -447,7 +448,9 @@ def test_job_orders_without_a_worker(valkey_url: str, tmp_path: Path) -> None:
         ("Start", "AllowedToStart/Ready"),
     ]
     assert view["response"]["startTime"] is None
+    assert view["unread"] == 0  # its start was read (it is pending)
     plain = sfc("job", "show", "g1", *at, cwd=tmp_path)
+    assert "Work stream:" not in plain.out, plain
     said = rf"\n  allowed to start [\d.]+ \w+ ago: a worker of scope {re.escape(scope)} starts it\n"
     assert re.search(said, plain.out), plain
     assert listed.code == 0, listed
