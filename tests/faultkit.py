@@ -399,7 +399,12 @@ class Equipment:
         read, send, ack = store.read_equipment, store.send_replies, store.ack_equipment
 
         def reading(
-            scope: str, group: str, consumer: str, count: int, block_ms: int | None
+            scope: str,
+            group: str,
+            consumer: str,
+            count: int,
+            block_ms: int | None,
+            own: bool = False,
         ) -> list[tuple[str, dict[bytes, bytes]]]:
             def once() -> list[tuple[str, dict[bytes, bytes]]]:
                 if self._reread:  # what was delivered to this consumer and not acknowledged
@@ -409,7 +414,7 @@ class Equipment:
                     got = [(i.decode(), f or {}) for _, entries in rows or [] for i, f in entries]
                     if got:
                         return got
-                return read(scope, group, consumer, count, block_ms)
+                return read(scope, group, consumer, count, block_ms, own=own)
 
             rows = self._retrying(once)
             self.read_ids += [i for i, _ in rows]
