@@ -1117,9 +1117,19 @@ def test_job_wait_waits_out_a_restart_of_serve(tmp_path: Path) -> None:
         r = sfc("job", "submit", GREETINGS, "--store-only", "--job-id", "w", "--data-dir", data,
                 cwd=tmp_path)  # fmt: skip
         assert r.code == 0, r
-        waiting = procs.start(
-            "wait", "job", "wait", "w", "--timeout", "60", "--data-dir", data, cwd=tmp_path
-        )
+        probe = redis.Redis.from_url(server_url(data))
+        try:
+            clients = int(probe.info("clients")["connected_clients"])
+            waiting = procs.start(
+                "wait", "job", "wait", "w", "--timeout", "60", "--data-dir", data, cwd=tmp_path
+            )
+            # connected (it reads server.json at its start, which the stop removes)
+            wait_for(
+                lambda: int(probe.info("clients")["connected_clients"]) > clients,
+                what="the wait to connect",
+            )
+        finally:
+            probe.close()
         assert first.stop() == 0
         waiting.wait_for_stderr("the server cannot be reached")
         procs.serve(data, cwd=tmp_path)
