@@ -307,6 +307,13 @@ def _loosely_named(data: str) -> str | None:
     return job if isinstance(job, str) and job else None
 
 
+def _check_entry_ids(entry_ids: list[str]) -> None:
+    """Every id, before any entry is touched: a malformed one touches none (exit 2)."""
+    malformed = [i for i in entry_ids if _ENTRY_ID.fullmatch(i) is None]
+    if malformed:
+        fail(f"not an entry id (MS-SEQ, as `sfc work dead` shows them): {malformed[0]!r}", 2)
+
+
 @work_app.command()
 def requeue(
     entry_ids: Annotated[list[str], typer.Argument(metavar="ENTRY-ID...")],
@@ -316,9 +323,7 @@ def requeue(
 ) -> None:
     """Move dead entries back to the work stream (after fixing what made them fail)."""
     check_scope(scope)
-    malformed = [i for i in entry_ids if _ENTRY_ID.fullmatch(i) is None]
-    if malformed:  # before any is moved: nothing half done
-        fail(f"not an entry id (MS-SEQ, as `sfc work dead` shows them): {malformed[0]!r}", 2)
+    _check_entry_ids(entry_ids)
     store = open_store(redis, data_dir)
     missing = False
     with server_errors():
@@ -345,9 +350,7 @@ def drop(
     answered by hand): the dead stream then says only what still needs someone. Each is
     logged to stdout with its kind, job and reason, for the shift's record."""
     check_scope(scope)
-    malformed = [i for i in entry_ids if _ENTRY_ID.fullmatch(i) is None]
-    if malformed:  # before any is removed: nothing half done
-        fail(f"not an entry id (MS-SEQ, as `sfc work dead` shows them): {malformed[0]!r}", 2)
+    _check_entry_ids(entry_ids)
     store = open_store(redis, data_dir)
     missing = False
     with server_errors():

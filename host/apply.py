@@ -243,6 +243,17 @@ def decode_order(raw: bytes) -> JobOrder:
     return _order_decoder.decode(raw)
 
 
+def unreadable(record: JobRecord) -> str | None:
+    """Why a stored job's order or state cannot be read (written by another program, or by
+    hand), or None: no worker can evaluate such a job."""
+    try:
+        decode_order(record.order)
+        state_decoder.decode(record.state)
+    except msgspec.DecodeError as e:
+        return str(e)
+    return None
+
+
 def open_command_ids(state: SfcState, except_action: str | None = None) -> list[str]:
     """Every open command id (work and hold) of the state, except those of one action."""
     ids: list[str] = []

@@ -25,6 +25,7 @@ from generated.state_v1_4 import SfcState
 from generated.work_entry_v1_0 import ResumeData, StartData
 from host import joborder, keys
 from host.apply import Applier, MethodCall, ScopeConfig, decode_order
+from host.apply import unreadable as why_unreadable
 from host.entries import EntryError, decode_history, encode, fields, job_named
 from host.joborder import ReturnStatus
 from host.outbox import command_number
@@ -430,7 +431,7 @@ def clear(store: Store, scope: str, job: str, unreadable: bool = False) -> Metho
         if refused is not None:
             return refused
         record = store.job(scope, job)
-        if record is not None and _unreadable(record) is not None:
+        if record is not None and why_unreadable(record) is not None:
             newer = _newer(record)
             if newer is not None:
                 return MethodResult(
@@ -445,20 +446,10 @@ def unreadable_jobs(store: Store, scope: str, job_ids: Sequence[str]) -> dict[st
     _, records = store.load(scope, job_ids)
     out: dict[str, str] = {}
     for job, record in records.items():
-        why = None if record is None else _unreadable(record)
+        why = None if record is None else why_unreadable(record)
         if why is not None:
             out[job] = why
     return out
-
-
-def _unreadable(record: JobRecord) -> str | None:
-    """Why the stored order or state cannot be read, or None."""
-    try:
-        decode_order(record.order)
-        state_decoder.decode(record.state)
-    except msgspec.DecodeError as e:
-        return str(e)
-    return None
 
 
 def _newer(record: JobRecord) -> str | None:
@@ -532,7 +523,7 @@ def _remove_unreadable(store: Store, scope: str, job: str, record: JobRecord) ->
         again = store.job(scope, job)
         if again is None:
             return MethodResult(ReturnStatus.UNKNOWN_JOB_ORDER_ID, job)
-        if _unreadable(again) is None:  # mended, or cleared and stored again meanwhile
+        if why_unreadable(again) is None:  # mended, or cleared and stored again meanwhile
             return _remove(store, scope, job, "Clear")
         record = again
     return MethodResult(ReturnStatus.UNABLE_TO_ACCEPT, job, "the job kept conflicting")

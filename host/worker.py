@@ -24,13 +24,10 @@ from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import msgspec
-
-from host.apply import Applier, Outcome, Round, decode_order
+from host.apply import Applier, Outcome, Round, unreadable
 from host.entries import Entry, EntryError, decode_work, job_named, job_of
 from host.settings import Settings
 from host.store import Loaded, ReadAhead, Row, Store, unreachable
-from sfc.codec import state_decoder
 
 if TYPE_CHECKING:
     from host.metrics import WorkerMetrics
@@ -599,17 +596,9 @@ class Worker:
         return total
 
     def _unreadable(self, scope: str, job: str) -> str | None:
-        """Why the stored order or state of `job` cannot be read (written by another
-        program, or by hand), or None."""
+        """Why the stored order or state of `job` cannot be read, or None."""
         record = self.store.job(scope, job)
-        if record is None:
-            return None
-        try:
-            decode_order(record.order)
-            state_decoder.decode(record.state)
-        except msgspec.DecodeError as e:
-            return str(e)
-        return None
+        return None if record is None else unreadable(record)
 
     # -- the sweep
 
