@@ -539,7 +539,8 @@ def _history_row(h: Any) -> dict[str, Any]:
 
 
 def _sent_at(v: jobs.JobView) -> list[tuple[str, int]]:
-    """When each open command of the job went out, as far as the history shown tells."""
+    """When each open command of the job went out (from the history read, not only the
+    entries shown)."""
     open_ids = [
         cid
         for rec in v.state.actions.values()
@@ -547,21 +548,7 @@ def _sent_at(v: jobs.JobView) -> list[tuple[str, int]]:
         for cid in (rec.command_id, rec.hold_command_id if rec.hold == "open" else None)
         if cid
     ]
-    out = []
-    for cid in open_ids:
-        at = next(
-            (
-                h.at
-                for _, h in reversed(v.history)
-                for s in h.sent or []
-                if s.split(" ", 1)[0] in ("push", "hold", "restart", "await")
-                and s.endswith(" " + cid)
-            ),
-            None,
-        )
-        if at is not None:
-            out.append((cid, at))
-    return out
+    return [(cid, v.sent_at[cid]) for cid in open_ids if cid in v.sent_at]
 
 
 def _order_waits(v: jobs.JobView, now: int) -> list[str]:

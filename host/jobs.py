@@ -42,6 +42,8 @@ RECIPE_LIMIT = 4 << 20
 PARAMETERS_LIMIT = 64 << 10
 """Most bytes of one command's parameters (JSON): every equipment entry carries them."""
 STORE_RETRIES = 20
+SENT_SCAN = 200
+"""The history entries `view` reads for when open commands went out (`sent_at`)."""
 HISTORY_SCAN = 1_000
 """The last history entries an unreadable job's sequence is salvaged from (command numbers
 only grow: the last entries hold the highest)."""
@@ -638,6 +640,9 @@ class JobView:
     unread: int = 0
     """Work entries of the scope that no worker has read yet (an answer for this job may be
     among them): more than a few, and no worker serves the scope, or none keeps up."""
+    sent_at: dict[str, int] = field(default_factory=dict)
+    """When each command id went out last (push, hold, restart, await), from the last
+    SENT_SCAN history entries, however few are shown."""
 
 
 def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | None:
@@ -656,13 +661,20 @@ def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | Non
         if built.graph is None:
             problem = f"recipe {order.recipe_hash[:12]} does not build"
         graph = built.graph
-    rows = store.history(scope, job, history)
-    entries: list[tuple[str, HistoryEntry]] = []
+    rows = store.history(scope, job, max(history, SENT_SCAN))
+    read: list[tuple[str, HistoryEntry]] = []
     for entry_id, raw in rows:
         try:
-            entries.append((entry_id, decode_history(raw)))
+            read.append((entry_id, decode_history(raw)))
         except EntryError:
             continue
+    entries = read[-history:] if history > 0 else []
+    sent_at: dict[str, int] = {}
+    for _, h in read:
+        for line in h.sent or ():
+            kind, _, command_id = line.partition(" ")
+            if kind in ("push", "hold", "restart", "await"):
+                sent_at[command_id] = h.at
     due, active = store.job_indexes(scope, job)
     pending = [
         p for p in store.pending_entries(scope, 1000) if job_named(p["id"], p["fields"]) == job
@@ -679,4 +691,5 @@ def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | Non
         pending=pending,
         response=joborder.job_response(order),
         unread=store.unread(scope),
+        sent_at=sent_at,
     )

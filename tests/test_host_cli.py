@@ -531,6 +531,9 @@ def test_job_control_on_a_served_scope(plant: Plant) -> None:
     r = plant.sfc("job", "pause", "ctl-1", "--comment", "shift change", "--json", *at)
     assert (r.code, statuses(r)) == (0, [("ctl-1", 1)]), r
     assert r.json()["results"][0]["message"] == "Interrupted/Suspended"
+    r = plant.sfc("job", "show", "ctl-1", "--history", "0", *at)
+    # when its open commands went out, however little history is shown (it disappeared)
+    assert "\nOut since\n  ctl-1:" in r.out and ": sent " in r.out, r.out
     r = plant.sfc("job", "show", "ctl-1", *at)  # what it waits for: a person
     assert re.search(
         r"\n  paused since \S+ \([\d.]+ \w+ ago\): it waits for an operator's `sfc job resume` "
