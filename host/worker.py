@@ -571,6 +571,16 @@ class Worker:
                 )
             if self.metrics is not None:
                 self.metrics.claimed(scope, len(claimed), len(deleted))
+            if claimed:  # another consumer left them: it died, or hangs (the 3 a.m. question)
+                log.warning(
+                    "scope %s: took over %d entries left pending for over %d ms by another "
+                    "consumer (stopped, killed or stalled): %s",
+                    scope,
+                    len(claimed),
+                    self.settings.autoclaim_idle,
+                    ", ".join(i for i, _ in claimed[:10]) + (" ..." if len(claimed) > 10 else ""),
+                    extra={"scope": scope, "reason": "autoclaim", "entry": claimed[0][0]},
+                )
             for entry_id, fields in claimed:
                 self.counters.claimed += 1
                 deliveries = self.store.deliveries(scope, entry_id)

@@ -77,8 +77,9 @@ def test_a_start_written_before_any_instance_existed_is_read(host: Host) -> None
 
 
 def test_a_killed_instance_leaves_its_entries_pending_and_another_takes_them_over(
-    host: Host, valkey_url: str, tmp_path: Path
+    host: Host, valkey_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="sfc.host")
     scope = host.scope("killed")
     jobs = [host.submit(scope, linear_recipe(2), job_id=f"j{i}").job for i in range(5)]
     marker = tmp_path / "stalled"
@@ -103,6 +104,11 @@ def test_a_killed_instance_leaves_its_entries_pending_and_another_takes_them_ove
     assert all(host.order_path(scope, j) == "Ended/Completed" for j in jobs)
     assert b.counters.claimed == 5
     assert host.client().xpending(keys.work(scope), keys.GROUP)["pending"] == 0
+    # the takeover is logged (it was a counter only): which scope, how many, which entries
+    took = [x.getMessage() for x in caplog.records if "took over" in x.getMessage()]
+    assert took and took[0].startswith(
+        f"scope {scope}: took over 5 entries left pending for over 300 ms"
+    ), took
 
 
 def test_a_malformed_entry_goes_dead_with_its_reason_and_the_worker_goes_on(host: Host) -> None:
