@@ -1329,11 +1329,13 @@ class MqttBridge:
             try:
                 self._write(msg)
             except Exception as e:
-                if not unreachable(e):
-                    raise
-                with self._unwritten_lock:
-                    self._unwritten[:0] = held[i:]
-                return
+                if unreachable(e):
+                    with self._unwritten_lock:
+                        self._unwritten[:0] = held[i:]
+                    return
+                # as on the network thread: logged, not acknowledged, and the bridge goes on
+                log.exception("a held message on %s could not be handled", msg.topic)
+                continue
             if generation == self._conn.generation:
                 self._conn.ack(msg)
 
