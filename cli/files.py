@@ -251,6 +251,11 @@ def format_error(error: BuildError) -> str:
     return f"{error.code} {error.path}: {error.message}"
 
 
+def json_path(path: str) -> str:
+    """A build error's path as the JSON output has it: without the leading `$.`."""
+    return path.removeprefix("$").removeprefix(".")
+
+
 def check_dataschema(dataschema: str) -> None:
     if interpreter_for(dataschema) is None:
         fail(f"unknown dataschema {dataschema}; known: {', '.join(known_dataschemas())}", 2)

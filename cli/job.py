@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import msgspec
 import typer
 
-from cli.files import console, read, terminal, visible
+from cli.files import console, format_error, json_path, read, terminal, visible
 from cli.hostcommon import (
     DataDirOption,
     JsonOption,
@@ -150,7 +150,8 @@ def submit(
                         "status": int(r.status),
                         "message": r.message,
                         "errors": [
-                            {"code": e.code, "path": e.path, "message": e.message} for e in r.errors
+                            {"code": e.code, "path": json_path(e.path), "message": e.message}
+                            for e in r.errors
                         ],
                     }
                     for r in refused
@@ -162,9 +163,7 @@ def submit(
             if r.ok:
                 typer.echo(r.job)
         for r in refused:
-            typer.echo(f"sfc: {_status_line(r)}", err=True)
-            for e in r.errors:
-                typer.echo(f"  {e.code} {e.path}: {e.message}", err=True)
+            _refused(r, recipe, scope)
     if interrupted:
         stored = sum(1 for r in results if r.ok)
         if lost is not None:
@@ -178,6 +177,18 @@ def submit(
         raise typer.Exit(130)
     if refused:
         raise typer.Exit(1)
+
+
+def _refused(result: jobs.MethodResult, recipe: Path, scope: str) -> None:
+    """A refused submit on stderr. Build errors are worded as `sfc validate` words them, one
+    `CODE path: message` line each, then the ReturnStatus, as `sfc dryrun` ends them."""
+    if not result.errors:
+        typer.echo(f"sfc: {_status_line(result)}", err=True)
+        return
+    for error in result.errors:
+        typer.echo(format_error(error), err=True)
+    said = joborder.status_words(int(result.status))
+    typer.echo(f"sfc: {result.job}: {said}: {recipe} does not build for scope {scope}", err=True)
 
 
 def _method(name: str, call: Callable[..., jobs.MethodResult], doc: str) -> None:

@@ -19,6 +19,7 @@ from cli.files import (
     build_recipe,
     check_dataschema,
     format_error,
+    json_path,
     load_capabilities,
     one_stdin,
     read_bytes,
@@ -27,11 +28,6 @@ from cli.main import app
 from sfc.builder import RECIPE_V1_1_0, BuildResult
 
 __all__ = ["format_error", "json_path", "validate"]
-
-
-def json_path(path: str) -> str:
-    """A build error's path as the JSON output has it: without the leading `$.`."""
-    return path.removeprefix("$").removeprefix(".")
 
 
 def _plural(n: int, word: str) -> str:

@@ -116,6 +116,35 @@ def test_submit_refuses_a_bad_scope_a_bad_recipe_and_a_taken_id(
     assert _written(host.client(), scope) == before
 
 
+def test_submit_words_build_errors_as_validate_does(
+    stored: tuple[Host, str], valkey_url: str, tmp_path: Path
+) -> None:
+    """A recipe that does not build: `sfc job submit` gives the same `CODE path: message`
+    lines as `sfc validate` (on stderr: its stdout is job ids), then the ReturnStatus, and
+    exit 1 as validate does; with --json the same paths as `sfc validate --json`."""
+    _, scope = stored
+    bad = tmp_path / "bad.json"
+    bad.write_text(
+        '{"Steps": [{"Name": "A", "Initial": true}], "Transitions": [{"Source": "A", '
+        '"Target": "Nowhere", "Condition": "true", "Priority": 0}], "Actions": ['
+        '{"Name": "a", "Step": "Nope", "Qualifier": "N", "Interaction": "push_command",'
+        ' "TypeId": "t", "TimeoutSeconds": 1}]}'
+    )
+    checked = sfc("validate", str(bad))
+    assert checked.returncode == 1 and len(checked.stdout.splitlines()) == 2, checked.stdout
+    at = ["--scope", scope, "--redis", valkey_url]
+    proc = sfc("job", "submit", str(bad), *at)
+    assert proc.returncode == checked.returncode, proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr == checked.stdout + (
+        f"sfc: (new): unable to accept the job order (16): {bad} does not build for scope {scope}\n"
+    )
+    as_json = sfc("job", "submit", str(bad), "--json", *at)
+    (refused,) = json.loads(as_json.stdout)["refused"]
+    (result,) = json.loads(sfc("validate", str(bad), "--json").stdout)["results"]
+    assert as_json.returncode == 1 and refused["errors"] == result["errors"]
+
+
 @pytest.mark.parametrize("as_json", [False, True])
 def test_submit_interrupted_reports_the_jobs_it_stored(
     host: Host, valkey_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, as_json: bool
