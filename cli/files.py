@@ -27,9 +27,9 @@ from cli.published import schema_errors
 from generated.capabilities_v1_0 import Capabilities
 from generated.simulation_script_v1_0 import SimulationScript
 from generated.state_v1_4 import SfcState
+from host.jobs import RECIPE_LIMIT
 from sfc import codec
 from sfc.builder import (
-    MAX_DOCUMENT_BYTES,
     RECIPE_V1_1_0,
     BuildError,
     BuildResult,
@@ -53,12 +53,15 @@ STDIN: Final = "-"
 """The file argument that reads standard input."""
 MIB: Final = 1024 * 1024
 LIMITS: Final[dict[str, int]] = {
-    "recipe": MAX_DOCUMENT_BYTES,
+    "recipe": RECIPE_LIMIT,
     "state": 16 * MIB,
     "script": 16 * MIB,
     "capabilities": 1 * MIB,
 }
-"""The most bytes read of each kind of file; a larger one is refused unread."""
+"""The most bytes read of each kind of file; a larger one is refused unread. A recipe's is
+the host's (4 MiB, below the core's 16 MiB): a recipe that validates and dry-runs is one the
+host stores, not one `sfc job submit` refuses for its size."""
+_WHY: Final = {"recipe": " (the host stores none larger)"}
 TOO_DEEP: Final = "the document is nested too deeply"
 
 
@@ -95,7 +98,7 @@ def read_bytes(path: Path | str, what: str) -> bytes:
     if len(data) > limit:
         raise Unreadable(
             f"cannot read the {what} {name}: it is larger than {_limit_text(limit)}, "
-            f"the limit for a {what}"
+            f"the limit for a {what}{_WHY.get(what, '')}"
         )
     if data.startswith(_UTF16_BOMS):
         raise Unreadable(

@@ -145,6 +145,33 @@ def test_submit_words_build_errors_as_validate_does(
     assert as_json.returncode == 1 and refused["errors"] == result["errors"]
 
 
+def test_a_recipe_that_validates_is_not_refused_by_submit_for_its_size(
+    stored: tuple[Host, str], valkey_url: str, tmp_path: Path
+) -> None:
+    """`sfc validate` read recipes of up to 16 MiB (the core's limit), the host stores none
+    over 4 MiB: a 5 MiB recipe validated, then submit refused it. The command line's limit
+    is the host's: at it, validate and submit accept; one byte over, both refuse it unread,
+    saying why (exit 2, as for any file that cannot be read)."""
+    from host import jobs
+
+    _, scope = stored
+    at = ["--scope", scope, "--redis", valkey_url]
+    recipe = linear_recipe(1)
+    fits, over = tmp_path / "fits.json", tmp_path / "over.json"
+    fits.write_bytes(recipe + b" " * (jobs.RECIPE_LIMIT - len(recipe)))
+    over.write_bytes(recipe + b" " * (jobs.RECIPE_LIMIT + 1 - len(recipe)))
+    assert sfc("validate", str(fits)).returncode == 0
+    proc = sfc("job", "submit", str(fits), "--job-id", "fits", "--store-only", *at)
+    assert (proc.returncode, proc.stdout) == (0, "fits\n"), proc.stderr
+    for args in (["validate", str(over)], ["job", "submit", str(over), *at]):
+        proc = sfc(*args)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert proc.stderr == (
+            f"sfc: cannot read the recipe {over}: it is larger than 4 MiB, the limit for a "
+            "recipe (the host stores none larger)\n"
+        ), args
+
+
 @pytest.mark.parametrize("as_json", [False, True])
 def test_submit_interrupted_reports_the_jobs_it_stored(
     host: Host, valkey_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, as_json: bool
