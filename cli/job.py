@@ -421,7 +421,7 @@ def list_(
     data_dir: DataDirOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Every job order of the scope, oldest first: id, state, times."""
+    """Every job order of the scope, oldest first: id, state, times. A job whose stored order or state cannot be read is listed as unreadable, with why on stderr."""
     check_scope(scope)
     store = open_store(redis, data_dir)
     with server_errors():
@@ -430,39 +430,93 @@ def list_(
             if not result.ok:
                 fail(result.message, 2)
             wanted = {r.job_order_id for r in responses}
-        orders = [o for o in jobs.orders(store, scope) if not state or o.job_order_id in wanted]
+        every = jobs.listing(store, scope)
     store.close()
+    listed = [j for j in every if not state or j.job in wanted]
     if as_json:
-        print_json({"jobs": [_order_row(o) for o in orders]})
-        return
-    if not orders:
+        print_json({"jobs": [_listed_row(j) for j in listed]})
+    elif not listed:
         typer.echo(f"no job orders in scope {scope}" + (f" in {', '.join(state)}" if state else ""))
-        return
-    if terminal():
-        from rich.table import Table
-        from rich.text import Text
+    elif terminal():
+        _list_table(listed)
+    else:
+        _list_lines(listed)
+    _say_unreadable(
+        [] if as_json else listed, sum(1 for j in every if j.order is None) if state else 0
+    )
 
-        table = Table(box=None)
-        for name in ("job", "state", "stored", "started", "ended"):
-            table.add_column(name, overflow="fold")  # a narrow terminal wraps, cuts nothing
-        for o in orders:
-            row = _order_row(o)
-            table.add_row(
-                Text(o.job_order_id),  # not markup: an id may hold [ and ]
-                row["state"],
-                when(o.stored_at),
-                "" if o.started_at is None else when(o.started_at),
-                "" if o.ended_at is None else when(o.ended_at),
-            )
-        console().print(table)
-        return
-    width = max(len(o.job_order_id) for o in orders)
-    for o in orders:
-        row = _order_row(o)
-        ended = f"  ended {when(row['endedAt'])}" if row["endedAt"] else ""
-        typer.echo(
-            f"{o.job_order_id:<{width}}  {row['state']:<24} stored {when(o.stored_at)}{ended}"
+
+def _list_table(listed: list[jobs.Listed]) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None)
+    for name in ("job", "state", "stored", "started", "ended"):
+        table.add_column(name, overflow="fold")  # a narrow terminal wraps, cuts nothing
+    for j in listed:
+        o = j.order
+        table.add_row(
+            Text(j.job),  # not markup: an id may hold [ and ]
+            _listed_state(j),
+            "" if o is None else when(o.stored_at),
+            "" if o is None or o.started_at is None else when(o.started_at),
+            "" if o is None or o.ended_at is None else when(o.ended_at),
         )
+    console().print(table)
+
+
+def _list_lines(listed: list[jobs.Listed]) -> None:
+    width = max(len(j.job) for j in listed)
+    for j in listed:
+        o = j.order
+        stored = "" if o is None else f" stored {when(o.stored_at)}"
+        ended = "" if o is None or o.ended_at is None else f"  ended {when(o.ended_at)}"
+        typer.echo(f"{j.job:<{width}}  {_listed_state(j):<24}{stored}{ended}".rstrip())
+
+
+def _listed_state(j: jobs.Listed) -> str:
+    if j.unreadable is not None or j.order is None:
+        return "unreadable"
+    return joborder.path_text(j.order)
+
+
+def _say_unreadable(listed: list[jobs.Listed], hidden: int) -> None:
+    """On stderr, why each listed job cannot be read (--json has it in the rows), and the
+    way out; and how many such jobs a --state filter left out (their order cannot be read,
+    so no state matches)."""
+    shown = [j for j in listed if j.unreadable is not None]
+    for j in shown:
+        typer.echo(
+            f"sfc: {j.job}: its stored order or state cannot be read: {visible(j.unreadable or '')}",
+            err=True,
+        )
+    if hidden:
+        typer.echo(
+            f"sfc: {hidden} job(s) whose stored order cannot be read are not shown: "
+            "`sfc job list` without --state shows them",
+            err=True,
+        )
+    if shown:
+        typer.echo(
+            "sfc: unless a newer sfc wrote it, `sfc job clear JOB --unreadable` removes such a job",
+            err=True,
+        )
+
+
+def _listed_row(j: jobs.Listed) -> dict[str, Any]:
+    """A job of `sfc job list --json`: its order's row, and `unreadable` (why) for a job whose
+    stored order or state cannot be read; what an order that cannot be read would say is
+    null."""
+    if j.order is None:
+        row: dict[str, Any] = dict.fromkeys(_ROW_KEYS) | {"job": j.job}
+    else:
+        row = _order_row(j.order)
+    if j.unreadable is not None:
+        row["unreadable"] = j.unreadable
+    return row
+
+
+_ROW_KEYS = ("job", "state", "storedAt", "startedAt", "endedAt", "priority")
 
 
 def _order_row(o: Any) -> dict[str, Any]:

@@ -402,14 +402,43 @@ def job_responses(
     return MethodResult(ReturnStatus.OK, "", f"{len(out)} order(s)"), out
 
 
-def orders(store: Store, scope: str, chunk: int = 500) -> list[JobOrder]:
-    """Every stored order of the scope, oldest first."""
+@dataclass(frozen=True)
+class Listed:
+    """One stored job of a scope's list: its order, and why its stored order or state
+    cannot be read (None when both can). `order` is None when the order cannot be read."""
+
+    job: str
+    order: JobOrder | None
+    unreadable: str | None = None
+
+
+def listing(store: Store, scope: str, chunk: int = 500) -> list[Listed]:
+    """Every stored job of the scope, oldest first. A job whose stored order or state cannot
+    be read is listed with why (`host.apply.unreadable`, or that a newer sfc wrote it), so
+    that one such job does not hide the others: `sfc job clear --unreadable` removes it."""
     jobs = store.order_ids(scope)
-    out: list[JobOrder] = []
+    out: list[Listed] = []
     for i in range(0, len(jobs), chunk):
         _, records = store.load(scope, jobs[i : i + chunk])
-        out += [decode_order(r.order) for r in records.values() if r is not None]
+        out += [_listed(job, r) for job, r in records.items() if r is not None]
     return out
+
+
+def _listed(job: str, record: JobRecord) -> Listed:
+    why = why_unreadable(record)
+    if why is not None:
+        why = _newer(record) or why
+    try:
+        order: JobOrder | None = decode_order(record.order)
+    except msgspec.DecodeError:
+        order = None
+    return Listed(job, order, why)
+
+
+def orders(store: Store, scope: str, chunk: int = 500) -> list[JobOrder]:
+    """Every stored order of the scope that can be read, oldest first (`listing` also
+    gives those that cannot)."""
+    return [j.order for j in listing(store, scope, chunk) if j.order is not None]
 
 
 def cancel(store: Store, scope: str, job: str) -> MethodResult:

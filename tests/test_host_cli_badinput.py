@@ -310,9 +310,7 @@ def test_a_job_whose_stored_document_cannot_be_read_is_named_not_a_traceback(
     """Written by another program, or by hand: every job command says so, exit 2."""
     host, scope = stored
     host.client().hset(keys.job(scope, "j"), field, '{"format":"1.4","garbage":1}')
-    for line in (["show", "j"], ["abort", "j"], ["pause", "j"], ["list"]):
-        if field == "state" and line == ["list"]:
-            continue  # the list reads orders only
+    for line in (["show", "j"], ["abort", "j"], ["pause", "j"]):  # the list shows it
         proc = sfc("job", *line, "--scope", scope, "--redis", valkey_url)
         assert proc.returncode == 2, (line, proc.stdout, proc.stderr)
         assert "stored order or state cannot be read" in proc.stderr, (line, proc.stderr)
@@ -336,6 +334,44 @@ def test_a_job_whose_stored_document_cannot_be_read_is_named_not_a_traceback(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "j: ok (1): removed (unreadable; sequence 0 retired)" in proc.stdout, proc.stdout
     assert host.store().job(scope, "j") is None
+
+
+@pytest.mark.parametrize("field", ["state", "order"])
+def test_job_list_marks_a_job_whose_stored_document_cannot_be_read(
+    stored: tuple[Host, str], valkey_url: str, field: str
+) -> None:
+    """One such job made the whole list fail (an order), or was listed as if healthy (a
+    state). It is listed as unreadable, in text and JSON, with why; the others as ever."""
+    host, scope = stored
+    host.submit(scope, linear_recipe(1), job_id="k", start=False)
+    host.client().hset(keys.job(scope, "j"), field, '{"format":"1.4","garbage":1}')
+    at = ["--scope", scope, "--redis", valkey_url]
+    proc = sfc("job", "list", *at)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    j, k = proc.stdout.splitlines()
+    if field == "order":  # nothing of it can be told
+        assert j == "j  unreadable", j
+    else:
+        assert j.startswith(f"j  {'unreadable':<24} stored "), j
+    assert k.startswith("k  NotAllowedToStart/Ready  stored "), k
+    why = "Object contains unknown field"
+    said = proc.stderr.splitlines()
+    assert said[0].startswith("sfc: j: its stored order or state cannot be read: "), said
+    assert why in said[0] and "`sfc job clear JOB --unreadable`" in said[1], said
+    rows = json.loads(sfc("job", "list", "--json", *at).stdout)["jobs"]
+    assert [(r["job"], why in r.get("unreadable", "")) for r in rows] == [
+        ("j", True),
+        ("k", False),
+    ], rows
+    assert (rows[0]["state"] is None) == (field == "order"), rows[0]
+    # --state: an order that cannot be read matches no state, and is said to be left out
+    proc = sfc("job", "list", "--state", "NotAllowedToStart", *at)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [line.split()[0] for line in proc.stdout.splitlines()] == (
+        ["j", "k"] if field == "state" else ["k"]
+    )
+    if field == "order":
+        assert "1 job(s) whose stored order cannot be read are not shown" in proc.stderr
 
 
 def test_work_dead_names_the_job_of_an_entry(stored: tuple[Host, str], valkey_url: str) -> None:
