@@ -446,13 +446,19 @@ def list_(
     )
 
 
+ID_WIDTH = 40
+"""The widest job id column of `sfc job list` (a default id has 24 characters, an id may
+have 128): one long id does not widen every row."""
+
+
 def _list_table(listed: list[jobs.Listed]) -> None:
     from rich.table import Table
     from rich.text import Text
 
     table = Table(box=None)
     for name in ("job", "state", "stored", "started", "ended"):
-        table.add_column(name, overflow="fold")  # a narrow terminal wraps, cuts nothing
+        # a narrow terminal wraps, cuts nothing; a long id folds within ID_WIDTH
+        table.add_column(name, overflow="fold", max_width=ID_WIDTH if name == "job" else None)
     for j in listed:
         o = j.order
         table.add_row(
@@ -466,7 +472,10 @@ def _list_table(listed: list[jobs.Listed]) -> None:
 
 
 def _list_lines(listed: list[jobs.Listed]) -> None:
-    width = max(len(j.job) for j in listed)
+    """One line a job. The ids are padded to the longest of at most ID_WIDTH characters: a
+    longer one is written whole (it stays one word to grep or copy) and shifts the rest of
+    its own line only."""
+    width = max((len(j.job) for j in listed if len(j.job) <= ID_WIDTH), default=0)
     for j in listed:
         o = j.order
         stored = "" if o is None else f" stored {when(o.stored_at)}"

@@ -569,6 +569,33 @@ def test_job_list_on_a_terminal_shows_ids_as_written_not_as_markup(
     assert "evil.example" in narrow.output and "tart/Ready" in narrow.output, narrow.output
 
 
+def test_job_list_keeps_short_ids_compact_beside_a_long_one(
+    host: Host, valkey_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every row was padded to the longest id: one id of 128 characters pushed every
+    state 130 columns right. Lines: the ids up to 40 characters set the width, a longer one
+    is written whole and shifts only its own line. A terminal: the id column is at most 40
+    wide, and a longer id folds within it, cut nowhere."""
+    import cli.job
+
+    scope = host.scope("longid")
+    long_id = "line-7-" + "x" * 114 + "-tail"
+    for job in ("a", "bb", long_id):
+        host.submit(scope, linear_recipe(1), job_id=job, start=False)
+    at = ["job", "list", "--scope", scope, "--redis", valkey_url]
+    lines = sfc(*at).stdout.splitlines()
+    assert [line.split("  ")[0] for line in lines] == ["a", "bb", long_id], lines
+    assert {line.index("NotAllowedToStart") for line in lines} == {4, len(long_id) + 2}, lines
+    monkeypatch.setattr(cli.job, "terminal", lambda: True)
+    r = CliRunner().invoke(app, at, env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    rows = r.output.splitlines()
+    states = [row.index("NotAllowedToStart") for row in rows if "NotAllowedToStart" in row]
+    assert len(states) == 3 and max(states) <= cli.job.ID_WIDTH + 3, r.output
+    folded = "".join(row[: states[0]].strip() for row in rows[3:])
+    assert folded == long_id, r.output
+
+
 def test_work_pending_leaves_out_entries_committed_while_it_looked(
     host: Host, valkey_url: str
 ) -> None:
