@@ -39,7 +39,7 @@ from cli.files import (
     format_error,
     syntax_error,
 )
-from cli.job import _order_row, _show_text
+from cli.job import _listed_row, _show_text
 from cli.work import _describe
 from generated.capabilities_v1_0 import Capabilities
 from generated.simulation_script_v1_0 import SimulationScript
@@ -353,8 +353,9 @@ def server_tools(conn: Connection) -> list[Callable[..., Any]]:
 
     def sfc_jobs(scope: str = "default", state: list[str] | None = None) -> dict[str, Any]:
         """Every job order of the scope, oldest first, as `sfc job list --json`: id, state
-        path, times and priority; optionally only those in the given states (e.g.
-        Running, Ended, Aborted)."""
+        path, times and priority, and `unreadable` (why) for a job whose stored order or state
+        cannot be read; optionally only those in the given states (e.g. Running, Ended,
+        Aborted)."""
         _scope(scope)
         with _server(conn) as store:
             wanted: set[str] = set()
@@ -363,8 +364,10 @@ def server_tools(conn: Connection) -> list[Callable[..., Any]]:
                 if not result.ok:
                     raise ToolError(f"state: {result.message}")
                 wanted = {r.job_order_id for r in responses}
-            orders = [o for o in jobs.orders(store, scope) if not state or o.job_order_id in wanted]
-        return {"jobs": [_order_row(o) for o in orders]}
+            listed = [j for j in jobs.listing(store, scope) if not state or j.job in wanted]
+        # a job whose stored order or state cannot be read is a row with `unreadable` (why),
+        # as in `sfc job list --json`, not left out
+        return {"jobs": [_listed_row(j) for j in listed]}
 
     def sfc_work_pending(scope: str = "default") -> dict[str, Any]:
         """Work entries read by a worker and not yet committed, oldest first, as

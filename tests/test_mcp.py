@@ -228,6 +228,9 @@ def test_the_reading_tools_write_nothing_and_offer_no_control(host: Host, tmp_pa
         scope, {"v": b"1", "kind": b"tick", "data": json.dumps({"job": job}).encode()}
     )
     host.store(consumer="stalled").read([scope], 10, None)
+    # a job whose stored state cannot be read: listed with why, as `sfc job list` lists it
+    bad = host.submit(scope, linear_recipe(1), start=False).job
+    host.client().hset(keys.job(scope, bad), "state", '{"format":"1.4","garbage":1}')
     listed, pending = sfc_all(
         [
             ["job", "list", "--json", "--scope", scope, "--redis", host.url],
@@ -261,6 +264,10 @@ def test_the_reading_tools_write_nothing_and_offer_no_control(host: Host, tmp_pa
 
         r = _ok(await c.call_tool("sfc_jobs", {"scope": scope}))
         assert r.structured_content == listed.json()
+        assert [(j["job"], "unreadable" in j) for j in listed.json()["jobs"]] == [
+            (job, False),
+            (bad, True),
+        ]
         r = _ok(await c.call_tool("sfc_jobs", {"scope": scope, "state": ["Running"]}))
         assert r.structured_content is not None
         assert [j["job"] for j in r.structured_content["jobs"]] == [job]
