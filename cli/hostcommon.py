@@ -22,7 +22,7 @@ import typer
 
 from host import keys, logs
 from host.serve import NoServer, connect, resolve_url
-from host.settings import SettingsError
+from host.settings import Settings, SettingsError, from_environment
 from host.store import Store, StoreError, unreachable
 
 RedisOption = Annotated[
@@ -87,6 +87,17 @@ def fail(message: str, code: int) -> NoReturn:
     else:
         typer.echo(f"sfc: {message}", err=True)
     raise typer.Exit(code)
+
+
+def process_settings() -> Settings:
+    """The settings of this process: the `SFC_*` variables, as `sfc serve` and `sfc run`
+    read them. A method a command applies itself (`sfc job pause`, an MCP tool) commits
+    with them, as a worker would: the expiry grace and attempts of the commands it sends,
+    the history limit. A bad value exits 2 with its name, before anything is written."""
+    try:
+        return from_environment()
+    except SettingsError as e:
+        fail(str(e), 2)
 
 
 def check_scope(scope: str) -> str:

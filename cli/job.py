@@ -25,6 +25,7 @@ from cli.hostcommon import (
     fail,
     open_store,
     print_json,
+    process_settings,
     server_errors,
     server_gone,
 )
@@ -199,7 +200,10 @@ def _method(name: str, call: Callable[..., jobs.MethodResult], doc: str) -> None
         data_dir: DataDirOption = None,
         as_json: JsonOption = False,
     ) -> None:
-        _apply_each(job_ids, scope, redis, data_dir, as_json, lambda st, j: call(st, scope, j))
+        s = process_settings()  # SFC_*: the method commits as a worker would
+        _apply_each(
+            job_ids, scope, redis, data_dir, as_json, lambda st, j: call(st, scope, j, settings=s)
+        )
 
     def commented(
         job_ids: JobsArgument,
@@ -209,8 +213,14 @@ def _method(name: str, call: Callable[..., jobs.MethodResult], doc: str) -> None
         data_dir: DataDirOption = None,
         as_json: JsonOption = False,
     ) -> None:
+        s = process_settings()
         _apply_each(
-            job_ids, scope, redis, data_dir, as_json, lambda st, j: call(st, scope, j, comment)
+            job_ids,
+            scope,
+            redis,
+            data_dir,
+            as_json,
+            lambda st, j: call(st, scope, j, comment, settings=s),
         )
 
     takes_comment = name in ("pause", "resume", "stop", "abort")
@@ -295,7 +305,11 @@ _method(
     jobs.abort,
     "Abort: -> Aborted; open work is withdrawn (reason aborted).",
 )
-_method("cancel", jobs.cancel, "Cancel: remove an order that has not started.")
+_method(
+    "cancel",
+    lambda store, scope, job, settings: jobs.cancel(store, scope, job),  # it evaluates nothing
+    "Cancel: remove an order that has not started.",
+)
 
 
 @job_app.command("clear")
@@ -341,6 +355,7 @@ def update(
     """Update: replace the order of a job that has not started."""
     check_scope(scope)
     text = None if recipe is None else read(recipe, "recipe")
+    settings = process_settings()
     store = open_store(redis, data_dir)
     with server_errors():
         result = jobs.update(
@@ -351,6 +366,7 @@ def update(
             priority=priority,
             description=description,
             work_master_id=work_master,
+            settings=settings,
         )
     store.close()
     _report([result], as_json)
@@ -377,9 +393,10 @@ def redispatch(
     that the equipment may have lost. A push command sent again uses up an attempt; one on
     its last attempt is refused without --force."""
     check_scope(scope)
+    settings = process_settings()  # SFC_MAX_ATTEMPTS: what a push sent again costs
     store = open_store(redis, data_dir)
     with server_errors():
-        result = jobs.redispatch(store, scope, job_id, action, force=force)
+        result = jobs.redispatch(store, scope, job_id, action, force=force, settings=settings)
     store.close()
     _report([result], as_json)
 

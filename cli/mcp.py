@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from cli.hostcommon import DataDirOption, RedisOption, fail
+from cli.hostcommon import DataDirOption, RedisOption, fail, process_settings
 from cli.main import app
 from host.serve import NoServer, resolve_url
 from host.store import redacted
@@ -58,9 +58,11 @@ def mcp(
             )
     if allow_control and url is None:
         fail("--allow-control needs a server: drop --offline", 2)
+    # the control tools commit with the SFC_* settings, as a worker would
+    settings = process_settings() if allow_control else None
     from cli.mcptools import build_server
 
-    server, conn = build_server(url, allow_control)
+    server, conn = build_server(url, allow_control, settings)
     if url is not None:
         typer.echo(
             f"sfc mcp: server {redacted(url)}"

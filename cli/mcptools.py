@@ -48,6 +48,7 @@ from generated.work_entry_v1_0 import TickData
 from host import joborder, jobs, keys
 from host.entries import fields
 from host.joborder import ReturnStatus
+from host.settings import Settings
 from host.store import Store, StoreError, unreachable
 from sfc import codec
 from sfc.builder import RECIPE_V1_1_0
@@ -394,14 +395,17 @@ def server_tools(conn: Connection) -> list[Callable[..., Any]]:
     return [sfc_job, sfc_jobs, sfc_work_pending]
 
 
-def control_tools(conn: Connection) -> list[Callable[..., Any]]:
+def control_tools(conn: Connection, settings: Settings | None = None) -> list[Callable[..., Any]]:
+    """The tools that write; a method commits with `settings` (the `SFC_*` of `sfc mcp`),
+    as a worker would."""
+
     def method(call: Callable[..., jobs.MethodResult], job: str, scope: str, comment: str | None):
         _scope(scope)
         _job(job)
         if comment is not None and len(comment) > joborder.TEXT_LIMIT:
             raise ToolError(f"comment: at most {joborder.TEXT_LIMIT} characters")
         with _server(conn) as store:
-            return _outcome(call(store, scope, job, comment))
+            return _outcome(call(store, scope, job, comment, settings=settings))
 
     def sfc_pause(job: str, scope: str = "default", comment: str | None = None) -> dict[str, Any]:
         """Pause a running job (ISA-95 Pause): Running -> Interrupted/Suspended; the recipe
@@ -440,7 +444,7 @@ def control_tools(conn: Connection) -> list[Callable[..., Any]]:
         _scope(scope)
         _job(job)
         with _server(conn) as store:
-            return _outcome(jobs.redispatch(store, scope, job, action))
+            return _outcome(jobs.redispatch(store, scope, job, action, settings=settings))
 
     return [sfc_pause, sfc_resume, sfc_abort, sfc_tick, sfc_redispatch]
 
@@ -455,11 +459,11 @@ INSTRUCTIONS = (
 
 
 def build_server(
-    url: str | None, allow_control: bool = False
+    url: str | None, allow_control: bool = False, settings: Settings | None = None
 ) -> tuple[MCPServer, Connection | None]:
     """The MCP server: the offline tools; with `url` the reading tools; with
-    `allow_control` (and `url`) the control tools. Returns it and its connection (close it
-    when done)."""
+    `allow_control` (and `url`) the control tools, which commit with `settings` (the
+    defaults without them). Returns it and its connection (close it when done)."""
     from importlib.metadata import version
 
     server: MCPServer = MCPServer(
@@ -476,6 +480,6 @@ def build_server(
     for fn in server_tools(conn):
         server.add_tool(fn, annotations=READ_ONLY)
     if allow_control:
-        for fn in control_tools(conn):
+        for fn in control_tools(conn, settings):
             server.add_tool(fn, annotations=WRITES)
     return server, conn

@@ -250,7 +250,9 @@ def apply_method(
     comment: str | None = None,
     settings: Settings | None = None,
 ) -> MethodResult:
-    """Apply one of Start, RevokeStart, Pause, Resume, Stop and Abort as one commit."""
+    """Apply one of Start, RevokeStart, Pause, Resume, Stop and Abort as one commit, with
+    `settings`: the process's (`SFC_*`), read by the caller (the CLI, `sfc mcp`), so that
+    what a method sends is what a worker would send; the defaults without them."""
     refused = _checked(scope, job)
     if refused is not None:
         return refused
@@ -262,9 +264,20 @@ def apply_method(
             job,
             f"the comment has {len(comment)} characters; at most {joborder.TEXT_LIMIT} are allowed",
         )
-    applier = Applier(store, settings or Settings())
+    applier = _applier(store, settings)
     status, message = applier.method(scope, job, MethodCall(method, comment=comment))
     return MethodResult(status, job, message, conflicts=applier.conflicts)
+
+
+def _applier(store: Store, settings: Settings | None) -> Applier:
+    """The apply path with the process's settings (the `SFC_*` variables, read by the
+    caller; the defaults without them), as the workers apply with theirs: the expiry grace
+    and default attempts of the commands a method sends, and the history limit of its
+    commit."""
+    s = settings or Settings()
+    store.history_limit = s.history_limit
+    store.dedupe_ttl_ms = s.event_dedupe_ttl
+    return Applier(store, s)
 
 
 METHODS = ("Start", "RevokeStart", "Pause", "Resume", "Stop", "Abort")
@@ -272,35 +285,65 @@ METHODS = ("Start", "RevokeStart", "Pause", "Resume", "Stop", "Abort")
 own; the two requests read only)."""
 
 
-def start(store: Store, scope: str, job: str) -> MethodResult:
+def start(store: Store, scope: str, job: str, *, settings: Settings | None = None) -> MethodResult:
     """Start: NotAllowedToStart -> AllowedToStart, and queue `start`, in one commit."""
-    return apply_method(store, scope, job, "Start")
+    return apply_method(store, scope, job, "Start", settings=settings)
 
 
-def revoke_start(store: Store, scope: str, job: str) -> MethodResult:
+def revoke_start(
+    store: Store, scope: str, job: str, *, settings: Settings | None = None
+) -> MethodResult:
     """RevokeStart: AllowedToStart -> NotAllowedToStart; a `start` already queued does nothing."""
-    return apply_method(store, scope, job, "RevokeStart")
+    return apply_method(store, scope, job, "RevokeStart", settings=settings)
 
 
-def pause(store: Store, scope: str, job: str, comment: str | None = None) -> MethodResult:
+def pause(
+    store: Store,
+    scope: str,
+    job: str,
+    comment: str | None = None,
+    *,
+    settings: Settings | None = None,
+) -> MethodResult:
     """Pause: Running -> Interrupted/Suspended; the recipe is held in the same commit, and the
     hold commands of actions with Hold logic go out with it."""
-    return apply_method(store, scope, job, "Pause", comment=comment)
+    return apply_method(store, scope, job, "Pause", comment=comment, settings=settings)
 
 
-def resume(store: Store, scope: str, job: str, comment: str | None = None) -> MethodResult:
+def resume(
+    store: Store,
+    scope: str,
+    job: str,
+    comment: str | None = None,
+    *,
+    settings: Settings | None = None,
+) -> MethodResult:
     """Resume: Interrupted -> Running; the recipe is released in the same commit."""
-    return apply_method(store, scope, job, "Resume", comment=comment)
+    return apply_method(store, scope, job, "Resume", comment=comment, settings=settings)
 
 
-def stop(store: Store, scope: str, job: str, comment: str | None = None) -> MethodResult:
+def stop(
+    store: Store,
+    scope: str,
+    job: str,
+    comment: str | None = None,
+    *,
+    settings: Settings | None = None,
+) -> MethodResult:
     """Stop: Running or Interrupted -> Ended; the recipe is cancelled with reason stopped."""
-    return apply_method(store, scope, job, "Stop", comment=comment)
+    return apply_method(store, scope, job, "Stop", comment=comment, settings=settings)
 
 
-def abort(store: Store, scope: str, job: str, comment: str | None = None) -> MethodResult:
+def abort(
+    store: Store,
+    scope: str,
+    job: str,
+    comment: str | None = None,
+    *,
+    settings: Settings | None = None,
+) -> MethodResult:
     """Abort: -> Aborted; a running recipe is cancelled with reason aborted."""
-    return apply_method(store, scope, job, "Abort", comment=comment)
+    return apply_method(store, scope, job, "Abort", comment=comment, settings=settings)
 
 
 def update(
@@ -313,6 +356,7 @@ def update(
     description: str | None = None,
     work_master_id: str | None = None,
     dataschema: str = RECIPE_V1_1_0,
+    settings: Settings | None = None,
 ) -> MethodResult:
     """Update: replace the order of a job that has not started (NotAllowedToStart or
     AllowedToStart). A new recipe is built against the scope's capabilities first and
@@ -352,7 +396,7 @@ def update(
         if problem is not None:
             return MethodResult(ReturnStatus.INVALID_REQUEST, job, problem)
         call = MethodCall("Update", order=new, state=state)
-        status, message = Applier(store, Settings()).method(scope, job, call)
+        status, message = _applier(store, settings).method(scope, job, call)
         return MethodResult(status, job, message)
     return MethodResult(ReturnStatus.UNABLE_TO_ACCEPT, job, "the job kept changing")
 
@@ -584,14 +628,21 @@ def _remove(store: Store, scope: str, job: str, method: str) -> MethodResult:
 
 
 def redispatch(
-    store: Store, scope: str, job: str, action: str | None = None, force: bool = False
+    store: Store,
+    scope: str,
+    job: str,
+    action: str | None = None,
+    force: bool = False,
+    *,
+    settings: Settings | None = None,
 ) -> MethodResult:
     """Queue a `resume` entry: the core re-issues open work the host does not know as live
     (every open command id counts as live except the named action's; none without one).
 
     A push command sent again uses up an attempt (spec 02, SfcResume), so one on its last
     attempt times out at once, and the job faults: that is refused unless `force`. The
-    message says what each push sent again costs."""
+    message says what each push sent again costs; an action without MaxAttempts has the
+    scope's, else `settings`' (SFC_MAX_ATTEMPTS), as the worker that sends it."""
     refused = _checked(scope, job)
     if refused is not None:
         return refused
@@ -621,7 +672,7 @@ def redispatch(
     last: list[str] = []
     if graph is not None:
         state = state_decoder.decode(record.state)
-        default = ScopeConfig.of(store.scope_settings(scope), Settings()).max_attempts
+        default = ScopeConfig.of(store.scope_settings(scope), settings or Settings()).max_attempts
         for name, rec in sorted(state.actions.items()):
             if (action is not None and name != action) or rec.status != "open":
                 continue

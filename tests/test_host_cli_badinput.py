@@ -64,6 +64,31 @@ def test_every_method_refuses_a_bad_or_unknown_id_and_writes_nothing(
 
 
 @pytest.mark.parametrize(
+    "args",
+    [
+        ["job", "start", "j"],
+        ["job", "pause", "j", "--comment", "c"],
+        ["job", "update", "j", "--priority", "3"],
+        ["job", "redispatch", "j"],
+        ["mcp", "--allow-control"],
+    ],
+)
+def test_a_command_that_applies_a_method_refuses_a_bad_sfc_setting_and_writes_nothing(
+    stored: tuple[Host, str], valkey_url: str, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    """A method commits with the SFC_* settings, as a worker would; a bad one is named,
+    exit 2, as `sfc serve` and `sfc run` name it (the methods used the defaults)."""
+    host, scope = stored
+    before = _written(host.client(), scope)
+    monkeypatch.setenv("SFC_EXPIRY_GRACE", "soon")
+    scoped = [] if args[0] == "mcp" else ["--scope", scope]
+    proc = sfc(*args, *scoped, "--redis", valkey_url)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "SFC_EXPIRY_GRACE='soon' is not a duration" in proc.stderr
+    assert _written(host.client(), scope) == before
+
+
+@pytest.mark.parametrize(
     ("args", "message"),
     [
         (["respond", "j", "a1", "x" * 257], "refused, nothing written"),

@@ -194,6 +194,52 @@ def test_the_tightening_example_paused_and_resumed_with_equipment_hold(host: Hos
     assert [c.text for c in order.comments] == ["operator break"]
 
 
+def test_a_method_from_the_cli_or_mcp_commits_with_the_sfc_settings(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sfc job pause` and the MCP tool send the hold command with SFC_EXPIRY_GRACE, and
+    trim the history at SFC_HISTORY_LIMIT, as a worker would: they used the defaults."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from cli.mcptools import build_server
+    from host.settings import Settings
+    from tests.test_mcp import _ok, _run
+
+    scope = host.scope("cliset")
+    jobs_ = [host.submit(scope, TIGHTENING, job_id=j).job for j in ("c", "m")]
+    worker = host.worker([scope])
+    responder = host.responder(scope, _tightening_equipment)
+    pushed = {("push", f"{j}:tighten#2") for j in jobs_}
+    host.run([worker], [responder], lambda: pushed <= set(_sent(host, scope)))
+
+    def hold_of(job: str) -> Any:
+        (hold,) = [d for _, k, d in host.equipment(scope) if k == "hold" and d.job == job]
+        return hold
+
+    monkeypatch.setenv("SFC_EXPIRY_GRACE", "3s")
+    monkeypatch.setenv("SFC_HISTORY_LIMIT", "1")
+    r = CliRunner().invoke(app, ["job", "pause", "c", "--scope", scope, "--redis", host.url])
+    assert r.exit_code == 0, r.output
+    hold = hold_of("c")
+    assert hold.expires_at == hold.deadline - 3000  # the default grace is 2000
+    assert host.client().xlen(keys.history(scope, "c")) == 1  # the default limit is 1000
+
+    server, conn = build_server(host.url, True, Settings(expiry_grace=4000, history_limit=2))
+    assert conn is not None
+
+    async def body(c: Any) -> None:
+        _ok(await c.call_tool("sfc_pause", {"job": "m", "scope": scope}))
+
+    try:
+        _run(server, body)
+    finally:
+        conn.close()
+    hold = hold_of("m")
+    assert hold.expires_at == hold.deadline - 4000
+    assert host.client().xlen(keys.history(scope, "m")) == 2
+
+
 def test_a_pause_of_a_recipe_without_hold_logic_records_the_answer_and_routes_it_on_resume(
     host: Host,
 ) -> None:
