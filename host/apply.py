@@ -8,7 +8,7 @@
 This is the one apply path; workers use it for batches of work entries. A conflict (another
 instance committed the job first) loads again and evolves again, in this process, and never
 counts as a delivery. `gone` means another consumer took the entries over: the result is
-dropped, since that consumer applies them.
+dropped, since that consumer applies them (`Outcome.given_up` says which, for the log).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from generated.state_v1_4 import SfcState
 from generated.step_result_v1_0 import Defer
 from generated.work_entry_v1_0 import AnswerData, EventData, ResumeData, StartData, TickData
 from host import joborder, waits
-from host.entries import Entry, encode
+from host.entries import Entry, encode, job_of
 from host.outbox import outgoing
 from host.settings import Settings
 from host.store import Commit, CommitStream, JobRecord, Loaded, ReadAhead, Store
@@ -169,6 +169,9 @@ class Outcome:
     batch's load (both the server's clock)."""
     ends: list[JobEnd] = field(default_factory=list)
     """Jobs whose order ended in this batch (the recipe completed or faulted)."""
+    given_up: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    """(job, entry ids) of each commit or ack that returned gone: the entries another
+    consumer took over, whose result was dropped (the job is "" for an event no job took)."""
 
     def add(self, other: Outcome) -> None:
         self.applied += other.applied
@@ -194,6 +197,8 @@ class Outcome:
             self.answer_waits += other.answer_waits
         if other.ends:
             self.ends += other.ends
+        if other.given_up:
+            self.given_up += other.given_up
 
 
 @dataclass(frozen=True, slots=True)
@@ -838,6 +843,7 @@ class Applier:
                     return self._ack_event(scope, entry, tally, EVENTS_DUPLICATE)
                 if result == "gone":
                     tally.gone += 1
+                    tally.given_up.append((job, (entry.id,)))
                     return "gone"
                 if result == "missing":
                     break
@@ -847,6 +853,7 @@ class Applier:
     def _ack_event(self, scope: str, entry: Entry, tally: Outcome, counter: str) -> str:
         if self.store.ack(scope, [entry.id], counter) == "gone":
             tally.gone += 1
+            tally.given_up.append(("", (entry.id,)))
             return "gone"
         if counter == EVENTS_DUPLICATE:
             tally.duplicates += 1
@@ -965,6 +972,11 @@ class Applier:
                     ids = [i for i in ids if self.store.ack(scope, [i], counter) == "gone"]
                 taken.update(ids)
         tally.gone += len(taken)
+        by_job: dict[str, list[str]] = {}
+        for e in missing:
+            if e.id in taken:
+                by_job.setdefault(job_of(e) or "", []).append(e.id)
+        tally.given_up += [(job, tuple(ids)) for job, ids in by_job.items()]
         for e in missing:
             if e.id not in taken:
                 tally.dropped += 1
@@ -988,6 +1000,7 @@ class Applier:
                 again[c.job] = jobs[c.job]
             elif result == "gone":
                 tally.gone += len(c.acks)
+                tally.given_up.append((c.job, tuple(c.acks)))
             elif result == "missing":
                 again[c.job] = jobs[c.job]
             elif isinstance(result, Exception):  # not acked: the entries stay pending

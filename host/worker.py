@@ -494,6 +494,8 @@ class Worker:
                 why,
                 extra={"scope": scope, "entry": entry_id, "reason": why},
             )
+        if outcome.given_up:
+            self._given_up(scope, outcome.given_up)
         for end in outcome.ends:
             level = logging.DEBUG if end.ended_by == "completed" else logging.WARNING
             log.log(
@@ -517,6 +519,40 @@ class Worker:
             )
         if self.metrics is not None:
             self.metrics.batch(scope, outcome, seconds, entries)
+
+    def _given_up(self, scope: str, given_up: Sequence[tuple[str, tuple[str, ...]]]) -> None:
+        """One line for a batch's commits (and acks) that returned gone: which entries of
+        which jobs this worker gave up, and why (the 3 a.m. question: its work was done
+        twice, or not at all? Neither: the consumer that took them applies them)."""
+        by_job: dict[str, list[str]] = {}
+        for job, ids in given_up:
+            by_job.setdefault(job, []).extend(ids)
+        said = [
+            f"{f'job {job}' if job else 'events no job took'}: {', '.join(ids[:10])}"
+            + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+            for job, ids in list(by_job.items())[:10]
+        ]
+        if len(by_job) > 10:
+            said.append(f"and {len(by_job) - 10} more jobs")
+        entries = sum(len(ids) for ids in by_job.values())
+        first_job, first_ids = next(iter(by_job.items()))
+        log.warning(
+            "scope %s: gave up %d %s that another consumer took over (this worker held them "
+            "past SFC_AUTOCLAIM_IDLE, %d ms: slow or stalled); that consumer applies them, "
+            "and this worker's result was dropped: %s",
+            scope,
+            entries,
+            "entry" if entries == 1 else "entries",
+            self.settings.autoclaim_idle,
+            "; ".join(said),
+            extra={
+                "scope": scope,
+                "job": first_job or None,
+                "entry": first_ids[0],
+                "disposition": "gone",
+                "reason": "taken over by another consumer",
+            },
+        )
 
     def _bury(
         self,

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
+
+import pytest
 
 from generated.state_v1_4 import SfcState
 from generated.work_entry_v1_0 import TickData
@@ -158,6 +161,48 @@ def test_a_stalled_worker_whose_entry_was_claimed_gets_gone_and_the_effect_happe
     assert _state(host, scope, job).actions["a1"].deadline == deadline + 5000
     history = host.store().history(scope, job)
     assert [decode_history(f).detail for _, f in history].count("outage of 5000 ms") == 1
+
+
+def test_a_batch_whose_commits_were_taken_over_says_which_entries_of_which_jobs_once(
+    host: Host, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A commit that returns gone drops this worker's result: the log says which entries of
+    which jobs, and why, in one line for the batch (it was a counter only)."""
+    caplog.set_level(logging.WARNING, logger="sfc.host")
+    scope = host.scope("gonelog")
+    jobs = [host.submit(scope, linear_recipe(1, timeout_s=60), job_id=j).job for j in "pq"]
+    a, b = host.worker([scope]), host.worker([scope])
+    host.run(
+        [a], [], lambda: all(_state(host, scope, j).status == "running" for j in jobs), sweep=False
+    )
+    ticks = {j: host.store().add_work(scope, fields("tick", TickData(job=j))) for j in jobs}
+    last = max(ticks.values())
+
+    def stall(commits: list[Commit]) -> None:
+        a.applier.before_commit = None
+        r = host.client()
+        wait_for(
+            lambda: (
+                r.xpending_range(keys.work(scope), keys.GROUP, last, last, 1)[0][
+                    "time_since_delivered"
+                ]
+                > FAST.autoclaim_idle
+            ),
+            what="the entries to be idle",
+        )
+        b.claim_once()
+
+    a.applier.before_commit = stall
+    outcome = a.read_once(block_ms=100)
+    assert outcome.gone == 2 and outcome.applied == 0
+    said = [x for x in caplog.records if "gave up" in x.getMessage()]
+    assert len(said) == 1, caplog.text
+    assert (
+        said[0]
+        .getMessage()
+        .startswith(f"scope {scope}: gave up 2 entries that another consumer took over")
+    )
+    assert said[0].getMessage().endswith(f": job p: {ticks['p']}; job q: {ticks['q']}")
 
 
 def test_a_job_id_stored_again_after_clear_never_reuses_a_command_id(host: Host) -> None:
