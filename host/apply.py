@@ -58,6 +58,10 @@ COMMIT_CHUNK = 20
 worker evaluates the next jobs (Store.commit_stream)."""
 
 # Counters in sfc:scope:{S}, kept by whoever drops an entry, so any process can report them.
+METHODS_APPLIED = "methodsApplied:"
+"""Then the method's name (`methodsApplied:Pause`): counted in the method's commit."""
+METHODS_REFUSED = "methodsRefused:"
+"""Then the method's name: the order's state did not allow it (ReturnStatus 8)."""
 ANSWERS_DROPPED = "answersDropped"
 ENTRIES_DROPPED = "entriesDropped"
 EVENTS_UNMATCHED = "eventsUnmatched"
@@ -229,7 +233,7 @@ class MethodCall:
 
 
 class MethodRefused(Exception):
-    """A method not allowed for the order as loaded; nothing is written."""
+    """A method not allowed for the order as loaded; nothing is written but its count."""
 
     def __init__(self, status: joborder.ReturnStatus, message: str) -> None:
         super().__init__(message)
@@ -657,7 +661,12 @@ class Applier:
 
     def method(self, scope: str, job: str, call: MethodCall) -> tuple[joborder.ReturnStatus, str]:
         """Apply a job-control method as one commit, at the server's time; a conflict loads
-        again. Returns the ReturnStatus and the order's new state path (or why not)."""
+        again. Returns the ReturnStatus and the order's new state path (or why not).
+
+        The method is counted by name in the scope's hash, where `sfc serve`'s metrics read
+        it whichever process applied it: applied (in its commit), or refused because the
+        order's state does not allow it (a bad id or an unknown job is the caller's typing,
+        and writes nothing)."""
         for attempt in range(CONFLICT_RETRIES):
             if attempt:
                 self.conflicts += 1
@@ -673,7 +682,10 @@ class Applier:
                     scope, job, record, [entry], now, config, Outcome()
                 )
             except MethodRefused as e:
+                if e.status == joborder.ReturnStatus.INVALID_JOB_ORDER_STATUS:
+                    self.store.count(scope, METHODS_REFUSED + call.method)
                 return e.status, e.message
+            commit.counter = METHODS_APPLIED + call.method
             result = self.store.commits([commit])[0]
             if result == "ok":
                 return joborder.ReturnStatus.OK, joborder.path_text(decode_order(commit.order))

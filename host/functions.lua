@@ -49,8 +49,11 @@ end
 --       job id, history maxlen,
 --       n_ack, ids..., n_cmd, (kind, data)..., n_hist, (kind, data)...,
 --       seen field ('' none), seen ttl ms,
---       n_waits, (key index, 'add'|'nx'|'rem', member, score)..., n_work, (kind, data)...
--- The last are work entries to queue (a job-control method's `start`).
+--       n_waits, (key index, 'add'|'nx'|'rem', member, score)..., n_work, (kind, data)...,
+--       counter field ('' or absent: none)
+-- The work entries are queued (a job-control method's `start`). A counter (a job-control
+-- method's, `methodsApplied:Pause`) is counted in the scope's hash, then the last KEY, in
+-- the same commit: the count is exact, whichever process applied the method.
 -- Returns ok, conflict (the version moved), gone (an entry to ack is no longer pending for
 -- this consumer: another took it over), missing (the job is not stored) or duplicate (the
 -- event's source/id was already taken).
@@ -86,6 +89,7 @@ local function commit(keys, args)
   i = i + 4 * n_waits + 1
   local n_work = tonumber(args[i] or '0')
   local work_at = i + 1
+  local counter = args[work_at + 2 * n_work] or ''
 
   -- the writes
   redis.call('HSET', job, 'state', args[2], 'order', args[3],
@@ -117,6 +121,7 @@ local function commit(keys, args)
     redis.call('HSET', seen, seen_field, job_id)
     redis.call('HPEXPIRE', seen, seen_ttl, 'FIELDS', 1, seen_field)
   end
+  if counter ~= '' then redis.call('HINCRBY', keys[#keys], counter, 1) end
   if n_ack > 0 then
     redis.call('XACK', work, group, unpack(acks))
     redis.call('XDEL', work, unpack(acks))

@@ -8,7 +8,8 @@ from the server, and the endpoint `sfc serve --metrics-port` runs.
   sums every worker, also workers that have exited.
 - `ScopeCollector` reads, at scrape time, what the server knows whoever wrote it: the stream
   lengths, the entries pending, the active and due jobs, and the counters that whoever drops
-  something keeps in `sfc:scope:{S}` (`eventsUnmatched` ...), one pipeline per scope.
+  something, or applies a job-control method, keeps in `sfc:scope:{S}` (`eventsUnmatched`,
+  `methodsApplied:Pause` ...), one pipeline per scope.
 - `MetricsServer` serves `/metrics` from the serving process (not a worker).
 
 Every metric carries the scope as a label, except the histograms and the reconnects.
@@ -26,7 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
-from host.apply import Outcome
+from host.apply import METHODS_APPLIED, METHODS_REFUSED, Outcome
 from host.store import Store
 
 log = logging.getLogger("sfc.host.metrics")
@@ -256,6 +257,24 @@ class ScopeCollector(Collector):
             for s, v in values.items():
                 c.add_metric([s], v.get(key, 0))
             yield c
+        yield _methods(values)
+
+
+def _methods(values: dict[str, dict[str, int]]) -> Metric:
+    """The job-control methods counted in each scope's hash (`methodsApplied:Pause`), by
+    name and result, whichever process applied them (`sfc job`, `sfc mcp`, a program)."""
+    c = CounterMetricFamily(
+        "sfc_scope_methods",
+        "Job-control methods by name: applied, or refused because the order's state does "
+        "not allow them (sfc:scope).",
+        labels=["scope", "method", "result"],
+    )
+    for s, v in values.items():
+        for key, n in sorted(v.items()):
+            for prefix, result in ((METHODS_APPLIED, "applied"), (METHODS_REFUSED, "refused")):
+                if key.startswith(prefix):
+                    c.add_metric([s, key.removeprefix(prefix), result], n)
+    return c
 
 
 class MetricsServer:

@@ -91,6 +91,9 @@ class Commit:
     """(type id, 'add' | 'nx' | 'rem', member, score): changes of the waits index."""
     work: list[tuple[str, bytes]] = field(default_factory=list)
     """Work entries to queue in the same commit (kind, data)."""
+    counter: str = ""
+    """A counter of the scope's hash to count in the same commit (a job-control method's:
+    `methodsApplied:Pause`); "" none."""
 
 
 Row = tuple[str, str, dict[bytes, bytes]]
@@ -910,6 +913,9 @@ class Store:
         args.append(len(c.work))
         for kind, data in c.work:
             args += [kind, data]
+        if c.counter:
+            ks.append(keys.settings(s))  # the last KEY
+            args.append(c.counter)
         return "sfc1_commit", ks, args
 
     def ack(
@@ -925,6 +931,11 @@ class Store:
                 [keys.GROUP, who, counter, *ids],
             )
         )
+
+    def count(self, scope: str, counter: str) -> None:
+        """Count one in the scope's hash `sfc:scope:{S}`, where any process reads it (a
+        job-control method refused: `methodsRefused:Pause`)."""
+        self.client(scope).hincrby(keys.settings(scope), counter, 1)
 
     def repair(
         self,

@@ -27,7 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from host import joborder, keys
 from host.apply import decode_order
 from host.equipment import Answer, Responder, publish_event, respond
-from host.jobs import submit
+from host.joborder import ReturnStatus
+from host.jobs import abort, pause, submit
 from host.logs import JsonFormatter
 from host.store import Store
 from tests.clikit import Background, cli_env, processes
@@ -114,6 +115,12 @@ def run(valkey_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[R
                 )
 
             wait_for(ended, timeout=40, what="every job to end")
+            # methods applied by this process, not serve's: counted in the server
+            held = submit(store, scope, recipe, job_id="held", start=False).job
+            assert abort(store, scope, held).ok
+            assert abort(store, scope, held).status == ReturnStatus.INVALID_JOB_ORDER_STATUS
+            assert pause(store, scope, held).status == ReturnStatus.INVALID_JOB_ORDER_STATUS
+            assert pause(store, scope, "nobody").status == ReturnStatus.UNKNOWN_JOB_ORDER_ID
             expected = _expected()
 
             def counted() -> bool:
@@ -132,7 +139,8 @@ def run(valkey_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[R
 def _expected() -> list[tuple[tuple[str, frozenset[tuple[str, str]]], float]]:
     """What happened, as counters: every job started; each good job answered STEPS times,
     the faulty one once; the answer for no job dropped; STEPS pushes for each good job and
-    one for the faulty one; one malformed entry dead."""
+    one for the faulty one; one malformed entry dead; a stored job aborted, then refused an
+    Abort and a Pause (a Pause of an unknown job is not counted)."""
 
     def e(
         name: str, v: float, **labels: str
@@ -147,6 +155,9 @@ def _expected() -> list[tuple[tuple[str, frozenset[tuple[str, str]]], float]]:
         e("sfc_jobs_ended_total", JOBS, ended_by="completed"),
         e("sfc_jobs_ended_total", 1, ended_by="faulted"),
         e("sfc_dead_entries_total", 1, reason="malformed"),
+        e("sfc_scope_methods_total", 1, method="Abort", result="applied"),
+        e("sfc_scope_methods_total", 1, method="Abort", result="refused"),
+        e("sfc_scope_methods_total", 1, method="Pause", result="refused"),
     ]
 
 
@@ -171,6 +182,12 @@ def test_the_counters_equal_what_happened(run: Run) -> None:
         if n == "sfc_commands_total" and dict(lb).get("scope") == scope
     }
     assert commands == {"push": JOBS * STEPS + 1}
+    methods = {
+        (dict(lb)["method"], dict(lb)["result"]): v
+        for (n, lb), v in got.items()
+        if n == "sfc_scope_methods_total" and dict(lb).get("scope") == scope
+    }
+    assert methods == {("Abort", "applied"): 1, ("Abort", "refused"): 1, ("Pause", "refused"): 1}
     assert value(got, "sfc_dead_entries_total", scope=scope, reason="deliveries") == 0
     assert value(got, "sfc_outages_total", scope=scope) == 0
     assert value(got, "sfc_commit_gone_total", scope=scope) == 0
@@ -185,7 +202,7 @@ def test_the_counters_equal_what_happened(run: Run) -> None:
     assert value(got, "sfc_scope_events_unmatched_total", scope=scope) == 1
     assert value(got, "sfc_scope_answers_dropped_total", scope=scope) == 1
     assert value(got, "sfc_dead_stream_entries", scope=scope) == 1
-    assert value(got, "sfc_job_orders", scope=scope) == JOBS + 1
+    assert value(got, "sfc_job_orders", scope=scope) == JOBS + 2  # and the held one
     assert value(got, "sfc_active_jobs", scope=scope) == 0
     assert value(got, "sfc_due_jobs", scope=scope) == 0
     assert value(got, "sfc_work_pending", scope=scope) == 0
