@@ -271,13 +271,14 @@ def apply_method(
 
 def _applier(store: Store, settings: Settings | None) -> Applier:
     """The apply path with the process's settings (the `SFC_*` variables, read by the
-    caller; the defaults without them), as the workers apply with theirs: the expiry grace
-    and default attempts of the commands a method sends, and the history limit of its
-    commit."""
-    s = settings or Settings()
-    store.history_limit = s.history_limit
-    store.dedupe_ttl_ms = s.event_dedupe_ttl
-    return Applier(store, s)
+    caller), as the workers apply with theirs: the expiry grace and default attempts of the
+    commands a method sends, and the history limit of its commit. Without them, the
+    defaults, and the store's own history limit."""
+    if settings is None:
+        return Applier(store, Settings())
+    store.history_limit = settings.history_limit
+    store.dedupe_ttl_ms = settings.event_dedupe_ttl
+    return Applier(store, settings)
 
 
 METHODS = ("Start", "RevokeStart", "Pause", "Resume", "Stop", "Abort")
