@@ -110,7 +110,7 @@ def run(
                 started = time.monotonic()
                 ids = []
                 for i in range(1, jobs_ + 1):
-                    result = jobs.submit(store, scope, text, job_id=f"job-{i}")
+                    result = jobs.submit(store, scope, text, job_id=f"job-{i}", settings=settings)
                     if not result.ok:
                         fail(result.words(), 1)
                     ids.append(result.job)

@@ -77,26 +77,39 @@ def new_job_id(now_ms: int) -> str:
 
 
 def _build_for_scope(
-    store: Store, scope: str, recipe: bytes, dataschema: str, shown: str
+    store: Store,
+    scope: str,
+    recipe: bytes,
+    dataschema: str,
+    shown: str,
+    settings: Settings | None = None,
 ) -> Graph | MethodResult:
     """The recipe's graph, built against the scope's capabilities (`sfc:scope:{S}`); or
-    ReturnStatus 16 with the build errors."""
+    ReturnStatus 16 with the build errors. A scope whose hash does not say whether its
+    equipment can hold its work (`equipmentHold`) follows the process's
+    `SFC_EQUIPMENT_HOLD` (`settings`), as `maxAttempts` follows `SFC_MAX_ATTEMPTS`."""
     if len(recipe) > RECIPE_LIMIT:
         return MethodResult(
             ReturnStatus.UNABLE_TO_ACCEPT,
             shown,
             f"the recipe has {len(recipe)} bytes; at most {RECIPE_LIMIT} are accepted",
         )
-    settings = store.scope_settings(scope)
+    values = store.scope_settings(scope)
     caps = None
-    if "capabilities" in settings:
+    if "capabilities" in values:
         try:
-            caps = capabilities_decoder.decode(settings["capabilities"].encode())
+            caps = capabilities_decoder.decode(values["capabilities"].encode())
         except (msgspec.DecodeError, RecursionError) as e:  # the operator's to fix
             return MethodResult(
                 ReturnStatus.UNABLE_TO_ACCEPT, shown, f"the scope's capabilities do not decode: {e}"
             )
-    if settings.get("equipmentHold") == "false":
+    default_hold = "true" if (settings or Settings()).equipment_hold else "false"
+    if values.get("equipmentHold", default_hold) == "false":
+        why_no_hold = (
+            "equipmentHold is false"
+            if "equipmentHold" in values
+            else "SFC_EQUIPMENT_HOLD is false, and the scope's equipmentHold is not set"
+        )
         # the scope's equipment cannot hold its work: a recipe with hold logic is refused
         features = Features(equipment_hold=False)
         if caps is None:
@@ -112,7 +125,7 @@ def _build_for_scope(
                     shown,
                     f"the recipe does not build for scope {scope}: SFC015: action "
                     f"{holds[0]!r} declares hold and restart, but the scope's equipment "
-                    "cannot hold its work (equipmentHold is false)",
+                    f"cannot hold its work ({why_no_hold})",
                 )
         else:
             old = caps.features
@@ -158,6 +171,7 @@ def submit(
     priority: int = 0,
     description: str | None = None,
     dataschema: str = RECIPE_V1_1_0,
+    settings: Settings | None = None,
 ) -> MethodResult:
     """Store (start=False) or StoreAndStart one job order of `recipe` in `scope`.
 
@@ -175,7 +189,7 @@ def submit(
         return MethodResult(ReturnStatus.INVALID_REQUEST, shown, str(e))
     if not 0 <= priority <= 1_000_000:
         return MethodResult(ReturnStatus.INVALID_REQUEST, shown, "priority must be 0 to 1000000")
-    built = _build_for_scope(store, scope, recipe, dataschema, shown)
+    built = _build_for_scope(store, scope, recipe, dataschema, shown, settings)
     if isinstance(built, MethodResult):
         return built
     graph = built
@@ -369,7 +383,7 @@ def update(
         return MethodResult(ReturnStatus.INVALID_REQUEST, job, "priority must be 0 to 1000000")
     graph = None
     if recipe is not None:
-        built = _build_for_scope(store, scope, recipe, dataschema, job)
+        built = _build_for_scope(store, scope, recipe, dataschema, job, settings)
         if isinstance(built, MethodResult):
             return built
         graph = built

@@ -371,6 +371,39 @@ def test_usage_errors_exit_2_before_anything_starts(tmp_path: Path) -> None:
 # -- job orders on a scope no worker serves (the session's server, by URL)
 
 
+def test_a_scope_that_does_not_say_follows_sfc_equipment_hold(
+    valkey_url: str, tmp_path: Path
+) -> None:
+    """SFC_EQUIPMENT_HOLD was parsed and never read: a scope whose hash has no
+    equipmentHold took hold logic whatever the process said. It is the default where the
+    scope does not say, as SFC_MAX_ATTEMPTS is; a scope's own value wins."""
+    silent, told = new_scope("hold-env"), new_scope("hold-told")
+    assert sfc("setup", "--redis", valkey_url, "--scope", silent, cwd=tmp_path).code == 0
+    r = sfc("setup", "--redis", valkey_url, "--scope", told, "--equipment-hold", cwd=tmp_path)
+    assert r.code == 0, r
+    off = {**cli_env(), "SFC_EQUIPMENT_HOLD": "false"}
+    refused, taken, default, bad = sfc_all(
+        [
+            ["job", "submit", TIGHTENING, "--json", "--redis", valkey_url, "--scope", silent],
+            ["job", "submit", TIGHTENING, "--json", "--redis", valkey_url, "--scope", told],
+            ["job", "submit", TIGHTENING, "--json", "--redis", valkey_url, "--scope", silent],
+            ["job", "submit", TIGHTENING, "--redis", valkey_url, "--scope", silent],
+        ],
+        cwd=tmp_path,
+        envs=[off, off, None, {**cli_env(), "SFC_EQUIPMENT_HOLD": "maybe"}],
+    )
+    assert refused.code == 1, refused
+    (why,) = check(refused.json(), SUBMIT)["refused"]
+    assert why["status"] == 16 and "SFC015" in why["message"], why
+    assert "SFC_EQUIPMENT_HOLD is false" in why["message"], why
+    assert taken.code == 0 and len(taken.json()["jobs"]) == 1, taken  # the scope says true
+    assert default.code == 0 and len(default.json()["jobs"]) == 1, default
+    # a bad value is named, and nothing is stored
+    assert bad.code == 2 and "SFC_EQUIPMENT_HOLD" in bad.err, bad
+    listed = sfc("job", "list", "--json", "--redis", valkey_url, "--scope", silent, cwd=tmp_path)
+    assert [j["job"] for j in listed.json()["jobs"]] == default.json()["jobs"], listed
+
+
 def test_job_orders_without_a_worker(valkey_url: str, tmp_path: Path) -> None:
     scope = new_scope("orders")
     at = ["--redis", valkey_url, "--scope", scope]
