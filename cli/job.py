@@ -108,7 +108,6 @@ def submit(
         ids = [job_id]
     else:
         ids = [f"{job_id}-{i}" for i in range(1, count + 1)] if job_id else [None] * count
-    settings = process_settings()  # SFC_EQUIPMENT_HOLD, where the scope does not say
     store = open_store(redis, data_dir)
     results = []
     interrupted = False
@@ -124,7 +123,6 @@ def submit(
                     start=not store_only,
                     work_master_id=work_master,
                     priority=priority,
-                    settings=settings,
                 )
                 results.append(r)
                 if not r.ok:

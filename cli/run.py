@@ -25,9 +25,9 @@ from cli.main import app
 from host import joborder, jobs, keys
 from host.apply import decode_order
 from host.scripted import ScriptedEquipment
-from host.serve import Serving, connect, setup_scope
+from host.serve import Serving, connect, scope_values, setup_scope
 from host.server import ServerError
-from host.settings import SettingsError, from_environment
+from host.settings import SettingsError, from_environment, scope_defaults
 from host.store import Store
 from sfc.builder import build
 
@@ -75,8 +75,10 @@ def run(
     parsed = read_host_script(script)
     try:
         settings = from_environment()  # the SFC_* settings, as `sfc serve` reads them
+        attempts, hold = scope_defaults()
     except SettingsError as e:
         fail(str(e), 2)
+    scope_settings = scope_values(max_attempts=attempts, equipment_hold=hold)
     scope = f"run-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     with tempfile.TemporaryDirectory(prefix="sfc-run-") as tmp:
         serving = Serving(
@@ -96,7 +98,9 @@ def run(
                 except ServerError as e:
                     fail(str(e), 2)
                 store = connect(url)
-                setup_scope(store, scope, {})
+                # SFC_MAX_ATTEMPTS and SFC_EQUIPMENT_HOLD are scope settings: stored in the
+                # run's scope, as `sfc serve --scope` stores them
+                setup_scope(store, scope, scope_settings)
                 serving.start_workers()
                 _workers_serve(store, scope, workers, time.monotonic() + timeout, serving)
                 equipment = ScriptedEquipment(
@@ -110,7 +114,7 @@ def run(
                 started = time.monotonic()
                 ids = []
                 for i in range(1, jobs_ + 1):
-                    result = jobs.submit(store, scope, text, job_id=f"job-{i}", settings=settings)
+                    result = jobs.submit(store, scope, text, job_id=f"job-{i}")
                     if not result.ok:
                         fail(result.words(), 1)
                     ids.append(result.job)

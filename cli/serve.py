@@ -24,7 +24,7 @@ from cli.main import app
 from host import logs
 from host.serve import CrashLoop, Serving, connect, resolve_url, scope_values, setup_scope
 from host.server import ServerError
-from host.settings import SettingsError, from_environment
+from host.settings import SettingsError, from_environment, scope_defaults
 from host.store import redacted
 
 log = logging.getLogger("sfc.serve")
@@ -81,14 +81,31 @@ def _setting(name: str, help: str) -> Any:
 
 
 def _scope_values(
-    capabilities: Path | None, max_attempts: int | None, equipment_hold: bool | None
+    capabilities: Path | None,
+    max_attempts: int | None,
+    equipment_hold: bool | None,
+    environment: bool = True,
 ) -> dict[str, str]:
+    """The scope settings the options give; with `environment`, `SFC_MAX_ATTEMPTS` and
+    `SFC_EQUIPMENT_HOLD` too, where their option is not given (they are scope settings:
+    stored in the scope's settings, docs/host.md, Settings)."""
     caps = None if capabilities is None else read(capabilities, "capabilities")
+    if environment:
+        attempts, hold = _scope_environment()
+        max_attempts = attempts if max_attempts is None else max_attempts
+        equipment_hold = hold if equipment_hold is None else equipment_hold
     try:
         return scope_values(
             capabilities=caps, max_attempts=max_attempts, equipment_hold=equipment_hold
         )
     except ValueError as e:
+        fail(str(e), 2)
+
+
+def _scope_environment() -> tuple[int | None, bool | None]:
+    try:
+        return scope_defaults()
+    except SettingsError as e:
         fail(str(e), 2)
 
 
@@ -226,9 +243,17 @@ def serve(
             settings = from_environment(overrides=overrides)
         except SettingsError as e:
             fail(str(e), 2)
-        values = _scope_values(capabilities, max_attempts, equipment_hold)
+        # without --scope the variables are not stored: every registered scope is served,
+        # and a default must not overwrite what each has stored
+        values = _scope_values(capabilities, max_attempts, equipment_hold, bool(scope))
         for s in scope or []:
             check_scope(s)
+        if not scope and _scope_environment()[1] is not None:
+            _say(
+                "sfc serve: SFC_EQUIPMENT_HOLD is a scope setting, stored by `sfc serve "
+                "--scope S` or `sfc setup --scope S`; without --scope it is not applied",
+                chosen_format,
+            )
         chosen: Literal["everysec", "always"] = "always" if fsync == "always" else "everysec"
         serving = Serving(
             redis_url=redis or None,

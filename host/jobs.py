@@ -29,7 +29,7 @@ from host.apply import unreadable as why_unreadable
 from host.entries import EntryError, decode_history, encode, fields, job_named
 from host.joborder import ReturnStatus
 from host.outbox import command_number
-from host.settings import Settings
+from host.settings import HISTORY_LIMIT_MAX, Settings
 from host.store import JobRecord, Store
 from sfc.builder import RECIPE_V1_1_0, BuildError, build
 from sfc.codec import capabilities_decoder, state_decoder
@@ -77,39 +77,26 @@ def new_job_id(now_ms: int) -> str:
 
 
 def _build_for_scope(
-    store: Store,
-    scope: str,
-    recipe: bytes,
-    dataschema: str,
-    shown: str,
-    settings: Settings | None = None,
+    store: Store, scope: str, recipe: bytes, dataschema: str, shown: str
 ) -> Graph | MethodResult:
     """The recipe's graph, built against the scope's capabilities (`sfc:scope:{S}`); or
-    ReturnStatus 16 with the build errors. A scope whose hash does not say whether its
-    equipment can hold its work (`equipmentHold`) follows the process's
-    `SFC_EQUIPMENT_HOLD` (`settings`), as `maxAttempts` follows `SFC_MAX_ATTEMPTS`."""
+    ReturnStatus 16 with the build errors."""
     if len(recipe) > RECIPE_LIMIT:
         return MethodResult(
             ReturnStatus.UNABLE_TO_ACCEPT,
             shown,
             f"the recipe has {len(recipe)} bytes; at most {RECIPE_LIMIT} are accepted",
         )
-    values = store.scope_settings(scope)
+    settings = store.scope_settings(scope)
     caps = None
-    if "capabilities" in values:
+    if "capabilities" in settings:
         try:
-            caps = capabilities_decoder.decode(values["capabilities"].encode())
+            caps = capabilities_decoder.decode(settings["capabilities"].encode())
         except (msgspec.DecodeError, RecursionError) as e:  # the operator's to fix
             return MethodResult(
                 ReturnStatus.UNABLE_TO_ACCEPT, shown, f"the scope's capabilities do not decode: {e}"
             )
-    default_hold = "true" if (settings or Settings()).equipment_hold else "false"
-    if values.get("equipmentHold", default_hold) == "false":
-        why_no_hold = (
-            "equipmentHold is false"
-            if "equipmentHold" in values
-            else "SFC_EQUIPMENT_HOLD is false, and the scope's equipmentHold is not set"
-        )
+    if settings.get("equipmentHold") == "false":
         # the scope's equipment cannot hold its work: a recipe with hold logic is refused
         features = Features(equipment_hold=False)
         if caps is None:
@@ -125,7 +112,7 @@ def _build_for_scope(
                     shown,
                     f"the recipe does not build for scope {scope}: SFC015: action "
                     f"{holds[0]!r} declares hold and restart, but the scope's equipment "
-                    f"cannot hold its work ({why_no_hold})",
+                    "cannot hold its work (equipmentHold is false)",
                 )
         else:
             old = caps.features
@@ -171,7 +158,6 @@ def submit(
     priority: int = 0,
     description: str | None = None,
     dataschema: str = RECIPE_V1_1_0,
-    settings: Settings | None = None,
 ) -> MethodResult:
     """Store (start=False) or StoreAndStart one job order of `recipe` in `scope`.
 
@@ -189,7 +175,7 @@ def submit(
         return MethodResult(ReturnStatus.INVALID_REQUEST, shown, str(e))
     if not 0 <= priority <= 1_000_000:
         return MethodResult(ReturnStatus.INVALID_REQUEST, shown, "priority must be 0 to 1000000")
-    built = _build_for_scope(store, scope, recipe, dataschema, shown, settings)
+    built = _build_for_scope(store, scope, recipe, dataschema, shown)
     if isinstance(built, MethodResult):
         return built
     graph = built
@@ -286,11 +272,14 @@ def apply_method(
 def _applier(store: Store, settings: Settings | None) -> Applier:
     """The apply path with the process's settings (the `SFC_*` variables, read by the
     caller), as the workers apply with theirs: the expiry grace and default attempts of the
-    commands a method sends, and the history limit of its commit. Without them, the
-    defaults, and the store's own history limit."""
+    commands a method sends. Without them, the defaults.
+
+    A method applied here does not trim the job's history (HISTORY_LIMIT_MAX): the limit
+    the workers keep (`sfc serve --history-limit`) is not known in this process, and
+    trimming to this one's would cut what they keep. The next worker commit trims."""
+    store.history_limit = HISTORY_LIMIT_MAX
     if settings is None:
         return Applier(store, Settings())
-    store.history_limit = settings.history_limit
     store.dedupe_ttl_ms = settings.event_dedupe_ttl
     return Applier(store, settings)
 
@@ -383,7 +372,7 @@ def update(
         return MethodResult(ReturnStatus.INVALID_REQUEST, job, "priority must be 0 to 1000000")
     graph = None
     if recipe is not None:
-        built = _build_for_scope(store, scope, recipe, dataschema, job, settings)
+        built = _build_for_scope(store, scope, recipe, dataschema, job)
         if isinstance(built, MethodResult):
             return built
         graph = built

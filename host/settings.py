@@ -116,12 +116,15 @@ _DURATIONS = {
     "event_dedupe_ttl",
     "equipment_retention",
 }
+HISTORY_LIMIT_MAX = 1_000_000
+"""The largest SFC_HISTORY_LIMIT: a method applied outside a worker commits with it, so that
+it trims no job's history (host.jobs)."""
 _COUNTS = {
     "max_attempts": (1, 100),
     "max_deliveries": (1, 1000),
     "read_count": (1, 10_000),
     "sweep_limit": (1, 100_000),
-    "history_limit": (1, 1_000_000),
+    "history_limit": (1, HISTORY_LIMIT_MAX),
 }
 
 
@@ -145,3 +148,26 @@ def from_environment(
     values = {k: v for k, v in env.items() if k in names}
     values.update(overrides or {})
     return Settings().with_values(values)
+
+
+def scope_defaults(environ: Mapping[str, str] | None = None) -> tuple[int | None, bool | None]:
+    """`SFC_MAX_ATTEMPTS` and `SFC_EQUIPMENT_HOLD`, parsed, or None where not given (a bad
+    one raises SettingsError). They are scope settings (`maxAttempts`, `equipmentHold` in
+    `sfc:scope:{S}`, where every process that builds or evolves the scope's jobs reads
+    them): `sfc setup`, `sfc serve --scope` and `sfc run` store them in the scopes they set
+    up, as the options of the same name (an option given wins). Only those given: a default
+    must not overwrite what a scope has stored."""
+    env = os.environ if environ is None else environ
+    attempts = env.get("SFC_MAX_ATTEMPTS")
+    hold = env.get("SFC_EQUIPMENT_HOLD")
+    parsed = Settings().with_values(
+        {
+            k: v
+            for k, v in (("SFC_MAX_ATTEMPTS", attempts), ("SFC_EQUIPMENT_HOLD", hold))
+            if v is not None
+        }
+    )
+    return (
+        None if attempts is None else parsed.max_attempts,
+        None if hold is None else parsed.equipment_hold,
+    )

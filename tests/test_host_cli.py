@@ -371,37 +371,46 @@ def test_usage_errors_exit_2_before_anything_starts(tmp_path: Path) -> None:
 # -- job orders on a scope no worker serves (the session's server, by URL)
 
 
-def test_a_scope_that_does_not_say_follows_sfc_equipment_hold(
+def test_sfc_equipment_hold_and_max_attempts_are_stored_as_scope_settings(
     valkey_url: str, tmp_path: Path
 ) -> None:
-    """SFC_EQUIPMENT_HOLD was parsed and never read: a scope whose hash has no
-    equipmentHold took hold logic whatever the process said. It is the default where the
-    scope does not say, as SFC_MAX_ATTEMPTS is; a scope's own value wins."""
+    """SFC_EQUIPMENT_HOLD was parsed and never read, so a plant that set it on its service
+    still took hold logic. Like SFC_MAX_ATTEMPTS, it is a scope setting (docs/host.md): sfc setup
+    (and serve --scope, and run) store it as the option of the same name, an option given
+    wins, and a setup without the variable leaves what the scope has stored."""
     silent, told = new_scope("hold-env"), new_scope("hold-told")
-    assert sfc("setup", "--redis", valkey_url, "--scope", silent, cwd=tmp_path).code == 0
-    r = sfc("setup", "--redis", valkey_url, "--scope", told, "--equipment-hold", cwd=tmp_path)
-    assert r.code == 0, r
-    off = {**cli_env(), "SFC_EQUIPMENT_HOLD": "false"}
-    refused, taken, default, bad = sfc_all(
+    r = redis.Redis.from_url(valkey_url)
+    env = {**cli_env(), "SFC_EQUIPMENT_HOLD": "false", "SFC_MAX_ATTEMPTS": "2"}
+    at = ["--redis", valkey_url, "--scope"]
+    first, option_wins, bad = sfc_all(
         [
-            ["job", "submit", TIGHTENING, "--json", "--redis", valkey_url, "--scope", silent],
-            ["job", "submit", TIGHTENING, "--json", "--redis", valkey_url, "--scope", told],
-            ["job", "submit", TIGHTENING, "--json", "--redis", valkey_url, "--scope", silent],
-            ["job", "submit", TIGHTENING, "--redis", valkey_url, "--scope", silent],
+            ["setup", *at, silent],
+            ["setup", *at, told, "--equipment-hold"],
+            ["setup", *at, new_scope("hold-bad")],
         ],
         cwd=tmp_path,
-        envs=[off, off, None, {**cli_env(), "SFC_EQUIPMENT_HOLD": "maybe"}],
+        envs=[env, env, {**cli_env(), "SFC_EQUIPMENT_HOLD": "maybe"}],
+    )
+    assert (first.code, first.out) == (0, f"scope {silent}: ready (maxAttempts, equipmentHold)\n")
+    assert option_wins.code == 0, option_wins
+    assert bad.code == 2 and "SFC_EQUIPMENT_HOLD" in bad.err, bad
+    assert r.hgetall(keys.settings(silent)) == {b"maxAttempts": b"2", b"equipmentHold": b"false"}
+    assert r.hget(keys.settings(told), "equipmentHold") == b"true"
+    # a later setup without the variables does not put the defaults back
+    again = sfc("setup", *at, silent, cwd=tmp_path)
+    assert (again.code, again.out) == (0, f"scope {silent}: ready\n"), again
+    refused, taken = sfc_all(
+        [
+            ["job", "submit", TIGHTENING, "--json", *at, silent],
+            ["job", "submit", TIGHTENING, "--json", *at, told],
+        ],
+        cwd=tmp_path,
     )
     assert refused.code == 1, refused
     (why,) = check(refused.json(), SUBMIT)["refused"]
-    assert why["status"] == 16 and "SFC015" in why["message"], why
-    assert "SFC_EQUIPMENT_HOLD is false" in why["message"], why
-    assert taken.code == 0 and len(taken.json()["jobs"]) == 1, taken  # the scope says true
-    assert default.code == 0 and len(default.json()["jobs"]) == 1, default
-    # a bad value is named, and nothing is stored
-    assert bad.code == 2 and "SFC_EQUIPMENT_HOLD" in bad.err, bad
-    listed = sfc("job", "list", "--json", "--redis", valkey_url, "--scope", silent, cwd=tmp_path)
-    assert [j["job"] for j in listed.json()["jobs"]] == default.json()["jobs"], listed
+    assert why["status"] == 16 and "equipmentHold is false" in why["message"], why
+    assert taken.code == 0 and len(taken.json()["jobs"]) == 1, taken
+    r.close()
 
 
 def test_job_orders_without_a_worker(valkey_url: str, tmp_path: Path) -> None:
