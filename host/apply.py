@@ -177,7 +177,10 @@ class Outcome:
     """(job, entry ids) of each commit or ack that returned gone: the entries another
     consumer took over, whose result was dropped (the job is "" for an event no job took)."""
 
-    def add(self, other: Outcome) -> None:
+    def add(self, other: Outcome, lists: bool = True) -> None:
+        """Add `other`'s counts and failures, and with `lists` its lists of every entry
+        (answer waits, ends, entries given up): a worker's lifetime counters take no such
+        list, or they would grow with every entry applied, for as long as the process runs."""
         self.applied += other.applied
         self.absorbed += other.absorbed
         self.rejected += other.rejected
@@ -189,14 +192,16 @@ class Outcome:
         self.loads += other.loads
         # the lists and counts are mostly empty (plain dicts: a Counter costs some µs to
         # make, and a few are made per job)
-        if other.failed:
-            self.failed += other.failed
         kinds = self.kinds
         for key, n in other.kinds.items():
             kinds[key] = kinds.get(key, 0) + n
         sent = self.sent
         for kind, n in other.sent.items():
             sent[kind] = sent.get(kind, 0) + n
+        if other.failed:  # rare: an entry raises at most SFC_MAX_DELIVERIES times
+            self.failed += other.failed
+        if not lists:
+            return
         if other.answer_waits:
             self.answer_waits += other.answer_waits
         if other.ends:
