@@ -35,6 +35,7 @@ import queue
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -1363,6 +1364,10 @@ class MqttBridge:
 # --------------------------------------------------------------------------- the device
 
 
+SEEN_IDS = 10_000
+"""How many of the command ids it received the MQTT device lists (`seen_ids`)."""
+
+
 @dataclass(slots=True)
 class DeviceCounters:
     received: int = 0
@@ -1383,7 +1388,7 @@ class MqttDevice:
     answers after the reply's delay (times `time_scale`) from the command's `time`, on the
     Response Topic with the command id as Correlation Data. A wait is answered with an
     event on the event topic. A hold for an action whose work it has not received answers `notHeld`.
-    `seen_ids` lists every command id received, copies included, in order.
+    `seen_ids` lists the last SEEN_IDS command ids received, copies included, in order.
     """
 
     broker: BrokerURL
@@ -1394,7 +1399,7 @@ class MqttDevice:
     clock: Callable[[], float] = time.time
     counters: DeviceCounters = field(default_factory=DeviceCounters)
     script_counters: ScriptCounters = field(default_factory=ScriptCounters)
-    seen_ids: list[str] = field(default_factory=list)
+    seen_ids: deque[str] = field(default_factory=lambda: deque(maxlen=SEEN_IDS))
     _answers: ScriptAnswers = field(init=False, repr=False)
     _inbox: queue.SimpleQueue[Received] = field(default_factory=queue.SimpleQueue, repr=False)
     _due: list[tuple[float, int, Message]] = field(default_factory=list, repr=False)

@@ -128,6 +128,13 @@ class Counters:
     """Entries that did not decode."""
 
 
+FORGET_EVERY = 1024
+"""Every how many commands asked about the script's equipment forgets what expired."""
+ASKED_RETENTION_MS = 24 * 3600 * 1000
+"""How long past its last command's expiresAt a job's reply counts are kept: a job that
+asks again later (a loop) starts its replies again from the script's first."""
+
+
 @dataclass
 class ScriptAnswers:
     """What the script's equipment remembers and how it chooses: the one place both the
@@ -140,24 +147,32 @@ class ScriptAnswers:
 
     script: SimulationScript
     counters: Counters = field(default_factory=Counters)
-    _seen: set[str] = field(default_factory=set, repr=False)
-    _asked: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
+    _seen: dict[str, int] = field(default_factory=dict, repr=False)
+    """Command ids asked about, with their expiresAt: past it, a copy is dropped as expired
+    anyway, so the id is forgotten (`_forget`), and a long run does not grow."""
+    _asked: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict, repr=False)
+    """(job, script key) -> (times asked, the last command's expiresAt): forgotten
+    ASKED_RETENTION_MS after that, for a job long gone."""
+    _asks: int = field(default=0, repr=False)
 
     def known(self, command_id: str) -> bool:
-        """Whether `command_id` was asked about (or seen) before."""
+        """Whether `command_id` was asked about (or seen) before, and has not expired."""
         return command_id in self._seen
 
     def ask(self, kind: str, data: CommandData | AwaitData, now_ms: float) -> Reply | None:
         if data.command_id in self._seen:
             self.counters.duplicates += 1
             return None
-        self._seen.add(data.command_id)
+        self._asks += 1
+        if self._asks % FORGET_EVERY == 0:
+            self._forget(now_ms)
         if now_ms > data.expires_at:
             self.counters.dropped_expired += 1
             return None
+        self._seen[data.command_id] = data.expires_at
         key = reply_key(data.action_key, kind)
-        n = self._asked.get((data.job, key), 0)
-        self._asked[(data.job, key)] = n + 1
+        n = self._asked.get((data.job, key), (0, 0))[0]
+        self._asked[(data.job, key)] = (n + 1, data.expires_at)
         self.counters.asked += 1
         text = choose_reply(self.script, key, n)
         try:
@@ -169,6 +184,13 @@ class ScriptAnswers:
             self.counters.silent += 1
             return None
         return reply
+
+    def _forget(self, now_ms: float) -> None:
+        """Forget the command ids past their expiresAt, and the counts of jobs asked nothing
+        for ASKED_RETENTION_MS past their last command's."""
+        self._seen = {c: at for c, at in self._seen.items() if at >= now_ms}
+        old = now_ms - ASKED_RETENTION_MS
+        self._asked = {k: v for k, v in self._asked.items() if v[1] >= old}
 
 
 @dataclass

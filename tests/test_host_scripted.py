@@ -189,6 +189,41 @@ def test_counting_is_per_job(host: Host) -> None:
     assert equipment.counters.answered == 2
 
 
+def test_the_scripted_answers_forget_what_expired_and_still_answer_each_command_once() -> None:
+    """`sfc equipment` remembered every command id, and every job's reply count, for as
+    long as it ran. Past its expiresAt a copy is dropped as expired anyway, so the id is
+    forgotten; a job's count goes a day after its last command's expiry."""
+    from generated.equipment_entry_v1_0 import CommandData
+    from host.scripted import ASKED_RETENTION_MS, FORGET_EVERY, ScriptAnswers
+
+    answers = ScriptAnswers(load_host_script(b'{"replies": {"a1": ["first", "second"]}}'))
+
+    def command(job: str, n: int, expires_at: int) -> CommandData:
+        return CommandData(
+            command_id=f"{job}:a1#{n}", action_key=f"{job}:a1", job=job, type_id="t",
+            attempt=1, round=n, deadline=expires_at + 2000, expires_at=expires_at,
+            parameters={},
+        )  # fmt: skip
+
+    first = command("keep", 1, 10**9)
+    assert answers.ask("push", first, 0) is not None
+    for i in range(FORGET_EVERY * 3):
+        assert answers.ask("push", command(f"j{i}", 1, 1000 + i), 1000 + i) is not None
+    assert answers.ask("push", command("j5", 1, 1005), 10**6) is None  # expired: dropped
+    assert answers.counters.dropped_expired == 1
+    assert answers.ask("push", first, 10**6) is None  # a live copy: still a duplicate
+    assert answers.counters.duplicates == 1
+    remembered = len(answers._seen)
+    assert remembered <= FORGET_EVERY + 1, remembered  # expired ids went
+    # a job's reply count is kept while it may ask again, and goes a day after
+    second = answers.ask("push", command("keep", 2, 2 * 10**9), 10**6)
+    assert second is not None and second.outcome == "second"
+    later = 2 * 10**9 + ASKED_RETENTION_MS + 1
+    for i in range(FORGET_EVERY):
+        answers.ask("push", command(f"k{i}", 1, later + 10**6), later)
+    assert ("keep", "a1") not in answers._asked and len(answers._asked) <= FORGET_EVERY + 1
+
+
 def test_an_answer_that_could_not_be_sent_is_sent_when_the_server_is_back(host: Host) -> None:
     """The server went away as an answer fell due: it stays due, and goes out with the next
     pump that reaches the server (a real server, and a real port nobody listens on)."""
