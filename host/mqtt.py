@@ -1293,7 +1293,7 @@ class MqttBridge:
                         raise
                     self.store.refresh_routes()  # a cluster's slot may have moved
                     log.warning("the server cannot be reached (%s); retrying", e)
-                    stop.wait(backoff)
+                    self.store.wait_out(stop, backoff)  # a cluster's failover ends it
                     backoff = min(backoff * 2, 5.0)
         finally:
             self.close()

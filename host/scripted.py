@@ -307,7 +307,7 @@ class ScriptedEquipment:
                         e,
                     )
                 backoff = min(5.0, max(0.1, backoff * 2))
-                stop.wait(backoff)
+                self.store.wait_out(stop, backoff)  # a cluster's failover ends it
                 continue
             if down_since is not None:
                 log.warning(

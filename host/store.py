@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -541,21 +542,49 @@ class Store:
         owns the slot of `{scope}`, so every call and pipeline goes there directly."""
         return self._for_key(keys.work(scope))
 
-    def refresh_routes(self) -> None:
+    def refresh_routes(self) -> bool:
         """On a cluster, read which node owns which slot again (CLUSTER SLOTS), at most once
         a second: calls go straight to the node of their scope's slot, by a map read at the
         start, and a slot that moved (a reshard, a failover) answered MOVED, or not at all,
-        for ever. The loops that wait out an unreachable server call this each time."""
+        for ever. The loops that wait out an unreachable server call this each time (and
+        `wait_out` while they wait). True when a slot is served by another node now."""
         if self.cluster is None:
-            return
+            return False
         now = time.monotonic()
         if now - self._routes_at < 1.0:
-            return
+            return False
         self._routes_at = now
+        before = self._routes()
         try:
             self.cluster.nodes_manager.initialize()
         except (redis.RedisError, OSError) as e:  # every node away: the next call says so
             log.debug("the cluster's slots could not be read again: %s", e)
+            return False
+        return self._routes() != before
+
+    def _routes(self) -> list[str]:
+        """The primary of every slot, by name (host:port)."""
+        slots = self.cluster.nodes_manager.slots_cache
+        return [slots[i][0].name if slots.get(i) else "" for i in range(16384)]
+
+    def wait_out(self, stop: threading.Event, seconds: float) -> None:
+        """Wait `seconds` between tries at a server that cannot be reached, or until `stop`
+        is set. On a cluster, the slots are read again every second meanwhile, and the wait
+        ends as soon as another node serves a slot: a replica that took over from a primary
+        that died is used at once. Without it, a worker and the equipment went on only at
+        the end of a backoff that had grown to seconds while the primary was away, and the
+        commands' deadlines ran out meanwhile."""
+        if self.cluster is None:
+            stop.wait(seconds)
+            return
+        deadline = time.monotonic() + seconds
+        while not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            stop.wait(min(left, 1.0))
+            if self.refresh_routes():
+                return
 
     def _for_key(self, key: str) -> redis.Redis:
         if self.cluster is None:

@@ -26,6 +26,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -298,6 +299,35 @@ def test_a_manual_failover_mid_run_loses_nothing(
     rcluster: ReplicatedCluster, tmp_path: Path
 ) -> None:
     failover_run(rcluster, tmp_path, how="manual", jobs=8)
+
+
+def test_a_wait_for_an_unreachable_node_ends_once_its_replica_took_over(
+    rcluster: ReplicatedCluster,
+) -> None:
+    """The worker, the equipment and the MQTT bridge wait out a node they cannot reach with
+    a backoff that grows to 5 s (Store.wait_out). A failover here takes a second or two, but
+    they went on only at the end of the backoff they were in: 'reconnected after 6.3 s', and
+    commands expired at the equipment meanwhile. The wait ends once the slots moved."""
+    store = Store.from_url(rcluster.url)
+    stop = threading.Event()
+    ended = threading.Event()
+    thread = threading.Thread(target=lambda: (store.wait_out(stop, 600), ended.set()))
+    try:
+        scope = next(
+            s for s, n in scopes_on_every_primary(rcluster, "wait").items() if n.name == "p1"
+        )
+        primary = rcluster.node_of(keys.work(scope))
+        replica = rcluster.replica_of(primary)
+        rcluster.kill(primary)
+        thread.start()
+        rcluster.wait_promoted(replica)
+        wait_until(ended.is_set, timeout=30, what="the wait to end after the failover")
+        assert store.client(scope).connection_pool.connection_kwargs["port"] == replica.port
+    finally:
+        stop.set()
+        if thread.is_alive():
+            thread.join(10)
+        store.close()
 
 
 @pytest.mark.faults_long
