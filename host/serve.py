@@ -17,6 +17,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import queue
 import shutil
 import signal
 import socket
@@ -130,6 +131,24 @@ def setup_scope(store: Store, scope: str, values: Mapping[str, str]) -> None:
     store.create_group(scope)
 
 
+def stop_on_signals(stop: threading.Event) -> None:
+    """SIGTERM and SIGINT set `stop`, from a thread of its own. A handler runs in the main
+    thread between two bytecodes: one that set the event itself waited for ever for the
+    event's lock when that thread held it (in `stop.wait`, or in the `set` of a first
+    signal), and a worker gets two signals at once when its process group is signalled
+    (Ctrl-C, a service manager's stop) and serve passes the stop on. A SimpleQueue's put is
+    safe in a handler."""
+    signals: queue.SimpleQueue[int] = queue.SimpleQueue()
+
+    def relay() -> None:
+        signals.get()
+        stop.set()
+
+    threading.Thread(target=relay, name="stop-on-signal", daemon=True).start()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda number, _: signals.put(number))
+
+
 def _worker_main(
     url: str,
     scopes: list[str] | None,
@@ -143,8 +162,7 @@ def _worker_main(
     the multiprocess files there (host/metrics.py)."""
     logs.configure(level, log_format)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop_on_signals(stop)
     parent = os.getppid()
     threading.Thread(target=_stop_with_parent, args=(parent, stop), daemon=True).start()
     settings = Settings().with_values(values)

@@ -26,6 +26,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -345,3 +346,28 @@ def test_long_primaries_killed_with_writes_their_replicas_lack(
 @pytest.mark.faults_long
 def test_long_manual_failovers_mid_run(rcluster: ReplicatedCluster, tmp_path: Path) -> None:
     failover_run(rcluster, tmp_path, how="manual", jobs=40, rounds=3, every_shard=True)
+
+
+STOPPED_BY_TWO_SIGNALS = """
+import os, signal, sys, threading
+from host.serve import stop_on_signals
+stop = threading.Event()
+stop_on_signals(stop)
+with stop._cond:  # this thread holds the event's lock, as inside stop.wait() or stop.set()
+    os.kill(os.getpid(), signal.SIGINT)  # the terminal's Ctrl-C
+    os.kill(os.getpid(), signal.SIGTERM)  # serve passing the stop on
+sys.exit(0 if stop.wait(10) else 3)
+"""
+
+
+def test_a_worker_stops_on_two_signals_that_come_together() -> None:
+    """A worker's SIGTERM and SIGINT handlers set its stop event themselves, in the main
+    thread, between two bytecodes; when that thread held the event's lock (in `stop.wait`,
+    or in the `set` of a first signal), the handler waited for it for ever. A worker gets
+    two at once when the whole process group is signalled (Ctrl-C, a service manager's
+    stop) and serve passes the stop on: this test's teardown saw a worker hang until serve
+    killed it 15 s later."""
+    done = subprocess.run(
+        [sys.executable, "-c", STOPPED_BY_TWO_SIGNALS], cwd=ROOT, timeout=30, capture_output=True
+    )
+    assert done.returncode == 0, done.stderr.decode()
