@@ -139,15 +139,16 @@ class ReplicatedCluster:
             p.call("CLUSTER", "ADDSLOTSRANGE", low, high)
         for n in self.nodes[1:]:
             self.nodes[0].call("CLUSTER", "MEET", "127.0.0.1", n.port)
-        total = len(self.nodes)
+        pairs = list(zip(primaries, replicas, strict=True))
 
-        def everyone_known() -> bool:
-            return all(n.cluster_info().get("cluster_known_nodes") == str(total) for n in replicas)
+        def primaries_known() -> bool:
+            # by id: a node still in the handshake is counted already, under another id
+            return all(p.id in _text(r.call("CLUSTER", "NODES")) for p, r in pairs)
 
-        wait(everyone_known, deadline - time.monotonic(), "every node to know the others")
-        for p, r in zip(primaries, replicas, strict=True):
+        wait(primaries_known, deadline - time.monotonic(), "every replica to know its primary")
+        for p, r in pairs:
             r.call("CLUSTER", "REPLICATE", p.id)
-        self.wait_ready([(p, r) for p, r in zip(primaries, replicas, strict=True)], deadline)
+        self.wait_ready(pairs, deadline)
         return self
 
     def wait_ready(self, pairs: list[tuple[Node, Node]], deadline: float) -> None:
