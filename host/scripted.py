@@ -50,7 +50,7 @@ from host import keys
 from host.apply import EVENTS_UNMATCHED
 from host.entries import Entry, EntryError, decode_equipment, encode, fields
 from host.equipment import answer_data, event_data
-from host.store import Store, unreachable
+from host.store import Store, unreachable, unreachable_reason
 from sfc.simulation import (
     Reply,
     ScriptError,
@@ -304,7 +304,7 @@ class ScriptedEquipment:
                         "equipment of scope %s: the server is unreachable (%s); reconnecting "
                         "with backoff",
                         self.scope,
-                        e,
+                        unreachable_reason(e),
                     )
                 backoff = min(5.0, max(0.1, backoff * 2))
                 self.store.wait_out(stop, backoff)  # a cluster's failover ends it

@@ -456,6 +456,16 @@ def unreachable(error: BaseException) -> bool:
     return False
 
 
+def unreachable_reason(error: BaseException) -> str:
+    """What the log says of an error that `unreachable` waits out: a MOVED (or ASK) says
+    that its slot moved, and where to (its own text is a bare 'SLOT HOST:PORT', which said
+    nothing to whoever read the log of a failover); any other error its text."""
+    if isinstance(error, redis.exceptions.AskError):  # MovedError is one
+        moved = "moved" if isinstance(error, redis.exceptions.MovedError) else "is moving"
+        return f"slot {error.slot_id} {moved} to {error.host}:{error.port}: a failover or a reshard"
+    return str(error)
+
+
 class StoreError(RuntimeError):
     """The server cannot be reached or refused the login; the message says which and where."""
 

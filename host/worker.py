@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from host.apply import Applier, Outcome, Round, unreadable
 from host.entries import Entry, EntryError, decode_work, job_named, job_of
 from host.settings import Settings
-from host.store import Loaded, ReadAhead, Row, Store, unreachable
+from host.store import Loaded, ReadAhead, Row, Store, unreachable, unreachable_reason
 
 if TYPE_CHECKING:
     from host.metrics import WorkerMetrics
@@ -737,7 +737,7 @@ class Worker:
                     log.warning(
                         "worker %s: the server is unreachable (%s); reconnecting with backoff",
                         self.consumer,
-                        e,
+                        unreachable_reason(e),
                         extra={"reason": f"{type(e).__name__}: {e}"},
                     )
                 backoff = min(5.0, max(0.1, backoff * 2))

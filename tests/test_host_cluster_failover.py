@@ -34,10 +34,11 @@ from pathlib import Path
 from typing import IO
 
 import pytest
+import redis
 
 from host import keys
 from host.entries import decode_equipment
-from host.store import Store
+from host.store import Store, unreachable, unreachable_reason
 from tests.clusterkit import Node, ReplicatedCluster
 from tests.faultkit import (
     COMPLETED,
@@ -268,6 +269,7 @@ def handover(
     assert ended_count(store, scope, jobs) < len(jobs), "nothing in flight at the failover"
     if how == "manual":
         c.failover(replica)
+        moved_words(primary, replica, keys.work(scope))
     else:
         if how == "lost":
             c.cut_off(replica)
@@ -286,6 +288,19 @@ def handover(
         c.restart(primary, replica)
     store.refresh_routes()
     return f"{primary.name}->{replica.name}"
+
+
+def moved_words(old: Node, new: Node, key: str) -> None:
+    """A call to the old primary of `key` answers MOVED; the log of a worker or adapter says
+    that the slot moved, and where to (Store.unreachable_reason), not a bare 'SLOT
+    HOST:PORT'."""
+    slot = int(new.call("CLUSTER", "KEYSLOT", key))
+    with old.client() as r, pytest.raises(redis.exceptions.MovedError) as moved:
+        r.xlen(key)
+    assert unreachable(moved.value)
+    assert unreachable_reason(moved.value) == (
+        f"slot {slot} moved to 127.0.0.1:{new.port}: a failover or a reshard"
+    )
 
 
 def test_a_primary_killed_mid_run_with_writes_its_replica_lacks_loses_no_job(
