@@ -239,6 +239,8 @@ def failover_run(
             sent_again=sum(resent(store, s) for s in scopes),
             seconds=f"{time.monotonic() - t0:.1f}",
         )
+        plant.close()  # SIGTERM to each process group, as a service manager's stop
+        assert "did not stop" not in plant.log("serve"), plant.log("serve")
     finally:
         if plant is not None:
             plant.close()
