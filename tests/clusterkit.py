@@ -130,6 +130,15 @@ class ReplicatedCluster:
         return self.nodes[0].url
 
     def start(self, timeout: float = 60.0) -> ReplicatedCluster:
+        """Start the nodes, assign the slots, join them and pair them; a start that fails
+        stops the nodes it started (they run in sessions of their own, and outlived it)."""
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, timeout: float) -> ReplicatedCluster:
         deadline = time.monotonic() + timeout
         for n in self.nodes:
             n.server.start()
