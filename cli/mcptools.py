@@ -319,6 +319,12 @@ def _server(conn: Connection) -> Iterator[Store]:
             raise ToolError(f"the server went away: {e}") from None
         if isinstance(e, redis.ResponseError):
             raise ToolError(f"the server refused a command: {e}") from None
+        if isinstance(e, msgspec.DecodeError):  # as `sfc job` says it (cli.hostcommon)
+            raise ToolError(
+                "the job's stored order or state cannot be read (was it written by another "
+                f"program, or by hand?): {e}; unless a newer sfc wrote it, "
+                "`sfc job clear JOB --unreadable` removes such a job"
+            ) from None
         raise
 
 

@@ -346,6 +346,14 @@ def test_the_control_tools(host: Host) -> None:
         _ok(await c.call_tool("sfc_abort", {"job": other, "scope": scope}))
         assert host.order_path(scope, other) == "Aborted"
         assert "(8)" in _error(await c.call_tool("sfc_abort", {"job": other, "scope": scope}))
+        # a job whose stored state cannot be read: each tool says so, and the way out (it
+        # said "Error executing tool" and nothing more)
+        bad = host.submit(scope, linear_recipe(1), start=False).job
+        host.client().hset(keys.job(scope, bad), "state", '{"format":"1.4","garbage":1}')
+        for tool in ("sfc_job", "sfc_abort", "sfc_pause"):
+            said = _error(await c.call_tool(tool, {"job": bad, "scope": scope}))
+            assert "stored order or state cannot be read" in said, (tool, said)
+            assert "`sfc job clear JOB --unreadable`" in said, (tool, said)
         for tool in CONTROL_TOOLS:
             assert "job:" in _error(await c.call_tool(tool, {"job": "a b", "scope": scope}))
             assert "scope:" in _error(await c.call_tool(tool, {"job": job, "scope": "a{b"}))
