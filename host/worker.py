@@ -523,7 +523,8 @@ class Worker:
     def _given_up(self, scope: str, given_up: Sequence[tuple[str, tuple[str, ...]]]) -> None:
         """One line for a batch's commits (and acks) that returned gone: which entries of
         which jobs this worker gave up, and why (the 3 a.m. question: its work was done
-        twice, or not at all? Neither: the consumer that took them applies them)."""
+        twice, or not at all? Neither: the consumer that took them applies them, or buries
+        them at their last delivery)."""
         by_job: dict[str, list[str]] = {}
         for job, ids in given_up:
             by_job.setdefault(job, []).extend(ids)
@@ -538,7 +539,8 @@ class Worker:
         first_job, first_ids = next(iter(by_job.items()))
         log.warning(
             "scope %s: gave up %d %s that another consumer took over (this worker held them "
-            "past SFC_AUTOCLAIM_IDLE, %d ms: slow or stalled); that consumer applies them, "
+            "past SFC_AUTOCLAIM_IDLE, %d ms: slow or stalled); that consumer applies them "
+            "(or, at their last delivery, moves them to the dead stream: `sfc work dead`), "
             "and this worker's result was dropped: %s",
             scope,
             entries,
