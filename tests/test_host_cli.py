@@ -137,12 +137,14 @@ LIST = obj(
             obj(
                 {
                     "job": STR,
-                    "state": STR,
-                    "storedAt": INT,
+                    # null only for a job whose stored order cannot be read (unreadable)
+                    "state": {"type": ["string", "null"]},
+                    "storedAt": {"type": ["integer", "null"]},
                     "startedAt": MS_OR_NULL,
                     "endedAt": MS_OR_NULL,
-                    "priority": INT,
-                }
+                    "priority": {"type": ["integer", "null"]},
+                },
+                {"unreadable": STR},
             )
         )
     }

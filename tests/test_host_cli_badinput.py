@@ -17,7 +17,9 @@ from cli.main import app
 from host import keys
 from host.entries import decode_work
 from sfc.codec import state_decoder
+from tests.clikit import check
 from tests.hostkit import Host, linear_recipe, wait_for
+from tests.test_host_cli import LIST
 
 METHODS = ["start", "revoke", "pause", "resume", "stop", "abort", "cancel", "clear"]
 
@@ -383,7 +385,7 @@ def test_job_list_marks_a_job_whose_stored_document_cannot_be_read(
     said = proc.stderr.splitlines()
     assert said[0].startswith("sfc: j: its stored order or state cannot be read: "), said
     assert why in said[0] and "`sfc job clear JOB --unreadable`" in said[1], said
-    rows = json.loads(sfc("job", "list", "--json", *at).stdout)["jobs"]
+    rows = check(json.loads(sfc("job", "list", "--json", *at).stdout), LIST)["jobs"]
     assert [(r["job"], why in r.get("unreadable", "")) for r in rows] == [
         ("j", True),
         ("k", False),
