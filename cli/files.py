@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
@@ -273,14 +274,23 @@ def build_recipe(
     recipe is not slowed down), the published schema reports them all, each with its path.
     """
     result = build(data, capabilities, dataschema=dataschema)
-    if len(result.errors) != 1 or result.errors[0].code != "SFC000":
-        return result
+    errors = every_shape_error(data, result.errors, dataschema)
+    return result if errors is result.errors else BuildResult(None, tuple(errors))
+
+
+def every_shape_error(
+    data: bytes, errors: Sequence[BuildError], dataschema: str = RECIPE_V1_1_0
+) -> Sequence[BuildError]:
+    """`errors` of a build, with every shape error when the decoder stopped at the first
+    (SFC000): the same object when there is nothing to add."""
+    if len(errors) != 1 or errors[0].code != "SFC000":
+        return errors
     found = schema_errors(data, dataschema)
     if len(found) <= 1:
-        return result
-    first = result.errors[0]
+        return errors
+    first = errors[0]
     rest = [BuildError("SFC000", path, message) for path, message in found if path != first.path]
-    return BuildResult(None, (first, *rest))
+    return [first, *rest]
 
 
 def load_capabilities(path: Path | None) -> Capabilities | None:

@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import msgspec
 import typer
 
-from cli.files import console, format_error, json_path, read, terminal, visible
+from cli.files import (
+    console,
+    every_shape_error,
+    format_error,
+    json_path,
+    read,
+    terminal,
+    visible,
+)
 from cli.hostcommon import (
     DataDirOption,
     JsonOption,
@@ -138,7 +147,10 @@ def submit(
             # (a retry without --job-id would store the same orders again)
             interrupted, lost = True, str(e)
     store.close()
-    refused = [r for r in results if not r.ok]
+    # every shape error, as validate lists them (the host's build stops at the first)
+    refused = [
+        replace(r, errors=tuple(every_shape_error(text, r.errors))) for r in results if not r.ok
+    ]
     if as_json:
         print_json(
             {

@@ -143,20 +143,29 @@ def test_submit_refuses_a_bad_scope_a_bad_recipe_and_a_taken_id(
     assert _written(host.client(), scope) == before
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"Steps": [{"Name": "A", "Initial": true}], "Transitions": [{"Source": "A", '
+        '"Target": "Nowhere", "Condition": "true", "Priority": 0}], "Actions": ['
+        '{"Name": "a", "Step": "Nope", "Qualifier": "N", "Interaction": "push_command",'
+        ' "TypeId": "t", "TimeoutSeconds": 1}]}',
+        # two shape errors (SFC000): the host's build stops at the first, validate lists both
+        '{"Steps": [{"Name": 1, "Initial": true}], "Transitions": [], "Actions": ['
+        '{"Name": "a", "Step": "A", "Qualifier": "Q", "Interaction": "push_command",'
+        ' "TypeId": "t", "TimeoutSeconds": 1}]}',
+    ],
+    ids=["build", "shape"],
+)
 def test_submit_words_build_errors_as_validate_does(
-    stored: tuple[Host, str], valkey_url: str, tmp_path: Path
+    stored: tuple[Host, str], valkey_url: str, tmp_path: Path, text: str
 ) -> None:
     """A recipe that does not build: `sfc job submit` gives the same `CODE path: message`
     lines as `sfc validate` (on stderr: its stdout is job ids), then the ReturnStatus, and
     exit 1 as validate does; with --json the same paths as `sfc validate --json`."""
     _, scope = stored
     bad = tmp_path / "bad.json"
-    bad.write_text(
-        '{"Steps": [{"Name": "A", "Initial": true}], "Transitions": [{"Source": "A", '
-        '"Target": "Nowhere", "Condition": "true", "Priority": 0}], "Actions": ['
-        '{"Name": "a", "Step": "Nope", "Qualifier": "N", "Interaction": "push_command",'
-        ' "TypeId": "t", "TimeoutSeconds": 1}]}'
-    )
+    bad.write_text(text)
     checked = sfc("validate", str(bad))
     assert checked.returncode == 1 and len(checked.stdout.splitlines()) == 2, checked.stdout
     at = ["--scope", scope, "--redis", valkey_url]
