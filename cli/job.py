@@ -204,7 +204,13 @@ def _refused(result: jobs.MethodResult, recipe: Path, scope: str) -> None:
     typer.echo(f"sfc: {result.job}: {said}: {recipe} does not build for scope {scope}", err=True)
 
 
-def _method(name: str, call: Callable[..., jobs.MethodResult], doc: str) -> None:
+def _method(
+    name: str, call: Callable[..., jobs.MethodResult], doc: str, settings: bool = True
+) -> None:
+    """Register `sfc job NAME`; with `settings`, the method commits with the process's
+    `SFC_*` (read once: a bad one exits 2). One that evaluates nothing reads none, so that
+    an unrelated bad variable does not stop it."""
+
     def command(
         job_ids: JobsArgument,
         scope: ScopeOption = "default",
@@ -212,7 +218,7 @@ def _method(name: str, call: Callable[..., jobs.MethodResult], doc: str) -> None
         data_dir: DataDirOption = None,
         as_json: JsonOption = False,
     ) -> None:
-        s = process_settings()  # SFC_*: the method commits as a worker would
+        s = process_settings() if settings else None  # SFC_*: it commits as a worker would
         _apply_each(
             job_ids, scope, redis, data_dir, as_json, lambda st, j: call(st, scope, j, settings=s)
         )
@@ -319,8 +325,9 @@ _method(
 )
 _method(
     "cancel",
-    lambda store, scope, job, settings: jobs.cancel(store, scope, job),  # it evaluates nothing
+    lambda store, scope, job, settings: jobs.cancel(store, scope, job),
     "Cancel: remove an order that has not started.",
+    settings=False,  # it evaluates nothing
 )
 
 

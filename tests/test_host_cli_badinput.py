@@ -90,6 +90,18 @@ def test_a_command_that_applies_a_method_refuses_a_bad_sfc_setting_and_writes_no
     assert _written(host.client(), scope) == before
 
 
+def test_a_command_that_evaluates_nothing_is_not_stopped_by_a_bad_sfc_setting(
+    stored: tuple[Host, str], valkey_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancel removes an order and evaluates nothing: an unrelated bad SFC_* refused it."""
+    host, scope = stored
+    host.submit(scope, linear_recipe(1), job_id="gone", start=False)
+    monkeypatch.setenv("SFC_EXPIRY_GRACE", "soon")
+    proc = sfc("job", "cancel", "gone", "--scope", scope, "--redis", valkey_url)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert host.client().exists(keys.job(scope, "gone")) == 0
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
