@@ -31,7 +31,7 @@ from host.joborder import ReturnStatus
 from host.outbox import command_number
 from host.settings import HISTORY_LIMIT_MAX, Settings
 from host.store import JobRecord, Store
-from sfc.builder import RECIPE_V1_1_0, BuildError, build
+from sfc.builder import RECIPE_V1_1_0, BuildError, BuildResult, build
 from sfc.codec import capabilities_decoder, state_decoder
 from sfc.evolution import new_state
 from sfc.graph import Graph
@@ -119,6 +119,15 @@ def _build_for_scope(
             merged = features if old is msgspec.UNSET else replace(old, equipment_hold=False)
             caps = replace(caps, features=merged)
     built = build(recipe, caps, dataschema)
+    if built.graph is None and settings.get("equipmentHold") == "false":
+        # the station's capabilities may allow holds: say where the refusal comes from
+        errors = tuple(
+            BuildError(e.code, e.path, f"{e.message} (the scope's equipmentHold is false)")
+            if e.code == "SFC015"
+            else e
+            for e in built.errors
+        )
+        built = BuildResult(None, errors)
     if built.graph is None:
         first = built.errors[0]
         return MethodResult(

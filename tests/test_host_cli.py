@@ -373,6 +373,47 @@ def test_usage_errors_exit_2_before_anything_starts(tmp_path: Path) -> None:
 # -- job orders on a scope no worker serves (the session's server, by URL)
 
 
+def test_a_hold_refused_for_the_scopes_equipment_hold_says_so_with_capabilities(
+    valkey_url: str, tmp_path: Path
+) -> None:
+    """A scope with capabilities that allow holds and `--no-equipment-hold`: the refusal
+    said only that "this station does not support" holds, which its capabilities file
+    contradicts (validate with it says ok). It names the scope's equipmentHold too."""
+    scope = new_scope("hold-caps")
+    caps = write(
+        tmp_path / "caps.json",
+        (
+            {
+                "types": [
+                    {"typeId": "com.example.tightening.clamp.v1", "kind": "push"},
+                    {"typeId": "com.example.tightening.run.v1", "kind": "push"},
+                    {
+                        "typeId": "com.example.tightening.hold.v1",
+                        "kind": "hold",
+                        "outcomes": ["held", "notHeld"],
+                    },
+                    {"typeId": "com.example.tightening.restart.v1", "kind": "restart"},
+                    {"typeId": "com.example.tightening.unclamp.v1", "kind": "push"},
+                ]
+            }
+        ),
+    )
+    at = ["--redis", valkey_url, "--scope", scope]
+    valid, setup = sfc_all(
+        [
+            ["validate", "--capabilities", caps, TIGHTENING],
+            ["setup", *at, "--capabilities", caps, "--no-equipment-hold"],
+        ],
+        cwd=tmp_path,
+    )
+    assert valid.code == 0 and setup.code == 0, (valid, setup)
+    r = sfc("job", "submit", TIGHTENING, "--json", *at, cwd=tmp_path)
+    assert r.code == 1, r
+    (refused,) = check(r.json(), SUBMIT)["refused"]
+    assert [e["code"] for e in refused["errors"]] == ["SFC015"], refused
+    assert refused["errors"][0]["message"].endswith("(the scope's equipmentHold is false)")
+
+
 def test_sfc_equipment_hold_and_max_attempts_are_stored_as_scope_settings(
     valkey_url: str, tmp_path: Path
 ) -> None:
