@@ -225,13 +225,19 @@ class Processes:
         return bg
 
     def serve(
-        self, data_dir: Path, *args: str, cwd: Path, workers: int = 1, ready: bool = True
+        self,
+        data_dir: Path,
+        *args: str,
+        cwd: Path,
+        workers: int = 1,
+        ready: bool = True,
+        env: dict[str, str] | None = None,
     ) -> Background:
         """`sfc serve --data-dir DIR`: once it has set up its scopes and started its workers
         (it says `sfc serve: ...`), and with `ready`, once every worker serves."""
         bg = self.start(
             "serve", "serve", "--data-dir", data_dir, "--workers", str(workers), *args,
-            cwd=cwd, data_dir=data_dir,
+            cwd=cwd, data_dir=data_dir, env=env,
         )  # fmt: skip
         bg.wait_for_stderr("sfc serve: ")
         if ready:

@@ -1056,6 +1056,32 @@ def servers_on(data: Path) -> list[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_serve_without_scope_says_it_does_not_store_sfc_equipment_hold(tmp_path: Path) -> None:
+    """SFC_EQUIPMENT_HOLD is a scope setting: serve stores it with --scope; without, it
+    serves every registered scope, each keeping its own, so it says so rather than ignore
+    the variable in silence."""
+    data = tmp_path / "data"
+    env = {**cli_env(), "SFC_EQUIPMENT_HOLD": "false"}
+    with processes(tmp_path / "logs") as procs:
+        every = procs.serve(data, cwd=tmp_path, env=env)
+        said = "SFC_EQUIPMENT_HOLD is a scope setting, stored by `sfc serve --scope S`"
+        assert said in every.stderr(), every.stderr()
+        client = redis.Redis.from_url(server_url(data))
+        try:
+            assert client.hget(keys.settings("default"), "equipmentHold") is None
+        finally:
+            client.close()
+        assert every.stop() == 0
+        one = procs.serve(data, "--scope", "line", cwd=tmp_path, env=env)
+        assert said not in one.stderr(), one.stderr()
+        client = redis.Redis.from_url(server_url(data))
+        try:
+            assert client.hget(keys.settings("line"), "equipmentHold") == b"false"
+        finally:
+            client.close()
+        assert one.stop() == 0
+
+
 def test_a_killed_serve_leaves_no_second_server_and_no_worker(tmp_path: Path) -> None:
     data = tmp_path / "data"
     left: dict[int, str] = {}
