@@ -191,17 +191,18 @@ def bridge_mqtt(
         except ValueError as e:
             fail(str(e), 2)
         try:
-            bridge.start()
+            bridge.start(stop=stop)  # a stop meanwhile ends the waits for the broker and lease
         except ClientIdTaken as e:
             fail(str(e), 1)
         session = f"session kept {session_expiry}" if expiry_s else "a clean session each start"
-        typer.echo(
-            f"sfc bridge mqtt: scope {scope} <-> {url.redacted()} as group {group}; "
-            f"commands on {command_topic.replace('{prefix}', topic_prefix).replace('{scope}', scope)}, "
-            f"responses on {topics.responses}, events on {topics.events}; "
-            f"client id {bridge.client_id}, {session}",
-            err=True,
-        )
+        if not stop.is_set():
+            typer.echo(
+                f"sfc bridge mqtt: scope {scope} <-> {url.redacted()} as group {group}; "
+                f"commands on {command_topic.replace('{prefix}', topic_prefix).replace('{scope}', scope)}, "
+                f"responses on {topics.responses}, events on {topics.events}; "
+                f"client id {bridge.client_id}, {session}",
+                err=True,
+            )
         try:
             bridge.run(stop)
         except ClientIdTaken as e:
@@ -246,8 +247,10 @@ def device_mqtt(
     adapter_logs()
     stop = _stop_on_signals()
     device = MqttDevice(url, topics, parsed, time_scale=time_scale, client_id=consumer_name())
-    device.start()
-    if device.ready:
+    device.start(stop=stop)
+    if stop.is_set():
+        pass
+    elif device.ready:
         typer.echo(
             f"sfc device mqtt: answering {topics.commands_filter} on {url.redacted()}", err=True
         )

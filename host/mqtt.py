@@ -74,6 +74,9 @@ DEFAULT_CLAIM_IDLE_MS = 30_000
 SESSION_TAKEN_OVER = 0x8E
 """The MQTT 5 DISCONNECT reason code of a session another client took over."""
 CLIENT_ID_LIMIT = 128
+STOP_POLL_S = 0.1
+"""How often a wait that a stop may cut short looks at the stop (a bridge started while
+the broker or a client id's holder is away stops within this of SIGINT or SIGTERM)."""
 LEASE_TTL_MS = 10_000
 """How long a bridge's hold on its client id lasts unless renewed (every third of it): a
 bridge that was killed leaves its client id free after this."""
@@ -813,9 +816,18 @@ class Connection:
             reset(sockpair_only=True)
         self.start()
 
-    def wait_ready(self, timeout: float) -> bool:
-        """Whether it connected and its subscriptions were granted within `timeout` s."""
-        return self.subscribed.wait(timeout)
+    def wait_ready(self, timeout: float, stop: threading.Event | None = None) -> bool:
+        """Whether it connected and its subscriptions were granted within `timeout` s; it
+        stops waiting once `stop` is set (a stop asked for while the broker is away)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if stop is None or left <= 0:
+                return self.subscribed.wait(max(left, 0))
+            if self.subscribed.wait(min(left, STOP_POLL_S)):
+                return True
+            if stop.is_set():
+                return False
 
     # -- callbacks (the network thread)
 
@@ -1002,15 +1014,16 @@ class ClientLease:
     def key(self) -> str:
         return keys.mqtt_client(self.client_id)
 
-    def take(self) -> None:
+    def take(self, stop: threading.Event | None = None) -> bool:
         """Hold the client id; wait while another bridge holds it, for as long as a killed
-        holder's lease lasts; ClientIdTaken when it is held still."""
+        holder's lease lasts; ClientIdTaken when it is held still. False when `stop` was
+        set meanwhile (not held)."""
         deadline = time.monotonic() + self.ttl_ms / 1000 + 1.0
         said = False
         while True:
             other = self.store.lease(self.key, self.holder, self.ttl_ms)
             if other is None:
-                return
+                return True
             if time.monotonic() >= deadline:
                 raise ClientIdTaken(
                     f"the MQTT client id {self.client_id!r} is held by another bridge "
@@ -1024,7 +1037,11 @@ class ClientLease:
                     deadline - time.monotonic(),
                 )
                 said = True
-            time.sleep(min(0.25, self.ttl_ms / 4000))
+            pause = min(0.25, self.ttl_ms / 4000)
+            if stop is None:
+                time.sleep(pause)
+            elif stop.wait(pause):
+                return False
 
     def keep(self, fence: Callable[[], None], unfence: Callable[[], None]) -> None:
         """Renew it in a thread until `release`."""
@@ -1163,14 +1180,17 @@ class MqttBridge:
     def scope(self) -> str:
         return self.topics.scope
 
-    def start(self, timeout: float = 10.0) -> MqttBridge:
+    def start(self, timeout: float = 10.0, stop: threading.Event | None = None) -> MqttBridge:
         """Take the client id's lease (a kept session), then connect and subscribe, waiting
-        at most `timeout` s (it keeps trying after)."""
+        at most `timeout` s (it keeps trying after). Once `stop` is set it waits no more:
+        `run(stop)` then closes at once (a stop while the broker was away waited out the
+        10 s, and a restarted bridge waited for the lease meanwhile)."""
         if self._lease is not None:
-            self._lease.take()
+            if not self._lease.take(stop):
+                return self
             self._lease.keep(self._conn.suspend, self._conn.resume)
         self._conn.start()
-        if not self._conn.wait_ready(timeout):
+        if not self._conn.wait_ready(timeout, stop) and not (stop and stop.is_set()):
             log.warning("not connected to %s yet; retrying", self.broker.redacted())
         return self
 
@@ -1419,10 +1439,11 @@ class MqttDevice:
         subs = [self.topics.commands_filter, self.topics.notices_filter]
         self._conn = Connection(self.broker, self.client_id, subs, self._receive, manual_ack=False)
 
-    def start(self, timeout: float = 10.0) -> MqttDevice:
-        """Connect and subscribe, waiting at most `timeout` s (it keeps trying after)."""
+    def start(self, timeout: float = 10.0, stop: threading.Event | None = None) -> MqttDevice:
+        """Connect and subscribe, waiting at most `timeout` s (it keeps trying after), or
+        until `stop` is set."""
         self._conn.start()
-        if not self._conn.wait_ready(timeout):
+        if not self._conn.wait_ready(timeout, stop) and not (stop and stop.is_set()):
             log.warning("not connected to %s yet; retrying", self.broker.redacted())
         return self
 

@@ -698,6 +698,37 @@ def test_the_commands_run_a_job_and_stop_cleanly(host: Host, mqtt_url: str, tmp_
     assert "sfc device mqtt: stopped; 2 received, 2 answered" in err_d
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_bridge_stops_at_once_while_its_broker_is_away_and_gives_its_client_id_up(
+    host: Host, sig: int
+) -> None:
+    """A stop while the broker could not be reached waited out start's 10 s for the
+    connection (then logged 'not connected ... yet'), and one while another bridge held the
+    client id waited out the hold and exited 1; a restarted bridge waited for the lease
+    meanwhile."""
+    scope = host.scope("away")
+    client_id = f"away-{scope}-{int(sig)}"
+    away = f"mqtt://127.0.0.1:{_free_port()}"  # nothing listens there
+    common = ["--broker", away, "--scope", scope, "--redis", host.url, "--client-id", client_id]
+    bridge = _sfc("bridge", "mqtt", *common)
+    said = _wait_line(bridge, "cannot be reached")
+    held = host.client().get(keys.mqtt_client(client_id))
+    assert held is not None and held.decode().startswith(f"{socket.gethostname()}-{bridge.pid}-")
+    err = _stopped(bridge, sig, said)
+    assert "not connected" not in err and "sfc bridge mqtt: scope" not in err, err
+    assert "sfc bridge mqtt: stopped; 0 published" in err
+    assert not host.client().exists(keys.mqtt_client(client_id))  # given up: no wait next
+    # one that waits for a client id another (live) bridge holds stops as soon
+    store = host.store()
+    assert store.lease(keys.mqtt_client(client_id), "other", 60_000) is None
+    waiting = _sfc("bridge", "mqtt", *common)
+    said = _wait_line(waiting, f"the MQTT client id {client_id} is held by other")
+    err = _stopped(waiting, sig, said)
+    assert "held by another bridge" not in err and "cannot be reached" not in err, err
+    assert store.lease(keys.mqtt_client(client_id), "other", 0) is None  # still the other's
+    store.close()
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [
