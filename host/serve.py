@@ -39,6 +39,8 @@ from host.server import (
     Fsync,
     ServerError,
     lock_data_dir,
+    lock_holder,
+    read_connection,
     read_connection_file,
     write_connection_file,
 )
@@ -223,6 +225,42 @@ def _stop_left_server(directory: Path, timeout: float = 10.0) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def _url_of_holder(directory: Path) -> str:
+    """The URL of the server that the serve holding `directory`'s lock runs: from its
+    `server.json`, once it wrote one. A `server.json` of another pid is one a killed serve
+    left: it names a server that is being stopped, or is gone (a serve started at the same
+    moment as the holder attached to it, or failed with "cannot reach"). ServerError, that
+    says so, while the holder has not written its own yet (it is starting its server)."""
+    holder = lock_holder(directory)
+    found = read_connection(directory)
+    if found is not None:
+        url, writer = found
+        # no pid in the lock file: a serve of an earlier version holds it
+        if writer is not None and writer == (holder or writer) and _alive(writer):
+            return url
+    # a pid that does not run is the killed serve's, read before the holder wrote its own
+    known = holder is not None and _alive(holder)
+    who = f"another sfc serve (pid {holder})" if known else "another sfc serve"
+    raise ServerError(
+        f"{directory} is locked by {who} that is starting its server and has not written "
+        f"its {CONNECTION_FILE} yet; try again in a moment to attach to it"
+    )
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs: /proc where there is one (a zombie has ended), else
+    signal 0."""
+    if Path("/proc/self/stat").exists():
+        return _running(pid)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _running(pid: int) -> bool:
     """Whether process `pid` runs (a zombie has ended: it only waits to be reaped)."""
     try:
@@ -301,12 +339,7 @@ class Serving:
         directory = data_dir_of(self.data_dir)
         self._lock = lock_data_dir(directory)
         if self._lock is None:
-            url = read_connection_file(directory)
-            if url is None:
-                raise ServerError(
-                    f"{directory} is locked by another sfc serve, but it has no "
-                    f"{CONNECTION_FILE} yet; try again in a moment"
-                )
+            url = _url_of_holder(directory)
             self.url, self.worker_url, self.attached = url, url, True
             return url
         _stop_left_server(directory)

@@ -25,6 +25,8 @@ Fsync = Literal["everysec", "always"]
 CONNECTION_FILE = "server.json"
 LOCK_FILE = "serve.lock"
 SOCKET_FILE = "valkey.sock"
+PID_WIDTH = 10
+"""The lock file's pid is padded to this width (a pid has at most 7 digits on Linux)."""
 SOCKET_PATH_MAX = 100
 """The longest Unix socket path the server is given (a socket address holds 107 bytes)."""
 
@@ -185,15 +187,31 @@ class EmbeddedServer:
 
 def lock_data_dir(data_dir: Path) -> IO[str] | None:
     """An exclusive lock on the data directory, held while the file stays open; None when
-    another process holds it (that process runs the server)."""
+    another process holds it (that process runs the server). The file holds the pid of
+    its holder (`lock_holder`): a `server.json` that another pid wrote is one a killed
+    serve left."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    handle = open(data_dir / LOCK_FILE, "a+")  # noqa: SIM115 - the lock lives with the handle
+    fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    handle = os.fdopen(fd, "r+")  # the lock lives with the handle
     try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.close()
         return None
+    # one write over the last holder's pid (as wide), so that a reader sees one or the other
+    pid = f"{os.getpid():<{PID_WIDTH}}\n".encode()
+    os.pwrite(fd, pid, 0)
+    os.ftruncate(fd, len(pid))
     return handle
+
+
+def lock_holder(data_dir: Path) -> int | None:
+    """The pid written in the data directory's lock file: its holder, while it is locked
+    (None: none written yet, or unreadable)."""
+    try:
+        return int((data_dir / LOCK_FILE).read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return None
 
 
 def write_connection_file(data_dir: Path, url: str, pid: int) -> None:
@@ -203,13 +221,22 @@ def write_connection_file(data_dir: Path, url: str, pid: int) -> None:
     os.replace(tmp, path)
 
 
-def read_connection_file(data_dir: Path) -> str | None:
+def read_connection(data_dir: Path) -> tuple[str, int | None] | None:
+    """The URL in `server.json`, and the pid of the serve that wrote it."""
     try:
         doc = json.loads((data_dir / CONNECTION_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     url = doc.get("url") if isinstance(doc, dict) else None
-    return url if isinstance(url, str) else None
+    if not isinstance(url, str):
+        return None
+    pid = doc.get("pid")
+    return url, pid if isinstance(pid, int) and not isinstance(pid, bool) else None
+
+
+def read_connection_file(data_dir: Path) -> str | None:
+    found = read_connection(data_dir)
+    return None if found is None else found[0]
 
 
 RANGES = [(0, 5460), (5461, 10922), (10923, 16383)]

@@ -1117,6 +1117,96 @@ def test_a_killed_serve_leaves_no_second_server_and_no_worker(tmp_path: Path) ->
                 os.kill(pid, signal.SIGKILL)
 
 
+def _killed(serve: Any, data: Path, with_server: bool) -> int:
+    """SIGKILL an `sfc serve` (and its valkey-server with `with_server`, as a machine crash
+    would); the pid of its server."""
+    server = int((data / "server.pid").read_text())
+    os.kill(serve.pid, signal.SIGKILL)
+    if with_server:
+        os.kill(server, signal.SIGKILL)
+    serve.popen.wait()
+    return server
+
+
+def _json_pid(data: Path) -> int | None:
+    with contextlib.suppress(OSError, ValueError):
+        pid: int = json.loads((data / "server.json").read_text())["pid"]
+        return pid
+    return None
+
+
+LOCKED = "is locked by another sfc serve (pid {}) that is starting its server"
+"""What a serve says that finds the data directory locked by one still starting; the pid
+is left out when it read the lock file before the holder wrote its pid there."""
+LOCKED_ANY = "is locked by another sfc serve that is starting its server"
+RUNS = re.compile(r"sfc serve: (embedded server|attached to the server of .*) at ")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("with_server", [False, True], ids=["server-left", "server-killed"])
+def test_two_serves_started_at_once_on_a_killed_ones_data_dir(
+    tmp_path: Path, with_server: bool
+) -> None:
+    """The one that did not get the lock read the server.json the killed serve left: it
+    attached to the server being stopped, or failed with "cannot reach". Now one serves,
+    and the other attaches to its server once it wrote its own server.json, or exits 2
+    saying that it is starting; no traceback either way."""
+    from host.server import lock_data_dir
+
+    data = tmp_path / "data"
+    servers: list[int] = []
+    try:
+        with processes(tmp_path / "logs") as procs:
+            runner = procs.serve(data, cwd=tmp_path)
+            servers.append(_killed(runner, data, with_server))
+            # a serve that holds the lock and is still starting its server (this test)
+            lock = lock_data_dir(data)
+            assert lock is not None
+            try:
+                late = procs.start("serve", "serve", "--data-dir", data, cwd=tmp_path)
+                wait_for(lambda: not late.running(), what="the serve that found it locked")
+            finally:
+                lock.close()
+            assert late.popen.returncode == 2, late.stderr()
+            assert LOCKED.format(os.getpid()) in late.stderr(), late.stderr()
+            assert "Traceback" not in late.stderr()
+            for _ in range(3):
+                pair = [
+                    procs.start("serve", "serve", "--data-dir", data, cwd=tmp_path, data_dir=data)
+                    for _ in range(2)
+                ]
+
+                def settled(pair: list[Any] = pair) -> bool:
+                    said = [b.stderr() for b in pair]
+                    return all(
+                        not b.running() or RUNS.search(text)
+                        for b, text in zip(pair, said, strict=True)
+                    ) and any("sfc serve: embedded server at" in text for text in said)
+
+                wait_for(settled, timeout=60, what="one serve to run the server")
+                (runner,) = [b for b in pair if "sfc serve: embedded server at" in b.stderr()]
+                (other,) = [b for b in pair if b is not runner]
+                url = server_url(data)
+                assert _json_pid(data) == runner.pid
+                assert f"embedded server at {url}" in runner.stderr()
+                if other.running():  # it came once server.json was written: attached
+                    assert f"attached to the server of {data} at {url}" in other.stderr()
+                    assert other.stop() == 0
+                else:
+                    assert other.popen.returncode == 2, other.stderr()
+                    said = other.stderr()
+                    assert LOCKED.format(runner.pid) in said or LOCKED_ANY in said, said
+                for b in pair:
+                    assert "Traceback" not in b.stderr(), b.stderr()
+                r = sfc("job", "list", "--data-dir", data, cwd=tmp_path)
+                assert r.code == 0, r
+                servers.append(_killed(runner, data, with_server))
+    finally:
+        for pid in servers:  # the servers the killed serves left are ours to end
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 def _workers(serve_pid: int) -> list[int]:
     """The worker processes of an `sfc serve` (spawned: `spawn_main` in the command line)."""
     out = []
