@@ -267,6 +267,7 @@ def serve(
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         signal.signal(signal.SIGINT, lambda *_: stop.set())
+        crashed: CrashLoop | None = None
         try:
             with server_errors():
                 try:
@@ -310,8 +311,9 @@ def serve(
                     serving.replace_exited()  # a worker killed (out of memory...) is replaced
                 except CrashLoop as e:
                     log.error("%s; stopping", e, extra={"reason": str(e)})
+                    crashed = e  # what becomes of the embedded server: Serving.stop says
                     raise typer.Exit(1) from None
         finally:
             started = time.monotonic()
-            serving.stop()
+            serving.stop(crashed=crashed)
             _say(f"sfc serve: stopped in {time.monotonic() - started:.1f} s", chosen_format)

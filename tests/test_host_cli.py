@@ -1104,7 +1104,7 @@ def test_a_killed_serve_leaves_no_second_server_and_no_worker(tmp_path: Path) ->
 
             again = procs.serve(data, cwd=tmp_path)
             said = again.stderr()
-            assert f"(pid {server}) was left running by an sfc serve that was killed" in said
+            assert f"(pid {server}) was left running by an sfc serve that is gone" in said
             assert not running(server)
             new = [p for p, name in children(again.pid).items() if "valkey" in name]
             assert servers_on(data.resolve()) == new, "not one server on the data directory"
@@ -1217,33 +1217,86 @@ def _workers(serve_pid: int) -> list[int]:
     return out
 
 
+def _crash_loop(serve: Any, data: Path, cwd: Path) -> None:
+    """Kill the worker of `serve` (the OOM killer) until it is a crash loop: serve replaces
+    RESTART_LIMIT of them and goes on, then stops at the next one, exit 1."""
+    from host.serve import RESTART_LIMIT
+
+    wait_for(lambda: len(_workers(serve.pid)) == 1, what="the worker to start")
+    for n in range(1, RESTART_LIMIT + 1):
+        (worker,) = _workers(serve.pid)
+        os.kill(worker, signal.SIGKILL)
+        serve.wait_for_stderr("exited (code -9); started sfc-worker-", count=n)
+        wait_for(
+            lambda w=worker: _workers(serve.pid) not in ([], [w]),
+            what="a new worker",
+        )
+        assert serve.running()
+    r = sfc("job", "submit", GREETINGS, "--store-only", "--job-id", "still",
+            "--data-dir", data, cwd=cwd)  # fmt: skip
+    assert r.code == 0, r
+    (worker,) = _workers(serve.pid)
+    os.kill(worker, signal.SIGKILL)  # one more within the window: a crash loop
+    wait_for(lambda: not serve.running(), what="serve to stop")
+    assert serve.popen.returncode == 1
+    assert "the workers keep exiting" in serve.stderr()
+
+
 def test_a_killed_worker_is_replaced_and_a_crash_loop_stops_serve(tmp_path: Path) -> None:
     """The OOM killer takes one worker: serve starts another in its place and goes on, with
     the reason logged. Workers that keep exiting (more than RESTART_LIMIT in
-    RESTART_WINDOW_S) stop serve, exit 1."""
-    from host.serve import RESTART_LIMIT
-
+    RESTART_WINDOW_S) stop serve, exit 1, and with it its server, which no one else uses."""
     data = tmp_path / "data"
     with processes(tmp_path / "logs") as procs:
         serve = procs.serve(data, cwd=tmp_path)
-        wait_for(lambda: len(_workers(serve.pid)) == 1, what="the worker to start")
-        for n in range(1, RESTART_LIMIT + 1):
-            (worker,) = _workers(serve.pid)
-            os.kill(worker, signal.SIGKILL)
-            serve.wait_for_stderr("exited (code -9); started sfc-worker-", count=n)
-            wait_for(
-                lambda w=worker: _workers(serve.pid) not in ([], [w]),
-                what="a new worker",
-            )
-            assert serve.running()
-        r = sfc("job", "submit", GREETINGS, "--store-only", "--job-id", "still",
-                "--data-dir", data, cwd=tmp_path)  # fmt: skip
-        assert r.code == 0, r
-        (worker,) = _workers(serve.pid)
-        os.kill(worker, signal.SIGKILL)  # one more within the window: a crash loop
-        wait_for(lambda: not serve.running(), what="serve to stop")
-        assert serve.popen.returncode == 1
-        assert "the workers keep exiting" in serve.stderr()
+        url, server = server_url(data), int((data / "server.pid").read_text())
+        _crash_loop(serve, data, tmp_path)
+        said = serve.stderr()
+        assert f"stopping the embedded server at {url} with serve: no other client" in said
+        assert not running(server)
+        assert not (data / "server.json").exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_crash_loop_of_the_workers_leaves_the_server_to_the_instances_attached(
+    tmp_path: Path,
+) -> None:
+    """A crash loop of one serve's workers stopped its embedded server too, and every
+    instance attached to it (another serve, equipment) lost the server. Now serve exits 1
+    and leaves the server running for them, saying so; the next serve takes it over."""
+    data = tmp_path / "data"
+    happy = EXAMPLES / "greetings-demo" / "happy.script.json"
+    server = 0
+    try:
+        with processes(tmp_path / "logs") as procs:
+            serve = procs.serve(data, cwd=tmp_path)
+            url, server = server_url(data), int((data / "server.pid").read_text())
+            attached = procs.serve(data, cwd=tmp_path)
+            assert f"attached to the server of {data} at {url}" in attached.stderr()
+            procs.equipment(happy, "default", data, cwd=tmp_path)
+            _crash_loop(serve, data, tmp_path)
+            said = serve.stderr()
+            assert f"leaving the embedded server (pid {server}) at {url} running for" in said
+            assert running(server) and attached.running()
+            # the attached serve runs jobs on it, found through the server.json kept for it
+            r = sfc("job", "submit", GREETINGS, "--job-id", "on", "--data-dir", data, cwd=tmp_path)
+            assert r.code == 0, r
+            r = sfc("job", "wait", "on", "--timeout", "30", "--data-dir", data, cwd=tmp_path)
+            assert (r.code, r.out) == (0, "on: Ended/Completed\n"), r
+            again = procs.serve(data, cwd=tmp_path)
+            left = f"(pid {server}) was left running by an sfc serve that is gone"
+            assert left in again.stderr(), again.stderr()
+            assert "embedded server at" in again.stderr() and not running(server)
+            assert server_url(data) == url  # the same port: the attached ones find it again
+            r = sfc("job", "submit", GREETINGS, "--job-id", "then", "--data-dir", data,
+                    cwd=tmp_path)  # fmt: skip
+            assert r.code == 0, r
+            r = sfc("job", "wait", "then", "--timeout", "30", "--data-dir", data, cwd=tmp_path)
+            assert (r.code, r.out) == (0, "then: Ended/Completed\n"), r
+            assert attached.running()
+    finally:
+        if server and running(server):  # a check above failed: the server left is ours
+            os.kill(server, signal.SIGKILL)
 
 
 def test_a_killed_embedded_server_is_started_again_and_the_host_goes_on(tmp_path: Path) -> None:
