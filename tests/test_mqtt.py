@@ -727,6 +727,10 @@ def test_a_bridge_stops_at_once_while_its_broker_is_away_and_gives_its_client_id
     assert "held by another bridge" not in err and "cannot be reached" not in err, err
     assert store.lease(keys.mqtt_client(client_id), "other", 0) is None  # still the other's
     store.close()
+    device = _sfc("device", "mqtt", "--broker", away, "--scope", scope)  # so does the device
+    said = _wait_line(device, "cannot be reached")
+    err = _stopped(device, sig, said)
+    assert "not connected" not in err and "sfc device mqtt: stopped; 0 received" in err, err
 
 
 @pytest.mark.parametrize(
