@@ -247,14 +247,12 @@ def device_mqtt(
     adapter_logs()
     stop = _stop_on_signals()
     device = MqttDevice(url, topics, parsed, time_scale=time_scale, client_id=consumer_name())
-    device.start(stop=stop)
-    if stop.is_set():
-        pass
-    elif device.ready:
+    device.start(stop=stop)  # a stop meanwhile ends the wait for the broker: nothing to say
+    if device.ready:
         typer.echo(
             f"sfc device mqtt: answering {topics.commands_filter} on {url.redacted()}", err=True
         )
-    else:
+    elif not stop.is_set():
         typer.echo(
             f"sfc device mqtt: not connected to {url.redacted()} yet; it keeps trying, and "
             f"answers {topics.commands_filter} once connected",

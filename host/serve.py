@@ -495,7 +495,6 @@ class Serving:
         if self.server is not None and not self._left_to_clients(crashed):
             directory = self.server.data_dir
             self.server.stop()
-            self.server = None
             with contextlib.suppress(OSError):
                 (directory / CONNECTION_FILE).unlink()
             with contextlib.suppress(OSError):
