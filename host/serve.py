@@ -161,13 +161,17 @@ def _worker_main(
     level: int,
     log_format: logs.LogFormat = "text",
     metrics_dir: str | None = None,
+    parent: int = 0,
 ) -> None:
-    """A worker process: serve until SIGTERM or SIGINT. With `metrics_dir`, it counts in
-    the multiprocess files there (host/metrics.py)."""
+    """A worker process: serve until SIGTERM or SIGINT, or until `parent` (the pid of its
+    `sfc serve`; 0: its parent now) is gone. With `metrics_dir`, it counts in the
+    multiprocess files there (host/metrics.py)."""
     logs.configure(level, log_format)
     stop = threading.Event()
     stop_on_signals(stop)
-    parent = os.getppid()
+    # given by serve: read here, a serve killed while its worker was starting (a second of
+    # imports) was gone already, and the worker took the reaper for it and served on for ever
+    parent = parent or os.getppid()
     threading.Thread(target=_stop_with_parent, args=(parent, stop), daemon=True).start()
     settings = Settings().with_values(values)
     store = Store.from_url(url)
@@ -386,6 +390,7 @@ class Serving:
                 logging.getLogger().getEffectiveLevel(),
                 self.log_format,
                 self.metrics_dir,
+                os.getpid(),
             ),
             name=f"sfc-worker-{name}",
             daemon=False,

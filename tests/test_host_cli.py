@@ -1117,6 +1117,44 @@ def test_a_killed_serve_leaves_no_second_server_and_no_worker(tmp_path: Path) ->
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_worker_whose_serve_is_killed_while_it_starts_stops_too(tmp_path: Path) -> None:
+    """A worker read its serve's pid (its parent's) once it had started, a second of
+    imports later: one whose serve was killed meanwhile took the reaper for its serve,
+    and served on, unmanaged, for ever."""
+    data = tmp_path / "data"
+    worker = server = 0
+
+    def frozen() -> bool:  # the worker, stopped as soon as it exists (still importing)
+        nonlocal worker
+        for pid in children(serve.pid):
+            with contextlib.suppress(OSError):
+                if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    os.kill(pid, signal.SIGSTOP)
+                    worker = pid
+                    return True
+        return False
+
+    try:
+        with processes(tmp_path / "logs") as procs:
+            serve = procs.start("serve", "serve", "--data-dir", data, cwd=tmp_path)
+            wait_for(frozen, timeout=30, what="the worker process")
+            server = int((data / "server.pid").read_text())
+            assert "sfc.host.serve: worker" not in serve.stderr()  # it has not started yet
+            os.kill(serve.pid, signal.SIGKILL)
+            serve.popen.wait()
+            os.kill(worker, signal.SIGCONT)
+            started = "sfc.host.serve: worker"  # it starts with its serve gone
+            wait_for(lambda: started in serve.stderr(), what="the worker to start")
+            wait_for(lambda: not running(worker), what="the orphaned worker to stop")
+            said = serve.stderr()
+            assert f"the sfc serve of this worker (pid {serve.pid}) is gone; stopping" in said
+    finally:
+        for pid in (worker, server):  # what the killed serve left is ours to end
+            if pid and running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 def _killed(serve: Any, data: Path, with_server: bool) -> int:
     """SIGKILL an `sfc serve` (and its valkey-server with `with_server`, as a machine crash
     would); the pid of its server."""
