@@ -303,6 +303,15 @@ class LocalCluster:
         return [s.url for s in self.servers]
 
     def start(self, timeout: float = 30.0) -> LocalCluster:
+        """Start the nodes and join them; when that fails, the nodes started are stopped
+        (they outlived a failed start)."""
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, timeout: float) -> LocalCluster:
         for s in self.servers:
             s.start()
         clients: list[Any] = [redis.Redis(host="127.0.0.1", port=s.port) for s in self.servers]

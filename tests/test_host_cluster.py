@@ -65,6 +65,16 @@ def spread_scopes(url: str, hint: str) -> list[str]:
         rc.close()
 
 
+def test_a_cluster_that_does_not_come_up_stops_the_nodes_it_started(tmp_path: Path) -> None:
+    """A failed start left its three valkey-servers running, for ever after the test."""
+    failed = LocalCluster(tmp_path)
+    with pytest.raises(RuntimeError, match="the cluster did not come up"):
+        failed.start(timeout=0)  # no cluster joins in no time
+    assert [s.process is not None and s.process.poll() is not None for s in failed.servers] == [
+        True
+    ] * 3
+
+
 def test_a_cluster_is_detected_and_the_library_is_on_every_primary(cluster: LocalCluster) -> None:
     store = Store.from_url(cluster.url)
     try:
