@@ -9,7 +9,6 @@ Both run until SIGINT or SIGTERM.
 
 from __future__ import annotations
 
-import signal
 import socket
 import threading
 from pathlib import Path
@@ -43,6 +42,7 @@ from host.mqtt import (
     check_group,
     parse_broker_url,
 )
+from host.serve import stop_on_signals
 from host.settings import SettingsError, duration_ms
 from host.worker import consumer_name
 
@@ -101,8 +101,7 @@ def _topics(scope: str, prefix: str, command: str) -> Topics:
 
 def _stop_on_signals() -> threading.Event:
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop_on_signals(stop)  # not set in the handler: it could wait for the event's lock
     return stop
 
 

@@ -9,7 +9,6 @@ a wait is answered with an event that matches its selector. A script's `events` 
 
 from __future__ import annotations
 
-import signal
 import threading
 from pathlib import Path
 from typing import Annotated
@@ -30,6 +29,7 @@ from cli.hostcommon import server_errors as server_errors
 from cli.main import app
 from generated.simulation_script_v1_0 import SimulationScript
 from host.scripted import DEFAULT_GROUP, ScriptedEquipment, load_host_script
+from host.serve import stop_on_signals
 from sfc.simulation import ScriptError
 
 
@@ -80,8 +80,7 @@ def equipment(
     store = open_store(redis, data_dir)
     adapter_logs()
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop_on_signals(stop)  # not set in the handler: it could wait for the event's lock
     with server_errors():
         equipment = ScriptedEquipment(
             store,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from pathlib import Path
@@ -22,7 +21,15 @@ from cli.hostcommon import (
 )
 from cli.main import app
 from host import logs
-from host.serve import CrashLoop, Serving, connect, resolve_url, scope_values, setup_scope
+from host.serve import (
+    CrashLoop,
+    Serving,
+    connect,
+    resolve_url,
+    scope_values,
+    setup_scope,
+    stop_on_signals,
+)
 from host.server import ServerError
 from host.settings import SettingsError, from_environment, scope_defaults
 from host.store import redacted
@@ -265,8 +272,7 @@ def serve(
             log_format=chosen_format,
         )
         stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        stop_on_signals(stop)  # not set in the handler: it could wait for the event's lock
         crashed: CrashLoop | None = None
         try:
             with server_errors():

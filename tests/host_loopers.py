@@ -12,7 +12,6 @@ hold `held` at once, clamp and unclamp `ok` at once, and tighten work (push and 
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import threading
 from pathlib import Path
@@ -21,6 +20,7 @@ from generated.equipment_entry_v1_0 import CommandData
 from host import jobs
 from host.entries import EntryError, decode_equipment, fields
 from host.equipment import answer_data
+from host.serve import stop_on_signals
 from host.store import Store
 
 
@@ -41,7 +41,7 @@ def answer(url: str, scope: str, go: Path) -> None:
     store = Store.from_url(url)
     store.equipment_group(scope, "racer")
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop_on_signals(stop)
     waiting: list[CommandData] = []
     sent: list[str] = []
     while not stop.is_set():

@@ -17,12 +17,12 @@ import argparse
 import json
 import logging
 import os
-import signal
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from host.serve import stop_on_signals
 from host.settings import from_environment
 from host.store import Store
 from host.worker import Worker
@@ -65,8 +65,7 @@ def main() -> None:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop_on_signals(stop)  # not set in the handler: it could wait for the event's lock
     worker = Worker(Store.from_url(args.url), from_environment(), args.scopes.split(","))
     if args.stall_file:
         marker = Path(args.stall_file)

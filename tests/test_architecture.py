@@ -199,6 +199,22 @@ def test_one_host_module_speaks_mqtt() -> None:
     assert not offences, "only host/mqtt.py imports paho:\n" + "\n".join(offences)
 
 
+def test_one_function_sets_the_stop_signals() -> None:
+    """SIGTERM and SIGINT stop a process through host.serve.stop_on_signals, whose handler
+    only puts the signal on a queue: a handler that set the stop event itself waited for
+    ever for the event's lock when the main thread held it (two signals at once: the
+    process group's Ctrl-C and a service manager's stop)."""
+    offences = [
+        f"{_rel(path)}:{n}"
+        for package in ("host", "cli", "tests")
+        for path in _files(package)
+        if path != Path(__file__)
+        for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if "signal.signal(" in text and "stop.set()" in text
+    ]
+    assert not offences, "use host.serve.stop_on_signals:\n" + "\n".join(offences)
+
+
 def test_one_host_module_talks_to_the_server() -> None:
     offences = [
         f"{_rel(path)}:{line} imports redis"
