@@ -503,6 +503,9 @@ class Store:
         self._kept: dict[Any, tuple[int, Any]] = {}
         """A connection of each pool kept between round trips, with its process (`_lease`)."""
         self._routes_at = 0.0
+        self._moved = False
+        """A read of the slots found one served by another node, and no wait has ended on
+        it yet (`wait_out` does not wait then)."""
         """When the cluster's slots were last read again (`refresh_routes`)."""
 
     url: str = ""
@@ -570,7 +573,9 @@ class Store:
         except (redis.RedisError, OSError) as e:  # every node away: the next call says so
             log.debug("the cluster's slots could not be read again: %s", e)
             return False
-        return self._routes() != before
+        moved = self._routes() != before
+        self._moved = self._moved or moved
+        return moved
 
     def _routes(self) -> list[str]:
         """The primary of every slot, by name (host:port)."""
@@ -583,18 +588,21 @@ class Store:
         ends as soon as another node serves a slot: a replica that took over from a primary
         that died is used at once. Without it, a worker and the equipment went on only at
         the end of a backoff that had grown to seconds while the primary was away, and the
-        commands' deadlines ran out meanwhile."""
+        commands' deadlines ran out meanwhile. A move that a read before the wait found
+        (the caller's own `refresh_routes`, or another thread's) ends it at once: the read
+        that sees a failover first is often the caller's."""
         if self.cluster is None:
             stop.wait(seconds)
             return
         deadline = time.monotonic() + seconds
         while not stop.is_set():
+            if self._moved or self.refresh_routes():
+                self._moved = False
+                return
             left = deadline - time.monotonic()
             if left <= 0:
                 return
             stop.wait(min(left, 1.0))
-            if self.refresh_routes():
-                return
 
     def _for_key(self, key: str) -> redis.Redis:
         if self.cluster is None:

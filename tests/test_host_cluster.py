@@ -320,6 +320,39 @@ def _move_slot(c: LocalCluster, key: str) -> None:
             x.close()
 
 
+def test_a_wait_after_a_read_that_found_a_slot_moved_does_not_wait(tmp_path: Path) -> None:
+    """A loop that cannot reach a node reads the slots (refresh_routes), then waits out its
+    backoff (wait_out), which ended early only when one of its own reads found the move:
+    when the loop's read was the first to see a failover, it waited the whole backoff, up
+    to 5 s, with a replica serving already."""
+    own = LocalCluster(tmp_path).start()
+    store = Store.from_url(own.url)
+
+    class Waits(threading.Event):
+        def __init__(self) -> None:
+            super().__init__()
+            self.asked: list[float | None] = []
+
+        def wait(self, timeout: float | None = None) -> bool:
+            self.asked.append(timeout)
+            return super().wait(timeout)
+
+    try:
+        scope = "moves"
+        store.client(scope).ping()  # the slot map is read
+        _move_slot(own, keys.work(scope))
+        store._routes_at = 0.0  # the last read was more than a second ago
+        assert store.refresh_routes()  # the loop's own read sees the move
+        stop = Waits()
+        store.wait_out(stop, 2)
+        assert stop.asked == []  # it went on at once
+        store.wait_out(stop, 0.2)  # nothing moved since: the backoff is waited out
+        assert stop.asked == [pytest.approx(0.2, abs=0.05)], stop.asked
+    finally:
+        store.close()
+        own.stop()
+
+
 def test_a_scope_whose_slot_moves_to_another_node_is_served_on(tmp_path: Path) -> None:
     """A reshard (adding a node) moves slots: the worker and the equipment, which call the
     node of their scope's slot by a map read at their start, got MOVED for ever."""
