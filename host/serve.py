@@ -532,9 +532,11 @@ class Serving:
             return False
         pid = server.process.pid if server.process is not None else 0
         log.error(
-            "leaving the embedded server (pid %d) at %s running for the %d client(s) attached "
-            "to it (other serves, adapters, commands), which keep it; the next sfc serve on "
-            "%s takes it over (it stops this server and starts its own on the same port)",
+            "leaving the embedded server (pid %d) at %s running for the %d connection(s) of "
+            "other processes attached to it (other serves, adapters), which keep it; the next "
+            "sfc serve on %s takes it over (it stops this server and starts its own on the "
+            "same port); a service manager that stops serve's whole control group stops it "
+            "too",
             pid,
             server.url,
             attached,

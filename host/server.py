@@ -155,19 +155,27 @@ class EmbeddedServer:
         finally:
             client.close()
 
-    def clients(self) -> int:
-        """How many clients are connected on TCP: other processes (attached serves,
-        adapters, commands). The workers of the serve that runs it are on its Unix socket,
-        and the connection that asks is not counted; 0 when the server does not answer."""
+    def clients(self, settle: float = 2.0) -> int:
+        """How many connections of other processes (attached serves, adapters) are open on
+        TCP, and stay open for `settle` seconds: a command's (`sfc job list`, a monitoring
+        poll) is gone by then. The serve that runs the server is on its Unix socket (its
+        workers, its metrics), and the connection that asks is not counted; 0 when the
+        server does not answer."""
         client = redis.Redis.from_url(self.local_url, socket_timeout=2)
         try:
             me = client.client_id()
+            first = {int(r["id"]) for r in client.client_list() if "U" not in str(r.get("flags"))}
+            time.sleep(settle)
             rows = client.client_list()
         except redis.RedisError:
             return 0
         finally:
             client.close()
-        return sum(1 for r in rows if int(r["id"]) != me and "U" not in str(r.get("flags")))
+        return sum(
+            1
+            for r in rows
+            if int(r["id"]) in first and int(r["id"]) != me and "U" not in str(r.get("flags"))
+        )
 
     def _log_tail(self) -> str:
         log = self.data_dir / "valkey.log"

@@ -30,6 +30,7 @@ import os
 import re
 import signal
 import socket
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -1278,6 +1279,29 @@ def _crash_loop(serve: Any, data: Path, cwd: Path) -> None:
     wait_for(lambda: not serve.running(), what="serve to stop")
     assert serve.popen.returncode == 1
     assert "the workers keep exiting" in serve.stderr()
+
+
+def test_the_clients_that_keep_a_left_server_are_those_that_stay_connected(
+    tmp_path: Path,
+) -> None:
+    """After a crash loop serve leaves its server running for the clients attached to it.
+    A command connected at that moment (`sfc job list`, a monitoring poll) counted as one,
+    and an unsupervised server was left for it."""
+    from host.server import EmbeddedServer
+
+    with EmbeddedServer(tmp_path / "data") as server:
+        stays = redis.Redis(host="127.0.0.1", port=server.port)
+        passing = redis.Redis(host="127.0.0.1", port=server.port)
+        stays.ping()
+        passing.ping()
+        gone = threading.Timer(0.3, passing.close)  # a command that ends meanwhile
+        gone.start()
+        try:
+            assert server.clients(settle=1.5) == 1
+        finally:
+            gone.cancel()
+            stays.close()
+            passing.close()
 
 
 def test_a_killed_worker_is_replaced_and_a_crash_loop_stops_serve(tmp_path: Path) -> None:
