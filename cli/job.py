@@ -388,6 +388,10 @@ def update(
             settings=settings,
         )
     store.close()
+    if not as_json and text is not None and result.errors:
+        # the recipe does not build: its errors first, as `sfc validate` and submit say them
+        for error in every_shape_error(text, result.errors):
+            typer.echo(format_error(error), err=True)
     _report([result], as_json)
 
 

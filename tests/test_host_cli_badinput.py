@@ -191,6 +191,12 @@ def test_submit_words_build_errors_as_validate_does(
     (refused,) = json.loads(as_json.stdout)["refused"]
     (result,) = json.loads(sfc("validate", str(bad), "--json").stdout)["results"]
     assert as_json.returncode == 1 and refused["errors"] == result["errors"]
+    # an update to the recipe says its errors the same way (it said the first only)
+    host, _ = stored
+    job = host.submit(scope, linear_recipe(1), start=False).job
+    updated = sfc("job", "update", job, "--recipe", str(bad), *at)
+    assert updated.returncode == 1, updated.stderr
+    assert updated.stderr == checked.stdout, updated.stderr
 
 
 def test_a_recipe_that_validates_is_not_refused_by_submit_for_its_size(
