@@ -56,8 +56,8 @@ from host import keys
 from host.apply import EVENTS_UNMATCHED
 from host.entries import Entry, EntryError, decode_equipment, encode, fields
 from host.equipment import answer_data, event_data
+from host.scripted import ASKED_RETENTION_MS, FORGET_EVERY, ScriptAnswers, host_script_problem
 from host.scripted import Counters as ScriptCounters
-from host.scripted import ScriptAnswers, host_script_problem
 from host.store import Store, unreachable, unreachable_reason
 from sfc.simulation import Reply
 
@@ -1426,9 +1426,12 @@ class MqttDevice:
     _inbox: queue.SimpleQueue[Received] = field(default_factory=queue.SimpleQueue, repr=False)
     _due: list[tuple[float, int, Message]] = field(default_factory=list, repr=False)
     _order: int = field(default=0, repr=False)
-    _not_held: set[str] = field(default_factory=set, repr=False)
-    _work: dict[str, str] = field(default_factory=dict, repr=False)
-    """Action key -> the first work command id received for it."""
+    _not_held: dict[str, int] = field(default_factory=dict, repr=False)
+    """Hold command ids answered notHeld -> their expiresAt."""
+    _work: dict[str, int] = field(default_factory=dict, repr=False)
+    """Action key -> the latest expiresAt of the work received for it. Both are forgotten
+    a day past that (`_forget`, every FORGET_EVERY commands), so a long run does not grow."""
+    _received: int = field(default=0, repr=False)
     _conn: Connection = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -1438,6 +1441,13 @@ class MqttDevice:
         self._answers = ScriptAnswers(self.script, self.script_counters)
         subs = [self.topics.commands_filter, self.topics.notices_filter]
         self._conn = Connection(self.broker, self.client_id, subs, self._receive, manual_ack=False)
+
+    def _forget(self, now_ms: float) -> None:
+        """Forget the work and the notHeld holds a day past their expiresAt
+        (ASKED_RETENTION_MS, as the script's answers forget a job's counts)."""
+        old = now_ms - ASKED_RETENTION_MS
+        self._work = {k: at for k, at in self._work.items() if at >= old}
+        self._not_held = {k: at for k, at in self._not_held.items() if at >= old}
 
     def start(self, timeout: float = 10.0, stop: threading.Event | None = None) -> MqttDevice:
         """Connect and subscribe, waiting at most `timeout` s (it keeps trying after), or
@@ -1503,15 +1513,18 @@ class MqttDevice:
             return
         self.counters.received += 1
         self.seen_ids.append(data.command_id)
+        self._received += 1
+        if self._received % FORGET_EVERY == 0:
+            self._forget(self.clock() * 1000)
         sent_ms = _time_ms(event.get("time")) or self.clock() * 1000
         if kind in ("push", "restart"):
-            self._work.setdefault(data.action_key, data.command_id)
+            self._work[data.action_key] = max(self._work.get(data.action_key, 0), data.expires_at)
         if kind == "hold" and isinstance(data, CommandData):
             if data.command_id in self._not_held:
                 return  # a copy of a hold answered already
             if data.action_key not in self._work and not self._answers.known(data.command_id):
                 # the hold overtook its work: it could not be held; the work runs on
-                self._not_held.add(data.command_id)
+                self._not_held[data.command_id] = data.expires_at
                 self.counters.not_held += 1
                 self._schedule(sent_ms, msg, event, data.command_id, None, not_held=True)
                 return

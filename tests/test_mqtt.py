@@ -238,6 +238,40 @@ def test_the_device_answers_a_hold_it_cannot_place_as_not_held() -> None:
     assert response_answer(held, b"j-1:a1#1:hold").outcome == "held"
 
 
+def test_the_device_forgets_the_work_of_jobs_long_gone() -> None:
+    """The device remembered every action it received work for, for as long as it ran."""
+    import msgspec
+
+    from host.mqtt import MqttDevice, Received
+    from host.scripted import ASKED_RETENTION_MS, FORGET_EVERY, load_host_script
+
+    now = [1_700_000_000.0]
+    topics = Topics("s")
+    device = MqttDevice(
+        parse_broker_url("mqtt://127.0.0.1:1"), topics, load_host_script(b"{}"),
+        clock=lambda: now[0],
+    )  # fmt: skip
+
+    def push(job: str, expires_at: int) -> None:
+        data = msgspec.structs.replace(
+            CMD, command_id=f"{job}:a1#1", action_key=f"{job}:a1", job=job,
+            expires_at=expires_at, deadline=expires_at + 2000,
+        )  # fmt: skip
+        m = command_message(topics, "push", data, 0, 0)
+        assert m is not None
+        device._ask(Received(m.topic, m.payload, m.content_type, m.user_properties,
+                             None, None, 0, 1))  # fmt: skip
+
+    for i in range(FORGET_EVERY - 1):
+        push(f"old{i}", int(now[0] * 1000) + 10_000)
+    assert len(device._work) == FORGET_EVERY - 1
+    now[0] += (ASKED_RETENTION_MS + 60_000) / 1000  # a day and a minute later
+    for i in range(FORGET_EVERY):
+        push(f"new{i}", int(now[0] * 1000) + 10_000)
+    assert "old0:a1" not in device._work and len(device._work) <= FORGET_EVERY, len(device._work)
+    device.close()
+
+
 # --------------------------------------------------------------------------- the broker
 
 
