@@ -64,6 +64,7 @@ class _Instruments:
     commands: Counter
     ended: Counter
     reconnects: Counter
+    parked: Counter
     entry_seconds: Histogram
     batch_seconds: Histogram
     answer_seconds: Histogram
@@ -112,6 +113,12 @@ def _instruments() -> _Instruments:
         ),
         reconnects=Counter(
             "sfc_worker_reconnects", "Times a worker reconnected after the server was gone."
+        ),
+        parked=Counter(
+            "sfc_worker_scopes_parked",
+            "Times a worker of several scopes on a cluster set a scope aside while its node "
+            "could not be reached, serving the others meanwhile.",
+            s,
         ),
         entry_seconds=Histogram(
             "sfc_apply_entry_seconds",
@@ -183,6 +190,9 @@ class WorkerMetrics:
 
     def reconnect(self) -> None:
         self.m.reconnects.inc()
+
+    def parked(self, scope: str) -> None:
+        self.m.parked.labels(scope).inc()
 
 
 # -- scrape time

@@ -1068,9 +1068,16 @@ class Store:
         return _text(self.client(scope).xadd(keys.work(scope), dict(fields)))  # type: ignore[arg-type]
 
     def read(
-        self, scopes: Sequence[str], count: int, block_ms: int | None, consumer: str | None = None
+        self,
+        scopes: Sequence[str],
+        count: int,
+        block_ms: int | None,
+        consumer: str | None = None,
+        after: str | None = None,
     ) -> list[tuple[str, str, dict[bytes, bytes]]]:
-        """New work entries of `scopes` for this consumer: (scope, id, fields)."""
+        """New work entries of `scopes` for this consumer: (scope, id, fields). With `after`
+        (an entry id, "0" for all), the consumer's own pending entries after it instead,
+        without blocking: those it read before and has not committed."""
         if not scopes:
             return []
         who = self.consumer if consumer is None else consumer
@@ -1080,15 +1087,27 @@ class Store:
             # one of them in turn, so that no scope waits long for another
             each: list[tuple[str, str, dict[bytes, bytes]]] = []
             for s in scopes:
-                each += self.read([s], count, None, consumer)
-            if not each and block_ms:
-                self._turn = (self._turn + 1) % len(scopes)
-                wait = min(block_ms, CLUSTER_BLOCK_MS)
-                each = self.read([scopes[self._turn]], count, wait, consumer)
+                each += self.read([s], count, None, consumer, after)
+            if not each and block_ms and after is None:
+                turn = self.next_turn(scopes)
+                each = self.read([turn], count, self.cluster_block(block_ms), consumer)
             return each
-        read = _xreadgroup(keys.GROUP, who, count, block_ms, [keys.work(s) for s in scopes])
+        if after is not None:
+            block_ms = None
+        streams = [keys.work(s) for s in scopes]
+        read = _xreadgroup(keys.GROUP, who, count, block_ms, streams, after or ">")
         (reply,) = _raised(self._round_trip(scopes[0], [read]))
         return _raw_rows(reply, scopes)
+
+    def next_turn(self, scopes: Sequence[str]) -> str:
+        """The scope whose turn it is to block a read of several scopes on a cluster."""
+        self._turn = (self._turn + 1) % len(scopes)
+        return scopes[self._turn]
+
+    @staticmethod
+    def cluster_block(block_ms: int) -> int:
+        """How long a read of several scopes on a cluster blocks on the one in turn."""
+        return min(block_ms, CLUSTER_BLOCK_MS)
 
     def can_read_ahead(self, scopes: Sequence[str]) -> bool:
         """Whether a commit stream may read the next entries of `scopes`: one server

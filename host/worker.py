@@ -40,6 +40,10 @@ half its round trips; a large batch saves a small share of its time (no throughp
 measurable at 100), and an entry read ahead would wait up to a whole batch longer."""
 TRIM_INTERVAL_MS = 60_000
 """How often a worker trims the equipment stream of each scope it serves."""
+PARK_FIRST_S = 0.5
+"""How long a worker of several scopes on a cluster first sets a scope aside whose node
+cannot be reached (Worker.parked); each try that fails doubles it, up to PARK_MAX_S."""
+PARK_MAX_S = 5.0
 COLLECT_YOUNG_AFTER = 50_000
 """A worker process's garbage collector looks at its young objects after this many
 allocations, not Python's 700 (tune_collector)."""
@@ -80,6 +84,17 @@ class Counters:
     outages: int = 0
     repaired: int = 0
     trimmed: int = 0
+
+
+@dataclass(slots=True)
+class Parked:
+    """A scope set aside while its node cannot be reached (Worker.parked)."""
+
+    since: float
+    retry: float
+    """When the worker tries it again (its clock: monotonic)."""
+    backoff: float
+    reason: str
 
 
 @dataclass(slots=True)
@@ -174,6 +189,17 @@ class Worker:
         unless it says so."""
         self._flight: Flight | None = None
         """The batch in flight, when overlapping."""
+        self.parked: dict[str, Parked] = {}
+        """Scopes whose node cannot be reached, set aside until their next try, while the
+        worker serves its other scopes (on a cluster, a worker of several scopes only: a
+        single server is one failure domain, and the loop's backoff waits it out)."""
+        self._own: dict[str, str] = {}
+        """Scopes whose own pending entries are read before new ones, by the id to read
+        after: a scope that was parked may have entries this worker read and did not
+        commit, which must be applied before the entries after them, and soon (not after
+        SFC_AUTOCLAIM_IDLE)."""
+        self._not_taken: set[str] = set()
+        """Scopes not taken up because their node could not be reached (logged once)."""
 
     # -- scopes and recovery
 
@@ -183,14 +209,107 @@ class Worker:
         Returns the scopes taken up now. The registry `sfc:scopes` is read when no scopes
         were given.
         """
-        wanted = self.fixed_scopes if self.fixed_scopes is not None else self.store.scopes()
+        if self.fixed_scopes is not None:
+            wanted = self.fixed_scopes
+        else:
+            try:
+                wanted = self.store.scopes()
+            except Exception as e:
+                if not (self._isolating() and unreachable(e)):
+                    raise
+                return []  # the registry's node is away: the scopes served go on
         new = [s for s in wanted if s not in self.scopes]
+        several = self.store.cluster is not None and len(wanted) > 1
+        taken: list[str] = []
+        away: Exception | None = None
         for scope in new:
-            self.store.create_group(scope)
-            self.counters.repaired += self.recover(scope)
+            try:
+                self.store.create_group(scope)
+                self.counters.repaired += self.recover(scope)
+            except Exception as e:
+                if not (several and unreachable(e)):
+                    raise
+                away = e  # its node is away: the others are taken up, it at the next refresh
+                if scope not in self._not_taken:
+                    self._not_taken.add(scope)
+                    log.warning(
+                        "scope %s: not taken up now: its node cannot be reached (%s); "
+                        "tried again at the next refresh",
+                        scope,
+                        unreachable_reason(e),
+                        extra={"scope": scope, "reason": f"{type(e).__name__}: {e}"},
+                    )
+                continue
+            self._not_taken.discard(scope)
             self.scopes.append(scope)
+            taken.append(scope)
             log.info("serving scope %s (consumer %s)", scope, self.consumer)
-        return new
+        if away is not None and not self.scopes:
+            raise away  # none can be reached: the loop's backoff
+        return taken
+
+    # -- scopes whose node cannot be reached
+
+    def _isolating(self) -> bool:
+        """Whether a scope whose node cannot be reached is parked, the others served on: on
+        a cluster, with several scopes (each may live on a node of its own)."""
+        return self.store.cluster is not None and len(self.scopes) > 1
+
+    def _serving(self) -> list[str]:
+        """The scopes to serve now: all but the parked ones whose next try has not come. A
+        slot that another node serves now (Store.refresh_routes: a failover) ends every
+        park at once, as it ends the loop's backoff (Store.wait_out)."""
+        if not self.parked:
+            return self.scopes
+        now = self.clock()
+        if self.store.refresh_routes():
+            for p in self.parked.values():
+                p.retry = now
+        return [s for s in self.scopes if s not in self.parked or self.parked[s].retry <= now]
+
+    def _parks(self, scope: str, error: Exception) -> bool:
+        """Park `scope`, whose call raised `error`, and say True; False when the caller
+        raises it instead: not an unreachable server, or a worker that does not isolate its
+        scopes, or no other scope left to serve (then the loop backs off, as for a single
+        server). What the scope's batch read and did not commit stays pending for this
+        worker, and is read again first when the scope is served again."""
+        if not (unreachable(error) and self._isolating()):
+            return False
+        if all(s in self.parked for s in self.scopes if s != scope):
+            return False
+        self.store.refresh_routes()  # a slot may have moved
+        now = self.clock()
+        self._own[scope] = "0"
+        parked = self.parked.get(scope)
+        if parked is not None:
+            parked.backoff = min(PARK_MAX_S, parked.backoff * 2)
+            parked.retry = now + parked.backoff
+            return True
+        reason = unreachable_reason(error)
+        self.parked[scope] = Parked(now, now + PARK_FIRST_S, PARK_FIRST_S, reason)
+        log.warning(
+            "scope %s: its node cannot be reached (%s); serving the other scopes, and trying "
+            "it again with backoff",
+            scope,
+            reason,
+            extra={"scope": scope, "reason": f"{type(error).__name__}: {error}"},
+        )
+        if self.metrics is not None:
+            self.metrics.parked(scope)
+        return True
+
+    def _served(self, scope: str) -> None:
+        """A call for `scope` went through: if it was parked, it is served again."""
+        parked = self.parked.pop(scope, None)
+        if parked is None:
+            return
+        away = self.clock() - parked.since
+        log.warning(
+            "scope %s: served again after %.1f s",
+            scope,
+            away,
+            extra={"scope": scope, "reason": f"its node could not be reached for {away:.1f} s"},
+        )
 
     def recover(self, scope: str) -> int:
         """Set the indexes of every active job of `scope` from its hash (`repair`).
@@ -230,7 +349,7 @@ class Worker:
         else:
             rows, self._ahead = self._ahead, []
         if not rows:
-            rows = self.store.read(self.scopes, self.settings.read_count, block_ms)
+            rows = self._read(block_ms)
         by_scope: dict[str, list[tuple[str, dict[bytes, bytes]]]] = {}
         for scope, entry_id, fields in rows:
             by_scope.setdefault(scope, []).append((entry_id, fields))
@@ -250,15 +369,59 @@ class Worker:
         try:
             for scope, entries in by_scope.items():
                 # the last scope's round trips read ahead (for every scope), after its own
-                total.add(
-                    self._apply(
-                        scope, entries, 1, ahead if scope == last else None, loaded.get(scope)
+                try:
+                    total.add(
+                        self._apply(
+                            scope, entries, 1, ahead if scope == last else None, loaded.get(scope)
+                        )
                     )
-                )
+                except Exception as e:
+                    if not self._parks(scope, e):
+                        raise
         finally:
             if ahead is not None and ahead.ready:
                 self._ready = (ahead.ready, ahead.loaded)
         return total
+
+    def _read(self, block_ms: int | None) -> list[Row]:
+        """New entries of the scopes served. On a cluster, a worker of several scopes reads
+        each on its own (Store.read does so too, in one call), so that a scope whose node
+        cannot be reached is parked and the others are read; a scope's own pending entries
+        (`_own`) are read before its new ones."""
+        count = self.settings.read_count
+        if not self._isolating():
+            return self.store.read(self.scopes, count, block_ms)
+        rows: list[Row] = []
+        for scope in self._serving():
+            try:
+                rows += self._read_scope(scope, count)
+            except Exception as e:
+                if not self._parks(scope, e):
+                    raise
+                continue
+            self._served(scope)
+        here = [s for s in self.scopes if s not in self.parked]
+        if not rows and block_ms and here:
+            scope = self.store.next_turn(here)
+            try:
+                rows = self.store.read([scope], count, self.store.cluster_block(block_ms))
+            except Exception as e:
+                if not self._parks(scope, e):
+                    raise
+        return rows
+
+    def _read_scope(self, scope: str, count: int) -> list[Row]:
+        """A batch of `scope`: its own pending entries first, while it has any, then new
+        ones (without blocking). An own entry deleted meanwhile (no fields) is left to the
+        claim, which reports it."""
+        after = self._own.get(scope)
+        if after is not None:
+            rows = self.store.read([scope], count, None, after=after)
+            if rows:
+                self._own[scope] = rows[-1][1]
+                return [row for row in rows if row[2]]
+            del self._own[scope]
+        return self.store.read([scope], count, None)
 
     def _overlapping(self) -> bool:
         """Whether batches overlap now (`overlap`): small ones, read and loaded ahead. A
@@ -593,54 +756,66 @@ class Worker:
         at a time, so that an entry that crashes its process does not bury a batch. An entry
         delivered more than `max_deliveries` times is buried instead."""
         total = Outcome()
-        for scope in self.scopes:
-            start = self._claim_start.get(scope, "0-0")
-            next_start, claimed, deleted = self.store.autoclaim(
-                scope, self.settings.autoclaim_idle, self.settings.read_count, start
+        for scope in self._serving():
+            try:
+                total.add(self._claim_scope(scope))
+            except Exception as e:
+                if not self._parks(scope, e):
+                    raise
+                continue
+            self._served(scope)
+        return total
+
+    def _claim_scope(self, scope: str) -> Outcome:
+        """The claim of one scope (claim_once)."""
+        total = Outcome()
+        start = self._claim_start.get(scope, "0-0")
+        next_start, claimed, deleted = self.store.autoclaim(
+            scope, self.settings.autoclaim_idle, self.settings.read_count, start
+        )
+        self._claim_start[scope] = next_start
+        if deleted:
+            self.counters.deleted_on_claim += len(deleted)
+            log.warning(
+                "scope %s: XAUTOCLAIM reported deleted entries %s",
+                scope,
+                deleted,
+                extra={"scope": scope, "reason": "deleted"},
             )
-            self._claim_start[scope] = next_start
-            if deleted:
-                self.counters.deleted_on_claim += len(deleted)
-                log.warning(
-                    "scope %s: XAUTOCLAIM reported deleted entries %s",
-                    scope,
-                    deleted,
-                    extra={"scope": scope, "reason": "deleted"},
+        if self.metrics is not None:
+            self.metrics.claimed(scope, len(claimed), len(deleted))
+        if claimed:  # another consumer left them: it died, or hangs (the 3 a.m. question)
+            log.warning(
+                "scope %s: took over %d entries left pending for over %d ms by another "
+                "consumer (stopped, killed or stalled): %s",
+                scope,
+                len(claimed),
+                self.settings.autoclaim_idle,
+                ", ".join(i for i, _ in claimed[:10]) + (" ..." if len(claimed) > 10 else ""),
+                extra={"scope": scope, "reason": "autoclaim", "entry": claimed[0][0]},
+            )
+        for entry_id, fields in claimed:
+            self.counters.claimed += 1
+            deliveries = self.store.deliveries(scope, entry_id)
+            if deliveries == 0:
+                continue  # acked meanwhile by the consumer that had it
+            if deliveries > self.settings.max_deliveries:
+                job = job_named(entry_id, fields)
+                reason = (
+                    f"failed {deliveries - 1} deliveries (SFC_MAX_DELIVERIES is "
+                    f"{self.settings.max_deliveries})"
                 )
-            if self.metrics is not None:
-                self.metrics.claimed(scope, len(claimed), len(deleted))
-            if claimed:  # another consumer left them: it died, or hangs (the 3 a.m. question)
-                log.warning(
-                    "scope %s: took over %d entries left pending for over %d ms by another "
-                    "consumer (stopped, killed or stalled): %s",
-                    scope,
-                    len(claimed),
-                    self.settings.autoclaim_idle,
-                    ", ".join(i for i, _ in claimed[:10]) + (" ..." if len(claimed) > 10 else ""),
-                    extra={"scope": scope, "reason": "autoclaim", "entry": claimed[0][0]},
-                )
-            for entry_id, fields in claimed:
-                self.counters.claimed += 1
-                deliveries = self.store.deliveries(scope, entry_id)
-                if deliveries == 0:
-                    continue  # acked meanwhile by the consumer that had it
-                if deliveries > self.settings.max_deliveries:
-                    job = job_named(entry_id, fields)
-                    reason = (
-                        f"failed {deliveries - 1} deliveries (SFC_MAX_DELIVERIES is "
-                        f"{self.settings.max_deliveries})"
+                problem = None if job is None else self._unreadable(scope, job)
+                if problem is not None:
+                    # the likely cause, which the worker that raised only logged: every
+                    # entry of the job will fail so until the job is mended or cleared
+                    reason += (
+                        f"; the job's stored order or state cannot be read: {problem} "
+                        "(`sfc job clear JOB --unreadable` removes it)"
                     )
-                    problem = None if job is None else self._unreadable(scope, job)
-                    if problem is not None:
-                        # the likely cause, which the worker that raised only logged: every
-                        # entry of the job will fail so until the job is mended or cleared
-                        reason += (
-                            f"; the job's stored order or state cannot be read: {problem} "
-                            "(`sfc job clear JOB --unreadable` removes it)"
-                        )
-                    self._bury(scope, entry_id, reason, job, deliveries, fields)
-                    continue
-                total.add(self._apply(scope, [(entry_id, fields)], deliveries))
+                self._bury(scope, entry_id, reason, job, deliveries, fields)
+                continue
+            total.add(self._apply(scope, [(entry_id, fields)], deliveries))
         return total
 
     def _unreadable(self, scope: str, job: str) -> str | None:
@@ -654,26 +829,32 @@ class Worker:
         """The sweep of every scope: the heartbeat, then ticks of the due jobs; an outage
         pass when the heartbeat shows a gap. Returns the ticks queued."""
         ticks = 0
-        for scope in self.scopes:
-            kind, n = self.store.sweep(
-                scope, self.settings.outage_threshold, self.settings.sweep_limit
-            )
-            before = ticks
-            if kind == "outage":
-                self.counters.outages += 1
-                log.warning(
-                    "scope %s: outage of %d ms; moving every open deadline",
-                    scope,
-                    n,
-                    extra={"scope": scope, "reason": f"outage of {n} ms"},
-                )
-                ticks += self._outage_pass(scope)
-            else:
-                ticks += n
-            if self.metrics is not None:
-                self.metrics.sweep(scope, ticks - before, kind == "outage")
-        self.counters.ticks += ticks
+        for scope in self._serving():
+            try:
+                ticks += self._sweep_scope(scope)
+            except Exception as e:
+                if not self._parks(scope, e):
+                    raise
+                continue
+            self._served(scope)
         return ticks
+
+    def _sweep_scope(self, scope: str) -> int:
+        """The sweep of one scope (sweep_once)."""
+        kind, n = self.store.sweep(scope, self.settings.outage_threshold, self.settings.sweep_limit)
+        if kind == "outage":
+            self.counters.outages += 1
+            log.warning(
+                "scope %s: outage of %d ms; moving every open deadline",
+                scope,
+                n,
+                extra={"scope": scope, "reason": f"outage of {n} ms"},
+            )
+            n = self._outage_pass(scope)
+        self.counters.ticks += n
+        if self.metrics is not None:
+            self.metrics.sweep(scope, n, kind == "outage")
+        return n
 
     def _outage_pass(self, scope: str) -> int:
         ticks = 0
@@ -688,9 +869,16 @@ class Worker:
     def trim_once(self) -> int:
         """Trim the equipment stream of every scope (docs/host.md, "The equipment stream")."""
         trimmed = 0
-        for scope in self.scopes:
-            trimmed += self.store.trim_equipment(scope, self.settings.equipment_retention)
-        self.counters.trimmed += trimmed
+        for scope in self._serving():
+            try:
+                n = self.store.trim_equipment(scope, self.settings.equipment_retention)
+            except Exception as e:
+                if not self._parks(scope, e):
+                    raise
+                continue
+            self._served(scope)
+            trimmed += n
+            self.counters.trimmed += n
         return trimmed
 
     # -- the loop

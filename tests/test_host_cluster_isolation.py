@@ -1,0 +1,198 @@
+"""A worker of several scopes on a Valkey Cluster, one of whose nodes goes away: it parks the
+scope of that node and serves the others (docs/host.md, "A node away").
+
+A local 3-node cluster without replicas (tests/clusterkit.py), with
+`cluster-require-full-coverage no`, so that the two nodes left serve their slots while the
+third is down. One worker (`Worker.run` on a thread) serves three scopes, one on each node;
+a node is SIGKILLed mid-run, and started again on its directory and port, which keeps its
+data. Before the fix, the worker's round stopped at the node away for every scope.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from redis.crc import key_slot
+
+from host import keys
+from host.equipment import Responder, always
+from host.server import RANGES, EmbeddedServer
+from host.store import Store, unreachable
+from host.worker import Worker
+from tests.clusterkit import LocalCluster
+from tests.faultkit import COMPLETED, check
+from tests.hostkit import FAST, Host, linear_recipe, new_scope, wait_for
+
+pytestmark = pytest.mark.cluster
+
+LOGGER = "sfc.host.worker"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    c = LocalCluster(tmp_path / "cluster").start()
+    try:
+        partial(c.servers)
+        yield c
+    finally:
+        c.stop()
+
+
+def partial(servers: list[EmbeddedServer]) -> None:
+    """Let every node serve its slots while another is down (the default stops the whole
+    cluster once a node is marked failing, after `cluster-node-timeout`)."""
+    for s in servers:
+        with Store.from_url(s.url, cluster=False).r as r:
+            r.config_set("cluster-require-full-coverage", "no")
+
+
+def scope_on(node: int, hint: str) -> str:
+    """A new scope whose slot (of `{scope}`) is in the range of node `node` (RANGES)."""
+    low, high = RANGES[node]
+    while True:
+        scope = new_scope(hint)
+        if low <= key_slot(keys.work(scope).encode()) <= high:
+            return scope
+
+
+def cluster_ok(cluster: LocalCluster) -> bool:
+    """Every node answers, knows the three, and says `cluster_state:ok`."""
+    for s in cluster.servers:
+        try:
+            with Store.from_url(s.url, cluster=False).r as r:
+                info = r.execute_command("CLUSTER", "INFO")
+        except Exception as e:
+            if unreachable(e):
+                return False
+            raise
+        text = info.decode() if isinstance(info, bytes) else str(info)
+        if "cluster_state:ok" not in text or "cluster_known_nodes:3" not in text:
+            return False
+    return True
+
+
+def pump_until(responder: Responder, stop: threading.Event) -> None:
+    """Answer the scope's commands until `stop`, waiting out its node while it is away."""
+    while not stop.is_set():
+        try:
+            responder.pump(block_ms=50)
+        except Exception as e:
+            if not unreachable(e):
+                raise
+            stop.wait(0.1)
+
+
+def messages(caplog: pytest.LogCaptureFixture, scope: str) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == LOGGER and getattr(r, "scope", None) == scope
+    ]
+
+
+def test_a_node_away_parks_its_scope_and_the_others_run_to_the_end(
+    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    scopes = [scope_on(i, f"iso{i}") for i in range(3)]
+    away, node = scopes[1], cluster.servers[1]
+    host = Host(cluster.url)
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    try:
+        host.scopes += scopes
+        jobs = {
+            s: [host.submit(s, linear_recipe(3), job_id=f"j{i}").job for i in range(4)]
+            for s in scopes
+        }
+        worker = Worker(host.store(), FAST, scopes)
+        responders = {s: host.responder(s, always("ok")) for s in scopes}
+        threads.append(threading.Thread(target=worker.run, args=(stop,), daemon=True))
+        threads[-1].start()
+        # every job started (its first command pushed), none can end: nobody answers yet
+        wait_for(
+            lambda: all(len(host.equipment(s)) >= len(jobs[s]) for s in scopes),
+            timeout=20,
+            what="every job's first command",
+        )
+        node.kill()
+        for s in scopes:
+            threads.append(threading.Thread(target=pump_until, args=(responders[s], stop)))
+            threads[-1].start()
+        for s in (scopes[0], scopes[2]):
+            wait_for(host.ended(s, jobs[s]), timeout=20, what=f"the jobs of {s}, node 1 away")
+        assert node.process is not None and node.process.poll() is not None, "node 1 came back"
+        said = messages(caplog, away)
+        assert any("its node cannot be reached" in m for m in said), said
+        node.start()  # its directory and port: it keeps its data and rejoins
+        partial([node])
+        wait_for(lambda: cluster_ok(cluster), timeout=20, what="node 1 to rejoin")
+        wait_for(host.ended(away, jobs[away]), timeout=20, what=f"the jobs of {away}")
+        said = messages(caplog, away)
+        assert sum("its node cannot be reached" in m for m in said) == 1, said
+        assert sum("served again after" in m for m in said) == 1, said
+        stop.set()
+        for t in threads:
+            t.join(10)
+        assert worker.parked == {}
+        for s in scopes:
+            check(host.store(), s, dict.fromkeys(jobs[s], COMPLETED))
+        host.check_exactly_once()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+        host.close()
+
+
+def test_entries_read_before_the_node_went_away_are_applied_when_it_is_back(
+    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Entries a batch had read, and not committed, when their node went away stay pending
+    for the worker; they are applied as soon as their scope is served again, not after
+    SFC_AUTOCLAIM_IDLE (a minute here, longer than the test waits)."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    scopes = [scope_on(i, f"own{i}") for i in range(3)]
+    away, node = scopes[2], cluster.servers[2]
+    host = Host(cluster.url)
+    try:
+        host.scopes += scopes
+        slow_claim = replace(FAST, autoclaim_idle=60_000)
+        jobs = {
+            s: [host.submit(s, linear_recipe(1), job_id=f"j{i}").job for i in range(3)]
+            for s in scopes
+        }
+        worker = Worker(host.store(), slow_claim, scopes)
+        worker.refresh_scopes()
+        # a batch of the scope read by the worker, as its read does, then its node dies
+        read = worker.store.read([away], 100, None)
+        assert len(read) == len(jobs[away])
+        node.kill()
+        responders = [host.responder(s, always("ok")) for s in scopes if s != away]
+
+        def step() -> None:
+            worker.sweep_once()
+            worker.read_once(block_ms=5)
+            for r in responders:
+                r.pump()
+
+        for s in scopes[:2]:
+            wait_for(host.ended(s, jobs[s]), timeout=20, step=step, what=f"the jobs of {s}")
+        assert away in worker.parked
+        node.start()
+        partial([node])
+        wait_for(lambda: cluster_ok(cluster), timeout=20, what="node 2 to rejoin")
+        responders.append(host.responder(away, always("ok")))
+        wait_for(host.ended(away, jobs[away]), timeout=20, step=step, what=f"the jobs of {away}")
+        assert away not in worker.parked
+        for s in scopes:
+            check(host.store(), s, dict.fromkeys(jobs[s], COMPLETED))
+        said = messages(caplog, away)
+        assert sum("served again after" in m for m in said) == 1, said
+    finally:
+        host.close()
