@@ -196,3 +196,27 @@ def test_entries_read_before_the_node_went_away_are_applied_when_it_is_back(
         assert sum("served again after" in m for m in said) == 1, said
     finally:
         host.close()
+
+
+def test_a_scope_whose_node_is_away_is_taken_up_at_a_later_refresh(
+    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    scopes = [scope_on(i, f"late{i}") for i in range(3)]
+    away, node = scopes[0], cluster.servers[0]
+    host = Host(cluster.url)
+    try:
+        store = host.store()  # its map of the slots is read while every node is up
+        node.kill()
+        worker = Worker(store, FAST, scopes)
+        assert worker.refresh_scopes() == scopes[1:]
+        assert worker.refresh_scopes() == []
+        said = messages(caplog, away)
+        assert sum("not taken up now: its node cannot be reached" in m for m in said) == 1, said
+        node.start()
+        partial([node])
+        wait_for(lambda: cluster_ok(cluster), timeout=20, what="node 0 to rejoin")
+        assert worker.refresh_scopes() == [away]
+        assert worker.scopes == [*scopes[1:], away]
+    finally:
+        host.close()
