@@ -217,7 +217,9 @@ class Worker:
             except Exception as e:
                 if not (self._isolating() and unreachable(e)):
                     raise
-                return []  # the registry's node is away: the scopes served go on
+                # the registry's node is away: the scopes served go on, new ones wait
+                log.debug("the scope registry cannot be read now: %s", unreachable_reason(e))
+                return []
         new = [s for s in wanted if s not in self.scopes]
         several = self.store.cluster is not None and len(wanted) > 1
         taken: list[str] = []

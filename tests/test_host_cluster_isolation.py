@@ -220,3 +220,28 @@ def test_a_scope_whose_node_is_away_is_taken_up_at_a_later_refresh(
         assert worker.scopes == [*scopes[1:], away]
     finally:
         host.close()
+
+
+def test_a_registry_whose_node_is_away_leaves_the_scopes_served(cluster: LocalCluster) -> None:
+    """A worker of every registered scope reads `sfc:scopes` at each refresh: while its node
+    is away, the worker serves the scopes it has."""
+    slot = key_slot(keys.SCOPES.encode())
+    on = next(i for i, (low, high) in enumerate(RANGES) if low <= slot <= high)
+    scopes = [scope_on(i, f"reg{i}") for i in range(3) if i != on]
+    host = Host(cluster.url)
+    try:
+        host.scopes += scopes
+        jobs = {s: host.submit(s, linear_recipe(1), job_id="j").job for s in scopes}
+        responders = [host.responder(s) for s in scopes]
+        worker = Worker(host.store(), FAST, None)
+        assert worker.refresh_scopes() == scopes  # the submits registered them
+        cluster.servers[on].kill()
+        assert worker.refresh_scopes() == []
+        host.run(
+            [worker],
+            responders,
+            lambda: all(host.ended(s, [j])() for s, j in jobs.items()),
+            sweep=False,
+        )
+    finally:
+        host.close()
