@@ -277,11 +277,11 @@ class Worker:
         worker, and is read again first when the scope is served again."""
         if not (unreachable(error) and self._isolating()):
             return False
+        self._own[scope] = "0"  # also when the loop backs off: read first once back
         if all(s in self.parked for s in self.scopes if s != scope):
             return False
         self.store.refresh_routes()  # a slot may have moved
         now = self.clock()
-        self._own[scope] = "0"
         parked = self.parked.get(scope)
         if parked is not None:
             parked.backoff = min(PARK_MAX_S, parked.backoff * 2)
@@ -379,6 +379,10 @@ class Worker:
                     )
                 except Exception as e:
                     if not self._parks(scope, e):
+                        if self._isolating() and unreachable(e):
+                            # the loop backs off: every scope's entries of this batch that
+                            # are not committed are read first when it is served again
+                            self._own.update(dict.fromkeys(by_scope, "0"))
                         raise
         finally:
             if ahead is not None and ahead.ready:
