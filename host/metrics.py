@@ -2,10 +2,10 @@
 from the server, and the endpoint `sfc serve --metrics-port` runs.
 
 - `WorkerMetrics` is what a worker calls (host/worker.py), once per batch, dead entry,
-  XAUTOCLAIM, sweep and reconnect. Its counters and histograms live in this process; under
-  `sfc serve` the client's multiprocess mode keeps them in files of `PROMETHEUS_MULTIPROC_DIR`
-  (a temporary directory serve makes and sets before its workers start), so one endpoint
-  sums every worker, also workers that have exited.
+  XAUTOCLAIM, sweep, reconnect and parked scope. Its counters and histograms live in this
+  process; under `sfc serve` the client's multiprocess mode keeps them in files of
+  `PROMETHEUS_MULTIPROC_DIR` (a temporary directory serve makes and sets before its workers
+  start), so one endpoint sums every worker, also workers that have exited.
 - `ScopeCollector` reads, at scrape time, what the server knows whoever wrote it: the stream
   lengths, the entries pending, the active and due jobs, and the counters that whoever drops
   something, or applies a job-control method, keeps in `sfc:scope:{S}` (`eventsUnmatched`,
