@@ -23,6 +23,8 @@ import hiredis
 import msgspec
 import redis
 import redis.cluster
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from host import keys
 
@@ -37,6 +39,8 @@ worker logs it and reconnects with backoff): well above the longest blocking rea
 only a server that stopped answering (frozen, or a network that drops packets without a
 reset) reaches it, instead of a worker waiting for ever. redis-py 8's default is the same;
 it is set here because older versions had none."""
+PROBE_TIMEOUT_S = 0.5
+"""How long a probe of a node that could not be reached waits for its PING (Store.answers)."""
 RETIRED_TTL_MS = 30 * 86_400_000
 """How long `sfc:retired` remembers the last sequence of a cleared job id (30 days)."""
 
@@ -506,6 +510,9 @@ class Store:
         self._moved = False
         """A read of the slots found one served by another node, and no wait has ended on
         it yet (`wait_out` does not wait then)."""
+        self.moves = 0
+        """How many reads of the slots found one served by another node: a caller that
+        keeps the count it saw learns of a move whoever's read found it."""
         """When the cluster's slots were last read again (`refresh_routes`)."""
 
     url: str = ""
@@ -575,6 +582,7 @@ class Store:
             return False
         moved = self._routes() != before
         self._moved = self._moved or moved
+        self.moves += moved
         return moved
 
     def _routes(self) -> list[str]:
@@ -603,6 +611,31 @@ class Store:
             if left <= 0:
                 return
             stop.wait(min(left, 1.0))
+
+    def node_name(self, scope: str) -> str:
+        """The node that holds `scope` ("host:port"; the server's URL off a cluster)."""
+        kwargs = self._for_key(keys.work(scope)).connection_pool.connection_kwargs
+        return f"{kwargs.get('host', kwargs.get('path', ''))}:{kwargs.get('port', '')}"
+
+    def answers(self, scope: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
+        """Whether the node of `scope` answers a PING within `timeout`, on a connection of
+        its own without retries: a node that stopped answering (frozen, or packets dropped)
+        costs a call SOCKET_TIMEOUT_S and the client's retry, some 10 s, and a probe this."""
+        pool = self._for_key(keys.work(scope)).connection_pool
+        kwargs = dict(pool.connection_kwargs)
+        kwargs.update(
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),
+        )
+        probe = redis.Redis(connection_pool=type(pool)(pool.connection_class, **kwargs))
+        try:
+            return bool(probe.ping())
+        except (redis.RedisError, OSError):
+            return False
+        finally:
+            probe.close()
+            probe.connection_pool.disconnect()
 
     def _for_key(self, key: str) -> redis.Redis:
         if self.cluster is None:

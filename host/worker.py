@@ -198,6 +198,8 @@ class Worker:
         after: a scope that was parked may have entries this worker read and did not
         commit, which must be applied before the entries after them, and soon (not after
         SFC_AUTOCLAIM_IDLE)."""
+        self._moves = store.moves
+        """Store.moves when the parks last ended on a slot move."""
         self._not_taken: set[str] = set()
         """Scopes not taken up because their node could not be reached (logged once)."""
 
@@ -259,45 +261,70 @@ class Worker:
 
     def _serving(self) -> list[str]:
         """The scopes to serve now: all but the parked ones whose next try has not come. A
-        slot that another node serves now (Store.refresh_routes: a failover) ends every
-        park at once, as it ends the loop's backoff (Store.wait_out)."""
+        slot that another node serves now (a failover: Store.moves, whoever's read of the
+        slots found it) ends every park at once, as it ends the loop's backoff
+        (Store.wait_out). A parked node whose try has come is probed first (Store.answers,
+        a PING with a short timeout): one that stopped answering costs a real call some
+        10 s (the socket timeout and the client's retry), for each of its scopes, and the
+        worker would serve nothing else meanwhile; it stays parked instead."""
         if not self.parked:
             return self.scopes
         now = self.clock()
-        if self.store.refresh_routes():
+        self.store.refresh_routes()
+        if self.store.moves != self._moves:
+            self._moves = self.store.moves
             for p in self.parked.values():
                 p.retry = now
-        return [s for s in self.scopes if s not in self.parked or self.parked[s].retry <= now]
+        due = {s for s, p in self.parked.items() if p.retry <= now}
+        nodes: dict[str, list[str]] = {}
+        for scope in due:
+            nodes.setdefault(self.store.node_name(scope), []).append(scope)
+        for group in nodes.values():
+            if not self.store.answers(group[0]):
+                for scope in group:
+                    self._back_off(self.parked[scope], now)
+                due -= set(group)
+        return [s for s in self.scopes if s not in self.parked or s in due]
+
+    @staticmethod
+    def _back_off(parked: Parked, now: float) -> None:
+        parked.backoff = min(PARK_MAX_S, parked.backoff * 2)
+        parked.retry = now + parked.backoff
 
     def _parks(self, scope: str, error: Exception) -> bool:
-        """Park `scope`, whose call raised `error`, and say True; False when the caller
-        raises it instead: not an unreachable server, or a worker that does not isolate its
-        scopes, or no other scope left to serve (then the loop backs off, as for a single
-        server). What the scope's batch read and did not commit stays pending for this
-        worker, and is read again first when the scope is served again."""
+        """Park `scope`, whose call raised `error`, with every scope of its node, and say
+        True; False when the caller raises it instead: not an unreachable server, or a
+        worker that does not isolate its scopes, or no scope of another node left to serve
+        (then the loop backs off, as for a single server). What a scope's batch read and
+        did not commit stays pending for this worker, and is read again first when the
+        scope is served again."""
         if not (unreachable(error) and self._isolating()):
             return False
-        self._own[scope] = "0"  # also when the loop backs off: read first once back
-        if all(s in self.parked for s in self.scopes if s != scope):
+        node = self.store.node_name(scope)
+        group = [s for s in self.scopes if s == scope or self.store.node_name(s) == node]
+        for s in group:
+            # what each read before may be pending: it is read first once served again,
+            # also when the loop backs off instead
+            self._own[s] = "0"
+        if all(s in self.parked or s in group for s in self.scopes):
             return False
-        self.store.refresh_routes()  # a slot may have moved
         now = self.clock()
-        parked = self.parked.get(scope)
-        if parked is not None:
-            parked.backoff = min(PARK_MAX_S, parked.backoff * 2)
-            parked.retry = now + parked.backoff
-            return True
         reason = unreachable_reason(error)
-        self.parked[scope] = Parked(now, now + PARK_FIRST_S, PARK_FIRST_S, reason)
-        log.warning(
-            "scope %s: its node cannot be reached (%s); serving the other scopes, and trying "
-            "it again with backoff",
-            scope,
-            reason,
-            extra={"scope": scope, "reason": f"{type(error).__name__}: {error}"},
-        )
-        if self.metrics is not None:
-            self.metrics.parked(scope)
+        for s in group:
+            parked = self.parked.get(s)
+            if parked is not None:
+                self._back_off(parked, now)
+                continue
+            self.parked[s] = Parked(now, now + PARK_FIRST_S, PARK_FIRST_S, reason)
+            log.warning(
+                "scope %s: its node cannot be reached (%s); serving the other scopes, and "
+                "trying it again with backoff",
+                s,
+                reason,
+                extra={"scope": s, "reason": f"{type(error).__name__}: {error}"},
+            )
+            if self.metrics is not None:
+                self.metrics.parked(s)
         return True
 
     def _served(self, scope: str) -> None:
@@ -406,7 +433,8 @@ class Worker:
                     raise
                 continue
             self._served(scope)
-        here = [s for s in self.scopes if s not in self.parked]
+        # not a scope with own entries left: its new ones would come before them
+        here = [s for s in self.scopes if s not in self.parked and s not in self._own]
         if not rows and block_ms and here:
             scope = self.store.next_turn(here)
             try:
@@ -421,12 +449,17 @@ class Worker:
         ones (without blocking). An own entry deleted meanwhile (no fields) is left to the
         claim, which reports it."""
         after = self._own.get(scope)
-        if after is not None:
+        while after is not None:
             rows = self.store.read([scope], count, None, after=after)
-            if rows:
-                self._own[scope] = rows[-1][1]
-                return [row for row in rows if row[2]]
-            del self._own[scope]
+            if not rows:
+                del self._own[scope]
+                break
+            after = self._own[scope] = rows[-1][1]
+            live = [row for row in rows if row[2]]
+            if live:
+                return live
+            # a batch of entries deleted meanwhile: read on, so that no new entry of the
+            # scope comes before its own pending ones
         return self.store.read([scope], count, None)
 
     def _overlapping(self) -> bool:
