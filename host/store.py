@@ -457,6 +457,8 @@ def unreachable(error: BaseException) -> bool:
         return True
     if isinstance(error, redis.ResponseError):  # read raw, an error reply keeps its text only
         return str(error).startswith(_PASSING)
+    if isinstance(error, redis.exceptions.RedisClusterException):  # no RedisError
+        return "cannot be connected" in str(error)  # no node of the cluster answers
     return False
 
 
@@ -577,7 +579,10 @@ class Store:
         before = self._routes()
         try:
             self.cluster.nodes_manager.initialize()
-        except (redis.RedisError, OSError) as e:  # every node away: the next call says so
+        except (redis.RedisError, redis.exceptions.RedisClusterException, OSError) as e:
+            # every node away ("Redis Cluster cannot be connected", which is no RedisError):
+            # the next call says so. It escaped, from the worker's wait-it-out branch, and
+            # a cluster that was down as a whole killed every worker, and serve with them
             log.debug("the cluster's slots could not be read again: %s", e)
             return False
         moved = self._routes() != before
