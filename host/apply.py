@@ -57,6 +57,9 @@ COMMIT_CHUNK = 20
 """A batch's commits are sent in chunks of this many: the server runs one chunk while the
 worker evaluates the next jobs (Store.commit_stream)."""
 
+FAILURES_KEPT = 100
+"""How many of its last failures a worker's lifetime counters keep (Outcome.add)."""
+
 # Counters in sfc:scope:{S}, kept by whoever drops an entry, so any process can report them.
 METHODS_APPLIED = "methodsApplied:"
 """Then the method's name (`methodsApplied:Pause`): counted in the method's commit."""
@@ -198,9 +201,11 @@ class Outcome:
         sent = self.sent
         for kind, n in other.sent.items():
             sent[kind] = sent.get(kind, 0) + n
-        if other.failed:  # rare: an entry raises at most SFC_MAX_DELIVERIES times
+        if other.failed:
             self.failed += other.failed
         if not lists:
+            # a bug that makes every entry raise would grow it with every entry: the last few
+            del self.failed[:-FAILURES_KEPT]
             return
         if other.answer_waits:
             self.answer_waits += other.answer_waits

@@ -60,6 +60,13 @@ def test_a_workers_lifetime_counters_keep_counts_not_a_list_of_every_entry(host:
     assert counted.applied == 5 * 4 and sorted(ends) == sorted(jobs)
     assert counted.kinds[("answer", "applied")] == 15
     assert (counted.answer_waits, counted.ends, counted.given_up) == ([], [], [])
+    # and of failures the last FAILURES_KEPT: a bug that makes every entry raise
+    from host.apply import FAILURES_KEPT, Outcome
+
+    lifetime = Outcome()
+    for i in range(FAILURES_KEPT + 5):
+        lifetime.add(Outcome(failed=[(f"{i}-0", "boom")]), lists=False)
+    assert [f[0] for f in lifetime.failed] == [f"{i}-0" for i in range(5, FAILURES_KEPT + 5)]
 
 
 def test_silent_equipment_is_sent_again_then_the_job_aborts_with_timeout(host: Host) -> None:
