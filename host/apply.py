@@ -44,7 +44,7 @@ from host import joborder, waits
 from host.entries import Entry, encode, job_of
 from host.outbox import outgoing
 from host.settings import Settings
-from host.store import Commit, CommitStream, JobRecord, Loaded, ReadAhead, Store
+from host.store import Commit, CommitStream, JobRecord, Loaded, ReadAhead, Store, unreachable
 from sfc.builder import build
 from sfc.codec import capabilities_decoder, state_decoder
 from sfc.evolution import evolve, next_deadline
@@ -806,12 +806,114 @@ class Applier:
         else:
             for job, es in pending.items():
                 tally.failed += [(e.id, f"job {job}: {CONFLICT_RETRIES} conflicts") for e in es]
-        for e in events:  # after the jobs' entries: an answer of the batch may open a wait
+        # after the jobs' entries: an answer of the batch may open a wait
+        alone = events
+        if len(events) > 1:
+            done: set[str] = set()
+            try:
+                alone = self._offer_together(scope, events, tally, done)
+            except Exception as x:
+                if not unreachable(x):
+                    log.warning(
+                        "scope %s: offering %d events together raised; offering each alone",
+                        scope,
+                        len(events),
+                        exc_info=True,
+                    )
+                alone = [e for e in events if e.id not in done]
+        for e in alone:
             try:
                 self.offer(scope, e, tally)
             except Exception as x:  # a broken stored state: the event stays pending
                 log.exception("scope %s: offering event %s raised", scope, e.id)
                 tally.failed.append((e.id, f"{type(x).__name__}: {x}"))
+
+    def _offer_together(
+        self, scope: str, events: list[Entry], tally: Outcome, done: set[str]
+    ) -> list[Entry]:
+        """Offer a batch's events to their first choices in three round trips for the
+        batch (the waits and seen fields, the loads, the commits) instead of three for
+        each; the events left for `offer`, in order, are returned (`done` holds those
+        finished here).
+
+        An event goes with the batch when its first matching wait is the first choice of
+        no earlier event: each event claims the jobs of every wait it matches, so an event
+        left to `offer` (afterwards, in order) never finds a wait that a later event of the
+        batch took first. Left to `offer`: an event whose source/id is taken or claimed,
+        that matches no wait, whose first choice is claimed, or whose first choice did not
+        take it or whose commit did not land (conflict, missing): `offer` decides each as
+        it would have alone. A duplicate within the batch is found by the commit."""
+        seen_of = {e.id: _seen_field(e) for e in events}
+        until: dict[str, int] = {}
+        for e in events:
+            type_id = _event(e).type_id
+            until[type_id] = max(until.get(type_id, 0), e.ms)
+        fields = [f for f in dict.fromkeys(seen_of.values()) if f is not None]
+        found, taken = self.store.waiting_many(scope, until, fields)
+        members = {t: _parsed_members(found[t]) for t in found}
+        claimed: set[str] = set()
+        claimed_seen: set[str] = set()
+        first: list[tuple[Entry, str, str]] = []  # (event, job, member) of the batch
+        alone: list[Entry] = []
+        for e in events:
+            data = _event(e)
+            seen = seen_of[e.id]
+            candidates = _candidates(members[data.type_id], e.ms, data)
+            free = (
+                candidates
+                and candidates[0][0] not in claimed
+                and (seen is None or (seen not in taken and seen not in claimed_seen))
+            )
+            if free:
+                first.append((e, *candidates[0]))
+            else:
+                alone.append(e)
+            claimed.update(job for job, _ in candidates)
+            if seen is not None:
+                claimed_seen.add(seen)
+        if not first:
+            return events
+        now, records, values = self.store.load_batch(scope, [job for _, job, _ in first])
+        tally.loads += len(first)
+        config = ScopeConfig.of(values, self.settings)
+        going: list[tuple[Entry, Commit, Outcome]] = []
+        for e, job, _ in first:
+            record = records[job]
+            local = Outcome()
+            if record is None:
+                alone.append(e)  # `offer` drops the member of the cleared job
+                continue
+            try:
+                commit = self.evaluator.evaluate(scope, job, record, [e], now, config, local)
+            except Exception:
+                alone.append(e)  # `offer` reports it
+                continue
+            if local.applied != 1:
+                alone.append(e)  # `offer` drops a stale member and tries the next wait
+                continue
+            commit.seen = seen_of[e.id]
+            going.append((e, commit, local))
+        if going:
+            commits = [c for _, c, _ in going]
+            if self.before_commit is not None:
+                self.before_commit(commits)
+            results = self.store.commits(commits)
+            for (e, commit, local), result in zip(going, results, strict=True):
+                if result == "ok":
+                    tally.add(local)
+                    done.add(e.id)
+                elif result == "duplicate":
+                    done.add(e.id)
+                    self._ack_event(scope, e, tally, EVENTS_DUPLICATE)
+                elif result == "gone":
+                    done.add(e.id)
+                    tally.gone += 1
+                    tally.given_up.append((commit.job, (e.id,)))
+                else:  # conflict or missing: the job moved, `offer` loads it again
+                    tally.conflicts += result == "conflict"
+                    alone.append(e)
+        order = {e.id: i for i, e in enumerate(events)}
+        return sorted(alone, key=lambda e: order[e.id])
 
     def offer(self, scope: str, entry: Entry, tally: Outcome) -> str:
         """Offer an event entry to the waits that match it, oldest first, until one takes it.
@@ -821,23 +923,12 @@ class Applier:
         applies the event acknowledges it and takes its source/id; when no wait takes it, one
         ack-only call does. Returns what became of it: applied, duplicate, unmatched or gone.
         """
-        data = entry.data
-        assert isinstance(data, EventData)
-        subject = None if data.subject is UNSET else data.subject
-        correlation = None if data.correlation_id is UNSET else data.correlation_id
-        seen = (
-            f"{data.source}/{data.id}"
-            if data.source is not UNSET and data.id is not UNSET
-            else None
-        )
+        data = _event(entry)
+        seen = _seen_field(entry)
         members, taken = self.store.waiting(scope, data.type_id, entry.ms, seen)
         if taken:
             return self._ack_event(scope, entry, tally, EVENTS_DUPLICATE)
-        candidates: list[tuple[str, str]] = []  # (job, member), oldest wait first
-        for raw, _ in members:
-            parsed = waits.parse_member(raw)
-            if parsed is not None and waits.matches(parsed, subject, correlation):
-                candidates.append((parsed[0], raw.decode()))
+        candidates = _candidates(_parsed_members(members), entry.ms, data)
         config: ScopeConfig | None = None
         for job, member in candidates:
             for _ in range(CONFLICT_RETRIES):
@@ -1029,6 +1120,46 @@ class Applier:
                 why = f"the commit failed: {type(result).__name__}: {result}"
                 tally.failed += [(e.id, why) for e in jobs[c.job]]
         return again
+
+
+def _event(entry: Entry) -> EventData:
+    data = entry.data
+    assert isinstance(data, EventData)
+    return data
+
+
+def _seen_field(entry: Entry) -> str | None:
+    """The field an event takes in the seen hash (source/id); None without both."""
+    data = _event(entry)
+    if data.source is UNSET or data.id is UNSET:
+        return None
+    return f"{data.source}/{data.id}"
+
+
+Member = tuple[int, tuple[str, str | None, str | None], str]
+"""A waits member as read: (wait start, (job, subject, correlationId), the member)."""
+
+
+def _parsed_members(found: Sequence[tuple[bytes, int]]) -> list[Member]:
+    """The members this host wrote, oldest wait first (as read); others are skipped."""
+    out: list[Member] = []
+    for raw, score in found:
+        parsed = waits.parse_member(raw)
+        if parsed is not None:
+            out.append((score, parsed, raw.decode()))
+    return out
+
+
+def _candidates(members: Sequence[Member], ms: int, data: EventData) -> list[tuple[str, str]]:
+    """(job, member) of the waits an event matches, oldest first: begun by the event
+    (`ms`, its entry's time) and matching its selector."""
+    subject = None if data.subject is UNSET else data.subject
+    correlation = None if data.correlation_id is UNSET else data.correlation_id
+    return [
+        (parsed[0], raw)
+        for score, parsed, raw in members
+        if score <= ms and waits.matches(parsed, subject, correlation)
+    ]
 
 
 def _by_job(entries: Sequence[Entry]) -> tuple[dict[str, list[Entry]], list[Entry]]:

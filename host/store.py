@@ -1065,6 +1065,29 @@ class Store:
         members = [(bytes(m), int(score)) for m, score in out[0]]
         return members, bool(out[1]) if seen_field is not None else False
 
+    def waiting_many(
+        self, scope: str, until: Mapping[str, int], seen_fields: Sequence[str]
+    ) -> tuple[dict[str, list[tuple[bytes, int]]], set[str]]:
+        """`waiting` for a batch of events, in one round trip: the members of each type's
+        waits that began by its `until`, oldest first, and which of `seen_fields` were
+        taken already."""
+        pipe = self.client(scope).pipeline(transaction=False)
+        types = list(until)
+        for type_id in types:
+            pipe.zrange(
+                keys.waits(scope, type_id), "-inf", until[type_id], byscore=True, withscores=True
+            )
+        if seen_fields:
+            pipe.hmget(keys.seen(scope), list(seen_fields))
+        out: Any = pipe.execute()
+        members = {t: [(bytes(m), int(score)) for m, score in out[i]] for i, t in enumerate(types)}
+        taken = (
+            {f for f, v in zip(seen_fields, out[-1], strict=True) if v is not None}
+            if seen_fields
+            else set()
+        )
+        return members, taken
+
     def publish(self, scope: str, type_id: str, data: bytes, counter: str) -> str | None:
         """`sfc1_publish`: the entry id, or None when no job waits for the type."""
         result = _text(

@@ -12,6 +12,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from generated.equipment_entry_v1_0 import AwaitData
 from host import keys
 from host.equipment import Answer, publish_event
@@ -279,3 +283,147 @@ def test_the_rear_axle_example_runs_to_the_end_through_the_host(host: Host) -> N
         assert host.order_path(scope, job) == "Ended/Completed", job
     assert sorted(published) == sorted(f"{j}:{a}" for j in jobs for a in ("camera_qa", "verify"))
     assert host.client().exists(keys.waits(scope, "com.example.station.qa_result.v1")) == 0
+
+
+# A batch's events are offered together (host/apply.py `Applier._offer_together`): the waits
+# and seen fields in one round trip, the first choices' loads in one, their commits in one;
+# an event that cannot go with the batch is offered alone afterwards, in order.
+
+
+def _result(order: Any) -> list[str] | None:
+    return None if order.result is msgspec.UNSET else list(order.result.outcomes)
+
+
+def _zranges(host: Host) -> int:
+    stats = host.client().info("commandstats")
+    return int(stats.get("cmdstat_zrange", {}).get("calls", 0))
+
+
+def _one_batch(worker: Any, n: int) -> Any:
+    """Apply `n` queued entries in one read (one batch)."""
+    outcome = worker.read_once(block_ms=1000)
+    assert outcome.applied + outcome.unmatched + outcome.duplicates == n, outcome
+    return outcome
+
+
+def test_a_batch_of_events_for_their_own_jobs_reads_the_waits_once(host: Host) -> None:
+    scope = host.scope("batch-own")
+    jobs = [f"j{i:02d}" for i in range(40)]
+    worker = _start_waiting(host, scope, jobs, wait_recipe({"CorrelationId": "{jobId}"}))
+    store = host.store()
+    for job in reversed(jobs):  # the newest wait's event first
+        assert publish_event(store, scope, QA, correlation_id=job, outcome=f"ok-{job}")
+    loads, zranges = worker.counters.outcome.loads, _zranges(host)
+    _one_batch(worker, len(jobs))
+    for job in jobs:
+        assert host.order(scope, job).result.outcomes == [f"ok-{job}"], job
+    assert worker.counters.outcome.loads - loads == len(jobs)
+    # one read of the type's waits for the 40 events (alone, 40 reads)
+    assert _zranges(host) - zranges == 1
+    assert host.client().xpending(keys.work(scope), keys.GROUP)["pending"] == 0
+
+
+def test_a_batch_of_events_takes_the_oldest_waits_in_the_events_order(host: Host) -> None:
+    scope = host.scope("batch-order")
+    recipe = wait_recipe(None)
+    store = host.store()
+    worker = host.worker([scope])
+    responder = host.responder(scope)
+    order = ["c", "a", "b", "d"]
+    for job in order:  # one at a time, so their waits begin in this order
+        host.submit(scope, recipe, job_id=job)
+        host.run([worker], [responder], lambda j=job: j in _waiting(host, scope))  # type: ignore[misc]
+    # a stale member, oldest of all: its job is gone, and the first event must go on
+    host.client().zadd(keys.waits(scope, QA), {member("ghost", None, None): 1})
+    for k in range(3):
+        assert publish_event(store, scope, QA, outcome=f"e{k}")
+    _one_batch(worker, 3)
+    assert [host.order(scope, j).result.outcomes for j in order[:3]] == [["e0"], ["e1"], ["e2"]]
+    assert host.order_path(scope, "d") == "Running"
+    assert sorted(_waiting(host, scope)) == ["d"]  # the ghost was dropped
+
+
+def test_a_duplicate_within_a_batch_is_applied_once_and_counted(host: Host) -> None:
+    scope = host.scope("batch-dup")
+    worker = _start_waiting(host, scope, ["j1", "j2", "j3"], wait_recipe(None))
+    store = host.store()
+    for outcome, event_id in (("first", "1"), ("again", "1"), ("second", "2")):
+        assert publish_event(store, scope, QA, outcome=outcome, source="cam", id=event_id)
+    outcome = _one_batch(worker, 3)
+    assert (outcome.applied, outcome.duplicates) == (2, 1)
+    assert [host.order(scope, j).result.outcomes for j in ("j1", "j2")] == [["first"], ["second"]]
+    assert host.order_path(scope, "j3") == "Running"
+    assert counts(host.client(), scope)["eventsDuplicate"] == 1
+
+
+def test_an_event_of_a_batch_whose_job_moved_before_its_commit_is_offered_again(
+    host: Host,
+) -> None:
+    scope = host.scope("batch-moved")
+    jobs = ["j1", "j2", "j3"]
+    worker = _start_waiting(host, scope, jobs, wait_recipe({"Subject": "{jobId}"}))
+    store = host.store()
+    for job in jobs:
+        assert publish_event(store, scope, QA, subject=job, outcome="ok")
+    r = host.client()
+    moved: list[str] = []
+
+    def another_commits_first(commits: Any) -> None:
+        if not moved:  # the batch's commits: another process commits j2 first
+            moved.append(commits[1].job)
+            r.hincrby(keys.job(scope, commits[1].job), "version", 1)
+
+    worker.applier.before_commit = another_commits_first
+    conflicts = worker.counters.outcome.conflicts
+    _one_batch(worker, 3)
+    assert moved == ["j2"]
+    assert worker.counters.outcome.conflicts - conflicts == 1
+    assert all(host.order_path(scope, j) == "Ended/Completed" for j in jobs)
+    assert r.xpending(keys.work(scope), keys.GROUP)["pending"] == 0
+
+
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    selectors=st.lists(st.booleans(), min_size=1, max_size=5),
+    events=st.lists(
+        st.tuples(
+            st.sampled_from([None, "j0", "j1", "j2", "zz"]), st.sampled_from([None, "1", "2"])
+        ),
+        min_size=2,
+        max_size=8,
+    ),
+)
+def test_events_offered_together_end_as_when_offered_one_at_a_time(
+    host: Host, selectors: list[bool], events: list[tuple[str | None, str | None]]
+) -> None:
+    """Jobs wait with or without a {jobId} subject; the same events (subjects, copies by
+    source/id) go to two scopes: one applies them in one batch, the other one by one. Every
+    job ends with the same outcomes, and the same events are duplicates and unmatched."""
+    ends: list[Any] = []
+    for read_count in (100, 1):
+        scope = host.scope(f"same-{read_count}")
+        worker = host.worker([scope], replace(FAST, read_count=read_count))
+        responder = host.responder(scope)
+        jobs = [f"j{i}" for i in range(len(selectors))]
+        for job, subject in zip(jobs, selectors, strict=True):
+            recipe = wait_recipe({"Subject": "{jobId}"} if subject else None)
+            host.submit(scope, recipe, job_id=job)
+            host.run([worker], [responder], lambda j=job, s=scope: j in _waiting(host, s))  # type: ignore[misc]
+        store = host.store()
+        for k, (subject, event_id) in enumerate(events):
+            source = None if event_id is None else "cam"
+            published = publish_event(
+                store, scope, QA, subject=subject, outcome=f"e{k}", source=source, id=event_id
+            )
+            assert published
+        wait_for(
+            lambda: host.client().xlen(keys.work(scope)) == 0,  # noqa: B023
+            step=lambda: worker.read_once(block_ms=5),  # noqa: B023
+            what="every event to be offered",
+        )
+        outcomes = {j: (host.order_path(scope, j), _result(host.order(scope, j))) for j in jobs}
+        c = counts(host.client(), scope)
+        ends.append((outcomes, c.get("eventsDuplicate", 0), c.get("eventsUnmatched", 0)))
+    assert ends[0] == ends[1]
