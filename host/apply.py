@@ -831,18 +831,19 @@ class Applier:
     def _offer_together(
         self, scope: str, events: list[Entry], tally: Outcome, done: set[str]
     ) -> list[Entry]:
-        """Offer a batch's events to their first choices in three round trips for the
-        batch (the waits and seen fields, the loads, the commits) instead of three for
-        each; the events left for `offer`, in order, are returned (`done` holds those
-        finished here).
+        """Offer a batch's events in at most four round trips for the batch instead of
+        three for each: the waits of their types and their source/ids; the acks of those
+        that apply nowhere (source/id taken before, or no matching wait); the loads of the
+        others' first choices (the oldest matching wait); their commits. The events left
+        for `offer` are returned, in order (`done` holds those finished here).
 
-        An event goes with the batch when its first matching wait is the first choice of
-        no earlier event: each event claims the jobs of every wait it matches, so an event
+        An event goes with the batch when its first choice is the first choice of no
+        earlier event: each event claims the jobs of every wait it matches, so an event
         left to `offer` (afterwards, in order) never finds a wait that a later event of the
-        batch took first. Left to `offer`: an event whose source/id is taken or claimed,
-        that matches no wait, whose first choice is claimed, or whose first choice did not
-        take it or whose commit did not land (conflict, missing): `offer` decides each as
-        it would have alone. A duplicate within the batch is found by the commit."""
+        batch took first. Left to `offer`: an event whose first choice, or source/id, an
+        earlier event of the batch claimed; whose first choice did not take it; whose
+        commit did not land (conflict, missing); or whose ack found an entry of its group
+        no longer ours. `offer` decides each as it would have alone."""
         seen_of = {e.id: _seen_field(e) for e in events}
         until: dict[str, int] = {}
         for e in events:
@@ -855,14 +856,21 @@ class Applier:
         claimed_seen: set[str] = set()
         first: list[tuple[Entry, str, str]] = []  # (event, job, member) of the batch
         alone: list[Entry] = []
+        acks: dict[str, list[Entry]] = {EVENTS_DUPLICATE: [], EVENTS_UNMATCHED: []}
         for e in events:
             data = _event(e)
             seen = seen_of[e.id]
             candidates = _candidates(members[data.type_id], e.ms, data)
+            if seen is not None and seen in taken:
+                acks[EVENTS_DUPLICATE].append(e)  # taken before the batch: it applies nowhere
+                continue
+            if not candidates and (seen is None or seen not in claimed_seen):
+                acks[EVENTS_UNMATCHED].append(e)  # (a copy of a claimed one may be its duplicate)
+                continue
             free = (
                 candidates
                 and candidates[0][0] not in claimed
-                and (seen is None or (seen not in taken and seen not in claimed_seen))
+                and (seen is None or seen not in claimed_seen)
             )
             if free:
                 first.append((e, *candidates[0]))
@@ -871,8 +879,18 @@ class Applier:
             claimed.update(job for job, _ in candidates)
             if seen is not None:
                 claimed_seen.add(seen)
+        groups = [(counter, es) for counter, es in acks.items() if es]
+        if groups:
+            results = self.store.acks(scope, [([e.id for e in es], c) for c, es in groups])
+            for (counter, es), result in zip(groups, results, strict=True):
+                if result == "ok":
+                    done.update(e.id for e in es)
+                    self._acked(counter, len(es), tally)
+                else:  # one of them is no longer ours: `offer` finds which
+                    alone += es
         if not first:
-            return events
+            order = {e.id: i for i, e in enumerate(events)}
+            return sorted(alone, key=lambda e: order[e.id])
         now, records, values = self.store.load_batch(scope, [job for _, job, _ in first])
         tally.loads += len(first)
         config = ScopeConfig.of(values, self.settings)
@@ -968,13 +986,18 @@ class Applier:
             tally.gone += 1
             tally.given_up.append(("", (entry.id,)))
             return "gone"
-        if counter == EVENTS_DUPLICATE:
-            tally.duplicates += 1
-            tally.kinds["event", "duplicate"] = tally.kinds.get(("event", "duplicate"), 0) + 1
-            return "duplicate"
-        tally.unmatched += 1
-        tally.kinds["event", "unmatched"] = tally.kinds.get(("event", "unmatched"), 0) + 1
-        return "unmatched"
+        return self._acked(counter, 1, tally)
+
+    @staticmethod
+    def _acked(counter: str, n: int, tally: Outcome) -> str:
+        """Count `n` events acked as duplicates or unmatched; what became of them."""
+        what = "duplicate" if counter == EVENTS_DUPLICATE else "unmatched"
+        if what == "duplicate":
+            tally.duplicates += n
+        else:
+            tally.unmatched += n
+        tally.kinds["event", what] = tally.kinds.get(("event", what), 0) + n
+        return what
 
     def _drop_stale(
         self, scope: str, job: str, record: JobRecord, type_id: str, member: str

@@ -1017,6 +1017,16 @@ class Store:
             )
         )
 
+    def acks(self, scope: str, groups: Sequence[tuple[Sequence[str], str]]) -> list[str]:
+        """`ack` for each (ids, counter) group, in one pipeline: ok or gone for each (a group
+        with an entry no longer pending for this consumer writes nothing)."""
+        who = self.consumer
+        calls = [
+            ("sfc1_ack", [keys.work(scope), keys.settings(scope)], [keys.GROUP, who, c, *ids])
+            for ids, c in groups
+        ]
+        return [_text(x) for x in self._fcalls(calls)]
+
     def count(self, scope: str, counter: str) -> None:
         """Count one in the scope's hash `sfc:scope:{S}`, where any process reads it (a
         job-control method refused: `methodsRefused:Pause`)."""

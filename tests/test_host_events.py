@@ -427,3 +427,31 @@ def test_events_offered_together_end_as_when_offered_one_at_a_time(
         c = counts(host.client(), scope)
         ends.append((outcomes, c.get("eventsDuplicate", 0), c.get("eventsUnmatched", 0)))
     assert ends[0] == ends[1]
+
+
+def _fcalls(host: Host) -> int:
+    stats = host.client().info("commandstats")
+    return int(stats.get("cmdstat_fcall", {}).get("calls", 0))
+
+
+def test_the_events_of_a_batch_that_apply_nowhere_are_acked_together(host: Host) -> None:
+    scope = host.scope("batch-nowhere")
+    worker = _start_waiting(host, scope, ["j1", "j2"], wait_recipe({"CorrelationId": "{jobId}"}))
+    store = host.store()
+    assert publish_event(store, scope, QA, correlation_id="j1", source="cam", id="1")
+    _one_batch(worker, 1)
+    for _ in range(10):  # copies of the event applied before
+        assert publish_event(store, scope, QA, correlation_id="j1", source="cam", id="1")
+    for k in range(30):  # for nobody
+        assert publish_event(store, scope, QA, correlation_id=f"nobody-{k}")
+    assert publish_event(store, scope, QA, correlation_id="j2", outcome="two")
+    fcalls = _fcalls(host)
+    outcome = _one_batch(worker, 41)
+    assert (outcome.applied, outcome.duplicates, outcome.unmatched) == (1, 10, 30)
+    assert host.order(scope, "j2").result.outcomes == ["two"]
+    c = counts(host.client(), scope)
+    assert (c["eventsDuplicate"], c["eventsUnmatched"]) == (10, 30)
+    # an ack for the copies, one for the unmatched ones, the commit of j2's (alone: 41)
+    assert _fcalls(host) - fcalls == 3
+    assert host.client().xpending(keys.work(scope), keys.GROUP)["pending"] == 0
+    assert host.client().xlen(keys.work(scope)) == 0
