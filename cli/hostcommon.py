@@ -92,8 +92,9 @@ def fail(message: str, code: int) -> NoReturn:
 def process_settings() -> Settings:
     """The settings of this process: the `SFC_*` variables, as `sfc serve` and `sfc run`
     read them. A method a command applies itself (`sfc job pause`, an MCP tool) commits
-    with them, as a worker would: the expiry grace and attempts of the commands it sends,
-    the history limit. A bad value exits 2 with its name, before anything is written."""
+    with them, as a worker would: the expiry grace and attempts of the commands it sends
+    where the scope stores none (docs/host.md, Settings). A bad value exits 2 with its name,
+    before anything is written."""
     try:
         return from_environment()
     except SettingsError as e:

@@ -75,10 +75,14 @@ def run(
     parsed = read_host_script(script)
     try:
         settings = from_environment()  # the SFC_* settings, as `sfc serve` reads them
-        attempts, hold = scope_defaults()
+        defaults = scope_defaults()
     except SettingsError as e:
         fail(str(e), 2)
-    scope_settings = scope_values(max_attempts=attempts, equipment_hold=hold)
+    scope_settings = scope_values(
+        max_attempts=defaults.max_attempts,
+        equipment_hold=defaults.equipment_hold,
+        expiry_grace=defaults.expiry_grace,
+    )
     scope = f"run-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     with tempfile.TemporaryDirectory(prefix="sfc-run-") as tmp:
         serving = Serving(
@@ -98,8 +102,8 @@ def run(
                 except ServerError as e:
                     fail(str(e), 2)
                 store = connect(url)
-                # SFC_MAX_ATTEMPTS and SFC_EQUIPMENT_HOLD are scope settings: stored in the
-                # run's scope, as `sfc serve --scope` stores them
+                # SFC_MAX_ATTEMPTS, SFC_EQUIPMENT_HOLD and SFC_EXPIRY_GRACE are scope
+                # settings: stored in the run's scope, as `sfc serve --scope` stores them
                 setup_scope(store, scope, scope_settings)
                 serving.start_workers()
                 _workers_serve(store, scope, workers, time.monotonic() + timeout, serving)

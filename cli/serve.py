@@ -31,7 +31,13 @@ from host.serve import (
     stop_on_signals,
 )
 from host.server import ServerError
-from host.settings import SettingsError, from_environment, scope_defaults
+from host.settings import (
+    ScopeDefaults,
+    Settings,
+    SettingsError,
+    from_environment,
+    scope_defaults,
+)
 from host.store import redacted
 
 log = logging.getLogger("sfc.serve")
@@ -81,6 +87,16 @@ HoldOption = Annotated[
         show_default=False,
     ),
 ]
+GraceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--expiry-grace",
+        metavar="VALUE",
+        help="A command's expiresAt is its deadline less this, e.g. 5s (scope setting; "
+        "default 2s).",
+        show_default=False,
+    ),
+]
 
 
 def _setting(name: str, help: str) -> Any:
@@ -91,25 +107,36 @@ def _scope_values(
     capabilities: Path | None,
     max_attempts: int | None,
     equipment_hold: bool | None,
+    expiry_grace: str | None,
     environment: bool = True,
 ) -> dict[str, str]:
-    """The scope settings the options give; with `environment`, `SFC_MAX_ATTEMPTS` and
-    `SFC_EQUIPMENT_HOLD` too, where their option is not given (they are scope settings:
-    stored in the scope's settings, docs/host.md, Settings)."""
+    """The scope settings the options give; with `environment`, `SFC_MAX_ATTEMPTS`,
+    `SFC_EQUIPMENT_HOLD` and `SFC_EXPIRY_GRACE` too, where their option is not given (they
+    are scope settings: stored in the scope's settings, docs/host.md, Settings)."""
     caps = None if capabilities is None else read(capabilities, "capabilities")
+    grace = None
+    try:
+        if expiry_grace is not None:  # named as the option: `--expiry-grace`
+            grace = Settings().with_values({"expiry_grace": expiry_grace}).expiry_grace
+    except SettingsError as e:
+        fail(str(e), 2)
     if environment:
-        attempts, hold = _scope_environment()
-        max_attempts = attempts if max_attempts is None else max_attempts
-        equipment_hold = hold if equipment_hold is None else equipment_hold
+        env = _scope_environment()
+        max_attempts = env.max_attempts if max_attempts is None else max_attempts
+        equipment_hold = env.equipment_hold if equipment_hold is None else equipment_hold
+        grace = env.expiry_grace if grace is None else grace
     try:
         return scope_values(
-            capabilities=caps, max_attempts=max_attempts, equipment_hold=equipment_hold
+            capabilities=caps,
+            max_attempts=max_attempts,
+            equipment_hold=equipment_hold,
+            expiry_grace=grace,
         )
     except ValueError as e:
         fail(str(e), 2)
 
 
-def _scope_environment() -> tuple[int | None, bool | None]:
+def _scope_environment() -> ScopeDefaults:
     try:
         return scope_defaults()
     except SettingsError as e:
@@ -124,10 +151,11 @@ def setup(
     capabilities: CapabilitiesOption = None,
     max_attempts: MaxAttemptsOption = None,
     equipment_hold: HoldOption = None,
+    expiry_grace: GraceOption = None,
 ) -> None:
     """Load the function library and create the scopes' settings (an admin step: the host's
     own ACL user then needs no FUNCTION LOAD)."""
-    values = _scope_values(capabilities, max_attempts, equipment_hold)
+    values = _scope_values(capabilities, max_attempts, equipment_hold, expiry_grace)
     scopes = [check_scope(s) for s in scope or ["default"]]
     with server_errors():
         store = connect(resolve_url(redis, data_dir))
@@ -173,7 +201,9 @@ def serve(
     outage_threshold: Annotated[
         str | None, _setting("outage-threshold", "SFC_OUTAGE_THRESHOLD")
     ] = None,
-    expiry_grace: Annotated[str | None, _setting("expiry-grace", "SFC_EXPIRY_GRACE")] = None,
+    expiry_grace: Annotated[
+        str | None, _setting("expiry-grace", "SFC_EXPIRY_GRACE (scope setting, with --scope)")
+    ] = None,
     autoclaim_idle: Annotated[str | None, _setting("autoclaim-idle", "SFC_AUTOCLAIM_IDLE")] = None,
     max_deliveries: Annotated[str | None, _setting("max-deliveries", "SFC_MAX_DELIVERIES")] = None,
     read_count: Annotated[str | None, _setting("read-count", "SFC_READ_COUNT")] = None,
@@ -251,16 +281,30 @@ def serve(
         except SettingsError as e:
             fail(str(e), 2)
         # without --scope the variables are not stored: every registered scope is served,
-        # and a default must not overwrite what each has stored
-        values = _scope_values(capabilities, max_attempts, equipment_hold, bool(scope))
+        # and a default must not overwrite what each has stored. --expiry-grace is then the
+        # workers' own setting only (for the scopes that store none), as it was
+        values = _scope_values(
+            capabilities, max_attempts, equipment_hold, expiry_grace if scope else None, bool(scope)
+        )
         for s in scope or []:
             check_scope(s)
-        if not scope and _scope_environment()[1] is not None:
-            _say(
-                "sfc serve: SFC_EQUIPMENT_HOLD is a scope setting, stored by `sfc serve "
-                "--scope S` or `sfc setup --scope S`; without --scope it is not applied",
-                chosen_format,
-            )
+        if not scope:
+            env = _scope_environment()
+            if env.equipment_hold is not None:
+                _say(
+                    "sfc serve: SFC_EQUIPMENT_HOLD is a scope setting, stored by `sfc serve "
+                    "--scope S` or `sfc setup --scope S`; without --scope it is not applied",
+                    chosen_format,
+                )
+            if expiry_grace is not None or env.expiry_grace is not None:
+                name = "--expiry-grace" if expiry_grace is not None else "SFC_EXPIRY_GRACE"
+                _say(
+                    f"sfc serve: {name} is a scope setting, stored by `sfc serve --scope S` "
+                    "or `sfc setup --scope S`; without --scope the workers use it only for "
+                    "scopes that store none, and a method applied by `sfc job` or `sfc mcp` "
+                    "does not know it",
+                    chosen_format,
+                )
         chosen: Literal["everysec", "always"] = "always" if fsync == "always" else "everysec"
         serving = Serving(
             redis_url=redis or None,

@@ -133,17 +133,27 @@ class ScopeConfig:
 
     max_attempts: int
     capabilities: bytes | None
+    expiry_grace: int
+    """In ms: a command's `expiresAt` is its deadline less this (host/outbox.py)."""
 
     @staticmethod
     def of(values: dict[str, str], settings: Settings) -> ScopeConfig:
+        """The scope's own values win; the process's settings are the fallback (a scope set
+        up without them), so that a worker and a method applied by `sfc job` or `sfc mcp`
+        send the same attempts and the same `expiresAt`."""
         try:
             max_attempts = int(values.get("maxAttempts", settings.max_attempts))
         except ValueError:
             max_attempts = settings.max_attempts
+        try:
+            expiry_grace = int(values.get("expiryGrace", settings.expiry_grace))
+        except ValueError:
+            expiry_grace = settings.expiry_grace
         caps = values.get("capabilities")
         return ScopeConfig(
             max_attempts=max(1, min(100, max_attempts)),
             capabilities=caps.encode() if caps else None,
+            expiry_grace=max(0, expiry_grace),
         )
 
 
@@ -436,7 +446,7 @@ class Evaluator:
             reason += f"; the recipe: {result.reason}"
             note = self._note(at, m, "applied", reason, new, decisions)
             return state, new, note, "applied"
-        sent = self._append(result.commands, state, job, at, graph, equipment)
+        sent = self._append(result.commands, state, job, at, graph, config, equipment)
         if not isinstance(result.continuation, Defer) and not joborder.ended(new):
             # the release routed what came during the pause, and the recipe ended: the order
             # finishes in the same commit, as after any other event
@@ -452,16 +462,17 @@ class Evaluator:
         job: str,
         at: int,
         graph: Graph,
+        config: ScopeConfig,
         equipment: list[tuple[str, bytes]],
     ) -> list[str]:
-        """Append to `equipment` what the commit sends of `commands` (host/outbox.py); the
-        history's `sent` lines."""
+        """Append to `equipment` what the commit sends of `commands` (host/outbox.py), with
+        the scope's expiry grace; the history's `sent` lines."""
         items = outgoing(
             commands,
             loaded_sequence=loaded.sequence,
             job=job,
             at=at,
-            grace=self.settings.expiry_grace,
+            grace=config.expiry_grace,
             graph=graph,
         )
         equipment.extend((kind, encode(d)) for kind, d in items)
@@ -583,7 +594,7 @@ class Evaluator:
                 note(result.disposition, result.reason, decisions),
                 result.disposition,
             )
-        sent = self._append(result.commands, state, job, at, graph, equipment)
+        sent = self._append(result.commands, state, job, at, graph, config, equipment)
         if not isinstance(result.continuation, Defer) and not joborder.ended(order):
             order = joborder.finish(order, result.continuation, at)
         return result.state, order, note("applied", result.reason, decisions, sent), "applied"

@@ -281,7 +281,8 @@ def apply_method(
 def _applier(store: Store, settings: Settings | None) -> Applier:
     """The apply path with the process's settings (the `SFC_*` variables, read by the
     caller), as the workers apply with theirs: the expiry grace and default attempts of the
-    commands a method sends. Without them, the defaults.
+    commands a method sends, where the scope's settings (`expiryGrace`, `maxAttempts`) do
+    not say; the scope's win (ScopeConfig). Without them, the defaults.
 
     A method applied here does not trim the job's history (HISTORY_LIMIT_MAX): the limit
     the workers keep (`sfc serve --history-limit`) is not known in this process, and

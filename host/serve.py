@@ -108,8 +108,10 @@ def scope_values(
     capabilities: bytes | None = None,
     max_attempts: int | None = None,
     equipment_hold: bool | None = None,
+    expiry_grace: int | None = None,
 ) -> dict[str, str]:
-    """The fields of `sfc:scope:{S}` that these options set; capabilities are checked."""
+    """The fields of `sfc:scope:{S}` that these options set; capabilities are checked. The
+    expiry grace is in ms, a duration as `SFC_EXPIRY_GRACE` takes it (zero or more)."""
     values: dict[str, str] = {}
     if capabilities is not None:
         try:
@@ -123,6 +125,12 @@ def scope_values(
         values["maxAttempts"] = str(max_attempts)
     if equipment_hold is not None:
         values["equipmentHold"] = "true" if equipment_hold else "false"
+    if expiry_grace is not None:
+        if expiry_grace < 0:
+            raise ValueError(
+                f"--expiry-grace {expiry_grace}ms is out of range; it must be 0 or more"
+            )
+        values["expiryGrace"] = str(expiry_grace)
     return values
 
 

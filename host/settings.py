@@ -2,7 +2,7 @@
 
 Durations are written `500ms`, `1s`, `2m`, `24h` or `1d` (a bare number is seconds). A bad
 value is refused at start with its name. The scope's own settings (capabilities, maxAttempts,
-equipmentHold) live in `sfc:scope:{S}`; their process-wide defaults are here.
+equipmentHold, expiryGrace) live in `sfc:scope:{S}`; their process-wide defaults are here.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from fractions import Fraction
+from typing import NamedTuple
 
 _DURATION = re.compile(r"(?P<n>[0-9]{1,15}(?:\.[0-9]{1,9})?)\s*(?P<unit>ms|s|m|h|d)?")
 _UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1000}
@@ -150,24 +151,30 @@ def from_environment(
     return Settings().with_values(values)
 
 
-def scope_defaults(environ: Mapping[str, str] | None = None) -> tuple[int | None, bool | None]:
-    """`SFC_MAX_ATTEMPTS` and `SFC_EQUIPMENT_HOLD`, parsed, or None where not given (a bad
-    one raises SettingsError). They are scope settings (`maxAttempts`, `equipmentHold` in
-    `sfc:scope:{S}`, where every process that builds or evolves the scope's jobs reads
-    them): `sfc setup`, `sfc serve --scope` and `sfc run` store them in the scopes they set
-    up, as the options of the same name (an option given wins). Only those given: a default
-    must not overwrite what a scope has stored."""
+class ScopeDefaults(NamedTuple):
+    """The scope settings this process's `SFC_*` variables give; None where not given."""
+
+    max_attempts: int | None
+    equipment_hold: bool | None
+    expiry_grace: int | None
+    """In ms."""
+
+
+_SCOPE_VARIABLES = ("SFC_MAX_ATTEMPTS", "SFC_EQUIPMENT_HOLD", "SFC_EXPIRY_GRACE")
+
+
+def scope_defaults(environ: Mapping[str, str] | None = None) -> ScopeDefaults:
+    """`SFC_MAX_ATTEMPTS`, `SFC_EQUIPMENT_HOLD` and `SFC_EXPIRY_GRACE`, parsed, or None where
+    not given (a bad one raises SettingsError). They are scope settings (`maxAttempts`,
+    `equipmentHold`, `expiryGrace` in `sfc:scope:{S}`, where every process that builds or
+    evolves the scope's jobs reads them): `sfc setup`, `sfc serve --scope` and `sfc run`
+    store them in the scopes they set up, as the options of the same name (an option given
+    wins). Only those given: a default must not overwrite what a scope has stored."""
     env = os.environ if environ is None else environ
-    attempts = env.get("SFC_MAX_ATTEMPTS")
-    hold = env.get("SFC_EQUIPMENT_HOLD")
-    parsed = Settings().with_values(
-        {
-            k: v
-            for k, v in (("SFC_MAX_ATTEMPTS", attempts), ("SFC_EQUIPMENT_HOLD", hold))
-            if v is not None
-        }
-    )
-    return (
-        None if attempts is None else parsed.max_attempts,
-        None if hold is None else parsed.equipment_hold,
+    given = {k: env[k] for k in _SCOPE_VARIABLES if k in env}
+    parsed = Settings().with_values(given)
+    return ScopeDefaults(
+        parsed.max_attempts if "SFC_MAX_ATTEMPTS" in given else None,
+        parsed.equipment_hold if "SFC_EQUIPMENT_HOLD" in given else None,
+        parsed.expiry_grace if "SFC_EXPIRY_GRACE" in given else None,
     )

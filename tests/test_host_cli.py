@@ -457,6 +457,39 @@ def test_sfc_equipment_hold_and_max_attempts_are_stored_as_scope_settings(
     r.close()
 
 
+def test_sfc_expiry_grace_is_stored_as_a_scope_setting(valkey_url: str, tmp_path: Path) -> None:
+    """SFC_EXPIRY_GRACE is a scope setting (`expiryGrace`, in ms), as SFC_MAX_ATTEMPTS is, so
+    that a method applied by `sfc job` or `sfc mcp` sends the expiresAt the workers send:
+    sfc setup stores the variable or its --expiry-grace (which wins), a setup without them
+    leaves what is stored, and a bad value exits 2 with its name, storing nothing."""
+    env_scope, option_scope, bad_scope = (new_scope(f"grace-{x}") for x in ("env", "opt", "bad"))
+    r = redis.Redis.from_url(valkey_url)
+    env = {**cli_env(), "SFC_EXPIRY_GRACE": "5s"}
+    at = ["--redis", valkey_url, "--scope"]
+    first, option_wins, bad_env, bad_option = sfc_all(
+        [
+            ["setup", *at, env_scope],
+            ["setup", *at, option_scope, "--expiry-grace", "1500ms"],
+            ["setup", *at, bad_scope],
+            ["setup", *at, bad_scope, "--expiry-grace", "soon"],
+        ],
+        cwd=tmp_path,
+        envs=[env, env, {**cli_env(), "SFC_EXPIRY_GRACE": "soon"}, None],
+    )
+    assert (first.code, first.out) == (0, f"scope {env_scope}: ready (expiryGrace)\n"), first
+    assert option_wins.code == 0, option_wins
+    assert bad_env.code == 2 and "SFC_EXPIRY_GRACE='soon'" in bad_env.err, bad_env
+    assert bad_option.code == 2 and "--expiry-grace='soon'" in bad_option.err, bad_option
+    assert r.hgetall(keys.settings(env_scope)) == {b"expiryGrace": b"5000"}
+    assert r.hgetall(keys.settings(option_scope)) == {b"expiryGrace": b"1500"}
+    assert r.hgetall(keys.settings(bad_scope)) == {}
+    # a later setup without the variable does not put the default back
+    again = sfc("setup", *at, env_scope, cwd=tmp_path)
+    assert (again.code, again.out) == (0, f"scope {env_scope}: ready\n"), again
+    assert r.hgetall(keys.settings(env_scope)) == {b"expiryGrace": b"5000"}
+    r.close()
+
+
 def test_job_orders_without_a_worker(valkey_url: str, tmp_path: Path) -> None:
     scope = new_scope("orders")
     at = ["--redis", valkey_url, "--scope", scope]
@@ -1057,27 +1090,31 @@ def servers_on(data: Path) -> list[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
-def test_serve_without_scope_says_it_does_not_store_sfc_equipment_hold(tmp_path: Path) -> None:
-    """SFC_EQUIPMENT_HOLD is a scope setting: serve stores it with --scope; without, it
-    serves every registered scope, each keeping its own, so it says so rather than ignore
-    the variable in silence."""
+def test_serve_without_scope_says_it_does_not_store_the_scope_settings(tmp_path: Path) -> None:
+    """SFC_EQUIPMENT_HOLD and SFC_EXPIRY_GRACE are scope settings: serve stores them with
+    --scope (its --expiry-grace wins); without, it serves every registered scope, each keeping
+    its own, so it says so rather than ignore the variables in silence."""
     data = tmp_path / "data"
-    env = {**cli_env(), "SFC_EQUIPMENT_HOLD": "false"}
+    env = {**cli_env(), "SFC_EQUIPMENT_HOLD": "false", "SFC_EXPIRY_GRACE": "5s"}
     with processes(tmp_path / "logs") as procs:
         every = procs.serve(data, cwd=tmp_path, env=env)
         said = "SFC_EQUIPMENT_HOLD is a scope setting, stored by `sfc serve --scope S`"
-        assert said in every.stderr(), every.stderr()
+        grace = "SFC_EXPIRY_GRACE is a scope setting, stored by `sfc serve --scope S`"
+        assert said in every.stderr() and grace in every.stderr(), every.stderr()
         client = redis.Redis.from_url(server_url(data))
         try:
-            assert client.hget(keys.settings("default"), "equipmentHold") is None
+            assert client.hgetall(keys.settings("default")) == {}
         finally:
             client.close()
         assert every.stop() == 0
-        one = procs.serve(data, "--scope", "line", cwd=tmp_path, env=env)
-        assert said not in one.stderr(), one.stderr()
+        one = procs.serve(data, "--scope", "line", "--expiry-grace", "3s", cwd=tmp_path, env=env)
+        assert said not in one.stderr() and grace not in one.stderr(), one.stderr()
         client = redis.Redis.from_url(server_url(data))
         try:
-            assert client.hget(keys.settings("line"), "equipmentHold") == b"false"
+            assert client.hgetall(keys.settings("line")) == {
+                b"equipmentHold": b"false",
+                b"expiryGrace": b"3000",
+            }
         finally:
             client.close()
         assert one.stop() == 0

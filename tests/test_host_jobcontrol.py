@@ -244,6 +244,45 @@ def test_a_method_from_the_cli_or_mcp_commits_with_the_sfc_settings(
     assert host.client().xlen(keys.history(scope, "m")) == kept["m"] + 1
 
 
+def test_the_scope_s_expiry_grace_is_the_one_of_every_process_that_commits(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SFC_EXPIRY_GRACE is a scope setting (`expiryGrace`), as SFC_MAX_ATTEMPTS is: a Pause
+    and a Resume from `sfc job` sent their hold and restart with the grace of the operator's
+    shell (here 1 s), the workers with serve's (here the default 2 s), so the equipment of a
+    plant that set 4 s dropped an operator's commands as expired early."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    scope = host.scope("grace")
+    at = ["--scope", scope, "--redis", host.url]
+    monkeypatch.setenv("SFC_EXPIRY_GRACE", "4s")
+    r = CliRunner().invoke(app, ["setup", *at])
+    assert (r.exit_code, r.output) == (0, f"scope {scope}: ready (expiryGrace)\n"), r.output
+    monkeypatch.setenv("SFC_EXPIRY_GRACE", "1s")  # the operator's shell
+    job = host.submit(scope, TIGHTENING, job_id="t").job
+    worker = host.worker([scope])  # its own grace is the default, 2 s
+    assert worker.settings.expiry_grace == 2000
+    responder = host.responder(scope, _tightening_equipment)
+    host.run([worker], [responder], lambda: ("push", "t:tighten#2") in _sent(host, scope))
+    r = CliRunner().invoke(app, ["job", "pause", job, *at])
+    assert r.exit_code == 0, r.output
+    host.run([worker], [responder], lambda: ("withdraw", "t:tighten#2") in _sent(host, scope))
+    r = CliRunner().invoke(app, ["job", "resume", job, *at])
+    assert r.exit_code == 0, r.output
+    host.run([worker], [responder], host.ended(scope, [job]))
+    sent = [(k, d) for _, k, d in host.equipment(scope) if k in ("push", "hold", "restart")]
+    assert [(k, d.command_id) for k, d in sent] == [
+        ("push", "t:clamp#1"),  # the worker's
+        ("push", "t:tighten#2"),
+        ("hold", "t:tighten#3:hold"),  # sfc job pause's
+        ("restart", "t:tighten#4"),  # sfc job resume's
+        ("push", "t:unclamp#5"),  # the worker's
+    ]
+    assert [d.deadline - d.expires_at for _, d in sent] == [4000] * 5
+
+
 def test_a_pause_of_a_recipe_without_hold_logic_records_the_answer_and_routes_it_on_resume(
     host: Host,
 ) -> None:
