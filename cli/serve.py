@@ -115,11 +115,11 @@ def _scope_values(
     are scope settings: stored in the scope's settings, docs/host.md, Settings)."""
     caps = None if capabilities is None else read(capabilities, "capabilities")
     grace = None
-    try:
-        if expiry_grace is not None:  # named as the option: `--expiry-grace`
+    if expiry_grace is not None:
+        try:  # a bad value is named as the option: `--expiry-grace='soon'`
             grace = Settings().with_values({"expiry_grace": expiry_grace}).expiry_grace
-    except SettingsError as e:
-        fail(str(e), 2)
+        except SettingsError as e:
+            fail(str(e), 2)
     if environment:
         env = _scope_environment()
         max_attempts = env.max_attempts if max_attempts is None else max_attempts
