@@ -148,9 +148,7 @@ def submit(
             interrupted, lost = True, str(e)
     store.close()
     # every shape error, as validate lists them (the host's build stops at the first)
-    refused = [
-        replace(r, errors=tuple(every_shape_error(text, r.errors))) for r in results if not r.ok
-    ]
+    refused = [_every_shape_error(text, r, scope) for r in results if not r.ok]
     if as_json:
         print_json(
             {
@@ -190,6 +188,16 @@ def submit(
         raise typer.Exit(130)
     if refused:
         raise typer.Exit(1)
+
+
+def _every_shape_error(text: bytes, result: jobs.MethodResult, scope: str) -> jobs.MethodResult:
+    """`result` with every shape error of the recipe `text` (SFC000), as `sfc validate`
+    lists them: the host's build stops at the first. Its message then counts them as the
+    host words a refused build (`jobs.not_built`: "(and N more)")."""
+    errors = every_shape_error(text, result.errors)
+    if errors is result.errors:
+        return result
+    return replace(result, errors=tuple(errors), message=jobs.not_built(scope, errors))
 
 
 def _refused(result: jobs.MethodResult, recipe: Path, scope: str) -> None:
@@ -388,9 +396,11 @@ def update(
             settings=settings,
         )
     store.close()
-    if not as_json and text is not None and result.errors:
+    if text is not None:
+        result = _every_shape_error(text, result, scope)
+    if not as_json and result.errors:
         # the recipe does not build: its errors first, as `sfc validate` and submit say them
-        for error in every_shape_error(text, result.errors):
+        for error in result.errors:
             typer.echo(format_error(error), err=True)
     _report([result], as_json)
 

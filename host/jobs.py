@@ -76,6 +76,16 @@ def new_job_id(now_ms: int) -> str:
     return f"job-{stamp}-{''.join(secrets.choice(_ALPHABET) for _ in range(4))}"
 
 
+def not_built(scope: str, errors: Sequence[BuildError]) -> str:
+    """The message of a recipe refused for its build `errors`: the first, and how many
+    more (every one is in the result's `errors`)."""
+    first = errors[0]
+    return (
+        f"the recipe does not build for scope {scope}: {first.code} at {first.path}: "
+        f"{first.message}" + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else "")
+    )
+
+
 def _build_for_scope(
     store: Store, scope: str, recipe: bytes, dataschema: str, shown: str
 ) -> Graph | MethodResult:
@@ -129,14 +139,8 @@ def _build_for_scope(
         )
         built = BuildResult(None, errors)
     if built.graph is None:
-        first = built.errors[0]
         return MethodResult(
-            ReturnStatus.UNABLE_TO_ACCEPT,
-            shown,
-            f"the recipe does not build for scope {scope}: {first.code} at {first.path}: "
-            f"{first.message}"
-            + (f" (and {len(built.errors) - 1} more)" if len(built.errors) > 1 else ""),
-            built.errors,
+            ReturnStatus.UNABLE_TO_ACCEPT, shown, not_built(scope, built.errors), built.errors
         )
     graph = built.graph
     for spec in graph.actions.values():

@@ -191,12 +191,18 @@ def test_submit_words_build_errors_as_validate_does(
     (refused,) = json.loads(as_json.stdout)["refused"]
     (result,) = json.loads(sfc("validate", str(bad), "--json").stdout)["results"]
     assert as_json.returncode == 1 and refused["errors"] == result["errors"]
+    # its message names the first and counts the others (of shape errors it counted none)
+    assert refused["message"].endswith(": " + result["errors"][0]["message"] + " (and 1 more)")
     # an update to the recipe says its errors the same way (it said the first only)
     host, _ = stored
     job = host.submit(scope, linear_recipe(1), start=False).job
     updated = sfc("job", "update", job, "--recipe", str(bad), *at)
     assert updated.returncode == 1, updated.stderr
     assert updated.stderr == checked.stdout, updated.stderr
+    assert updated.stdout.endswith(f"{refused['message']}\n"), updated.stdout
+    updated = sfc("job", "update", job, "--recipe", str(bad), "--json", *at)
+    (said,) = json.loads(updated.stdout)["results"]
+    assert updated.returncode == 1 and said["message"] == refused["message"], said
 
 
 def test_a_recipe_that_validates_is_not_refused_by_submit_for_its_size(
