@@ -296,8 +296,16 @@ def serve(
                     "--scope S` or `sfc setup --scope S`; without --scope it is not applied",
                     chosen_format,
                 )
-            if expiry_grace is not None or env.expiry_grace is not None:
-                name = "--expiry-grace" if expiry_grace is not None else "SFC_EXPIRY_GRACE"
+            given = [
+                name
+                for name, value in (
+                    ("SFC_MAX_ATTEMPTS", env.max_attempts),
+                    ("--expiry-grace", expiry_grace),
+                    ("SFC_EXPIRY_GRACE", None if expiry_grace is not None else env.expiry_grace),
+                )
+                if value is not None
+            ]
+            for name in given:
                 _say(
                     f"sfc serve: {name} is a scope setting, stored by `sfc serve --scope S` "
                     "or `sfc setup --scope S`; without --scope the workers use it only for "

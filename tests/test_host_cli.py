@@ -1091,16 +1091,23 @@ def servers_on(data: Path) -> list[int]:
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_serve_without_scope_says_it_does_not_store_the_scope_settings(tmp_path: Path) -> None:
-    """SFC_EQUIPMENT_HOLD and SFC_EXPIRY_GRACE are scope settings: serve stores them with
+    """SFC_EQUIPMENT_HOLD, SFC_EXPIRY_GRACE and SFC_MAX_ATTEMPTS are scope settings: serve stores them with
     --scope (its --expiry-grace wins); without, it serves every registered scope, each keeping
     its own, so it says so rather than ignore the variables in silence."""
     data = tmp_path / "data"
-    env = {**cli_env(), "SFC_EQUIPMENT_HOLD": "false", "SFC_EXPIRY_GRACE": "5s"}
+    env = {
+        **cli_env(),
+        "SFC_EQUIPMENT_HOLD": "false",
+        "SFC_EXPIRY_GRACE": "5s",
+        "SFC_MAX_ATTEMPTS": "4",
+    }
     with processes(tmp_path / "logs") as procs:
         every = procs.serve(data, cwd=tmp_path, env=env)
         said = "SFC_EQUIPMENT_HOLD is a scope setting, stored by `sfc serve --scope S`"
         grace = "SFC_EXPIRY_GRACE is a scope setting, stored by `sfc serve --scope S`"
+        attempts = "SFC_MAX_ATTEMPTS is a scope setting, stored by `sfc serve --scope S`"
         assert said in every.stderr() and grace in every.stderr(), every.stderr()
+        assert attempts in every.stderr(), every.stderr()
         client = redis.Redis.from_url(server_url(data))
         try:
             assert client.hgetall(keys.settings("default")) == {}
@@ -1109,11 +1116,13 @@ def test_serve_without_scope_says_it_does_not_store_the_scope_settings(tmp_path:
         assert every.stop() == 0
         one = procs.serve(data, "--scope", "line", "--expiry-grace", "3s", cwd=tmp_path, env=env)
         assert said not in one.stderr() and grace not in one.stderr(), one.stderr()
+        assert attempts not in one.stderr(), one.stderr()
         client = redis.Redis.from_url(server_url(data))
         try:
             assert client.hgetall(keys.settings("line")) == {
                 b"equipmentHold": b"false",
                 b"expiryGrace": b"3000",
+                b"maxAttempts": b"4",
             }
         finally:
             client.close()
