@@ -1144,6 +1144,8 @@ class MqttBridge:
     connection they came on: held, not acknowledged, and written by `pump` once the server
     is back (within one connection a broker never gives a message again)."""
     _unwritten_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _draining: bool = field(default=False, repr=False)
+    """`pump` is writing held messages: one that comes meanwhile is held behind them."""
     """The hold on a client id that was given (None: one of its own, new each start)."""
     _next_claim: float = field(default=0.0, repr=False)
     _claim_from: str = field(default="0-0", repr=False)
@@ -1325,7 +1327,13 @@ class MqttBridge:
     def _incoming(self, msg: Received) -> bool:
         """Map a response or an event; True when it may be acknowledged (written, or not
         usable: a bad message is dropped with a warning, not redelivered for ever). One that
-        cannot be written now is held for `pump` (False: not acknowledged yet)."""
+        cannot be written now is held for `pump` (False: not acknowledged yet), and so is
+        one that comes while others are held: messages are written, and acknowledged, in
+        the order they came (an answer before the event it led to)."""
+        with self._unwritten_lock:
+            if self._unwritten or self._draining:
+                self._unwritten.append((self._conn.generation, msg))
+                return False
         try:
             self._write(msg)
         except Exception as e:
@@ -1346,21 +1354,27 @@ class MqttBridge:
     def _write_held(self) -> None:
         """Write the messages held while the server was away, and acknowledge them (those
         of an earlier connection the broker gives again by itself: a kept session)."""
-        with self._unwritten_lock:
-            held, self._unwritten = self._unwritten, []
-        for i, (generation, msg) in enumerate(held):
-            try:
-                self._write(msg)
-            except Exception as e:
-                if unreachable(e):
-                    with self._unwritten_lock:
-                        self._unwritten[:0] = held[i:]
+        while True:
+            with self._unwritten_lock:
+                held, self._unwritten = self._unwritten, []
+                self._draining = bool(held)  # what comes meanwhile waits behind these
+                if not held:
                     return
-                # as on the network thread: logged, not acknowledged, and the bridge goes on
-                log.exception("a held message on %s could not be handled", msg.topic)
-                continue
-            if generation == self._conn.generation:
-                self._conn.ack(msg)
+            for i, (generation, msg) in enumerate(held):
+                try:
+                    self._write(msg)
+                except Exception as e:
+                    if unreachable(e):
+                        with self._unwritten_lock:
+                            self._unwritten[:0] = held[i:]
+                            self._draining = False
+                        return
+                    # as on the network thread: logged, not acknowledged, and the bridge
+                    # goes on
+                    log.exception("a held message on %s could not be handled", msg.topic)
+                    continue
+                if generation == self._conn.generation:
+                    self._conn.ack(msg)
 
     def _write(self, msg: Received) -> None:
         """Write a response as an answer, or an event for its wait; a message that is not

@@ -1006,6 +1006,67 @@ def test_a_response_that_could_not_be_written_comes_again_once_the_server_is_bac
         server.stop()
 
 
+def test_a_message_that_comes_while_others_are_held_is_written_after_them(
+    mqtt_url: str, tmp_path: Path
+) -> None:
+    """Responses held while the server was away are written when it is back; one that came
+    meanwhile went straight in, before them, and was acknowledged first."""
+    from host.server import EmbeddedServer
+
+    server = EmbeddedServer(tmp_path / "valkey").start()
+    h = Host(server.url)
+    pub: Connection | None = None
+    bridge: MqttBridge | None = None
+    try:
+        scope = h.scope("held-order")
+        topics = Topics(scope, "h")
+        broker = parse_broker_url(mqtt_url)
+        # not run: the test pumps it, so that nothing writes the held ones in between
+        bridge = MqttBridge(h.store(), broker, topics, group="g", consumer="b").start()
+        pub = Connection(broker, f"pub-{scope}", [], lambda m: True)
+        pub.start()
+        assert pub.wait_ready(10) and bridge.ready
+        attrs = {"specversion": "1.0", "source": "dev", "type": "t.response"}
+
+        def respond(n: int) -> None:
+            assert pub is not None
+            answer = CloudEvent(
+                attrs | {"id": f"r{n}", "sfccommandid": f"j:a#{n}"}, b'{"outcome":"ok"}', JSON
+            )
+            doc = Message(topics.responses, structured(answer), "application/cloudevents+json")
+            mid = pub.publish(doc)
+            assert mid is not None and pub.wait_acked([mid], 10) == {mid}
+
+        server.stop()
+        respond(1)
+        respond(2)
+        wait_for(lambda: len(bridge._unwritten) == 2, timeout=10, what="two responses held")
+        server.start()
+        respond(3)  # the server is back, and two wait to be written
+        work = keys.work(scope)
+        wait_for(
+            lambda: len(bridge._unwritten) == 3 or h.client().xlen(work) > 0,
+            timeout=10,
+            what="the third response to be handled",
+        )
+        wait_for(
+            lambda: h.client().xlen(work) == 3,
+            step=lambda: bridge.pump(block_ms=10),
+            timeout=20,
+            what="the responses to be written",
+        )
+        written = [json.loads(f[b"data"])["commandId"] for _, f in h.client().xrange(work)]
+        assert written == ["j:a#1", "j:a#2", "j:a#3"]
+        assert bridge.counters.responses == 3
+    finally:
+        if pub is not None:
+            pub.close()
+        if bridge is not None:
+            bridge.close()
+        h.close()
+        server.stop()
+
+
 def test_a_connection_suspended_and_resumed_leaks_nothing(mqtt_url: str) -> None:
     """The fence of a client id's hold: away from the broker, then back, as often as it
     takes (paho's loop left a socket pair open at each restart)."""
