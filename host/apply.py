@@ -625,8 +625,13 @@ def _observe(
             if r.fault_code or r.fault_message:
                 reason = f"{r.fault_code or 'fault'}: {r.fault_message or ''}"
         data = entry.data
-        if isinstance(data, AnswerData) and data.error is not UNSET:
-            # what the equipment said, which the core's fault message leaves out
+        if (
+            isinstance(data, AnswerData)
+            and data.error is not UNSET
+            and "the equipment reported" not in reason
+        ):
+            # what the equipment said, where the core's message does not quote it (a job
+            # that an error led to its end otherwise)
             reason += f" (the equipment reported: {data.error[:300]!r})"
         tally.ends.append(JobEnd(job, entry.id, entry.kind, disposition, ended_by, reason))
 

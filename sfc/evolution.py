@@ -99,6 +99,10 @@ PROPAGATION_LIMIT = 10_000
 DEFAULT_MAX_ATTEMPTS = 3
 ERROR_LIMIT = 4096
 """Most characters of a reported failure kept in the state; a longer text is cut, with a mark."""
+REPORT_LIMIT = 300
+"""Most characters of a reported failure that a fault message quotes."""
+NO_ERROR_TEXT = "failure reported"
+"""The error recorded of a failure reported without a text (a fault message does not quote it)."""
 REASON_LIMIT = 1024
 """Most characters of a cancel reason; a longer one is cut, with a mark."""
 
@@ -392,7 +396,8 @@ class _Evaluation:
             failed = next(s.name for s in specs if self.actions[s.name].outcome == failure)
             self.fault_job(
                 failure,
-                f"action {failed} in step {step} ended with {failure}; step {step} is in "
+                f"action {failed} in step {step} ended with {failure}"
+                f"{self._reported([failed])}; step {step} is in "
                 f"a sequence of divergence {pos.divergence}, and a sequence cannot route a failure",
             )
             return
@@ -456,12 +461,25 @@ class _Evaluation:
             if self.actions[a.name].outcome == failure
         ]
         who = f"{', '.join(failed)} in step {source}" if failed else source
+        ended = f"{who} ended with {failure}{self._reported(failed)}"
         if not transitions:
-            return f"{who} ended with {failure}, and {source} has no transition to route it"
+            return f"{ended}, and {source} has no transition to route it"
         return (
-            f"{who} ended with {failure}, and no transition of {source} names {failure} "
+            f"{ended}, and no transition of {source} names {failure} "
             f'({options}); the default "true" does not match after a failure'
         )
+
+    def _reported(self, failed: list[str]) -> str:
+        """What the equipment reported of the first of the `failed` actions that ended with
+        an error, for the fault message (the job response's, which the MES reads): the
+        engineer's first question is why."""
+        for name in failed:
+            error = self.actions[name].error
+            if error and error != NO_ERROR_TEXT:
+                if len(error) > REPORT_LIMIT:  # (the state keeps more of it)
+                    error = error[: REPORT_LIMIT - 4] + " ..."
+                return f" (the equipment reported {error!r})"
+        return ""
 
     def leave(self, node: str) -> None:
         """Leave a step, or a divergence that converged: their action records are dropped.
@@ -800,7 +818,7 @@ def _on_answer(ev: _Evaluation, event: ActionCompleted | ActionFailed) -> Handle
     else:
         outcome = "error"
         error = cut(event.error if event.error is not UNSET else "", ERROR_LIMIT)
-        error = error or "failure reported"
+        error = error or NO_ERROR_TEXT
     command_id = None if event.command_id is UNSET else event.command_id
     number = None if command_id is None else _command_number(command_id, key)
     if command_id is not None and (number is None or number > ev.sequence):

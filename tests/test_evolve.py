@@ -183,6 +183,43 @@ def test_true_does_not_match_after_a_failure_and_the_job_faults_with_its_code(fa
     assert job.state.fault is not None and "a" in job.state.fault.message
 
 
+def test_a_fault_for_an_error_quotes_what_the_equipment_reported():
+    """The job response's fault message is what the MES reads: it says why."""
+    job = Job(recipe(["s1", "s2"], transitions=[t("s1", "s2")], actions=[push("a", "s1")]))
+    job.start()
+    r = job.fail("a", "torque out of range")
+    assert isinstance(r.continuation, FaultContinuation)
+    assert r.continuation.message.startswith(
+        "a in step s1 ended with error (the equipment reported 'torque out of range'), and "
+    )
+    # a long text is cut; a failure reported without a text quotes nothing
+    job = Job(recipe(["s1"], actions=[push("a", "s1")]))
+    job.start()
+    r = job.fail("a", "x" * 5000)
+    assert isinstance(r.continuation, FaultContinuation)
+    assert "x ...'), and s1 has no transition" in r.continuation.message
+    assert r.continuation.message.count("x") == 296
+    job = Job(recipe(["s1"], actions=[push("a", "s1")]))
+    job.start()
+    r = job.fail("a", "")
+    assert isinstance(r.continuation, FaultContinuation)
+    assert (
+        r.continuation.message
+        == "a in step s1 ended with error, and s1 has no transition to route it"
+    )
+
+
+def test_a_fault_in_a_sequence_of_a_divergence_quotes_the_report_too():
+    job = Job(simultaneous())
+    job.start()
+    job.respond("init_push")
+    r = job.fail("b1_push", "sensor lost")
+    assert isinstance(r.continuation, FaultContinuation)
+    assert "b1_push in step b1 ended with error (the equipment reported 'sensor lost')" in (
+        r.continuation.message
+    )
+
+
 def test_a_transition_that_names_the_failure_routes_it():
     doc = recipe(
         ["s1", "recover", "s2"],
