@@ -242,7 +242,10 @@ def _deadline(state: SfcState, rec: ActionRecord, then: str) -> str:
     """`, deadline 64.000s; if no answer by then, ...`, or `, with no deadline` when it has none."""
     if rec.deadline is None:
         return ", with no deadline"
-    moved = " (moved by the length of the hold on release)" if state.held_at is not None else ""
+    moved = ""
+    if state.held_at is not None:  # (so a deadline in the past while paused is no surprise)
+        left = duration(max(0, rec.deadline - state.held_at))
+        moved = f" (moved by the length of the hold on release; {left} was left when it began)"
     return f", deadline {when(rec.deadline)}{moved}; {then}"
 
 
@@ -306,7 +309,10 @@ def _open_lines(
         ]
     out = [f"{head}{command} is out{details}" + _deadline(state, rec, _expiry(rec, limit))]
     if rec.hold == "notHeld":
-        out.append("  the equipment could not hold the work; it runs on to its end")
+        out.append(
+            "  the work was not held (the equipment answered the hold notHeld, or not in time); "
+            "it runs on to its end"
+        )
     if rec.restarted:
         out.append("  it restarts the work the equipment held")
     return out

@@ -236,8 +236,8 @@ def test_an_open_hold_command_says_what_each_answer_does() -> None:
     text = explain_state(graph, sim.state)
     assert (
         "push command tighten#2 (com.example.tightening.run.v1) is out, attempt 1 of 2, deadline "
-        "120.500s (moved by the length of the hold on release); it does not run until the hold "
-        "is answered\n"
+        "120.500s (moved by the length of the hold on release; 1 min 50.5 s was left when it "
+        "began); it does not run until the hold is answered\n"
         "    hold command tighten#3:hold is out, deadline 20.000s: if the equipment answers held, "
         "the work is withdrawn and the release sends the restart command; any other answer, or "
         "none by then, and the work runs on to its deadline\n"
@@ -262,8 +262,9 @@ def test_work_the_equipment_could_not_hold_runs_on() -> None:
     text = explain_state(graph, sim.state)
     assert (
         "push command tighten#2 (com.example.tightening.run.v1) is out, attempt 1 of 2, deadline "
-        "120.500s (moved by the length of the hold on release); if no answer by then, attempt 2 "
-        "is sent\n    the equipment could not hold the work; it runs on to its end\n"
+        "120.500s (moved by the length of the hold on release; 1 min 50.5 s was left when it "
+        "began); if no answer by then, attempt 2 is sent\n    the work was not held (the "
+        "equipment answered the hold notHeld, or not in time); it runs on to its end\n"
     ) in text
 
 
