@@ -1205,6 +1205,14 @@ class Store:
         )
         return int(rows[0]["times_delivered"]) if rows else 0
 
+    def own_deliveries(self, scope: str, first: str, last: str, count: int) -> dict[str, int]:
+        """How often each of this consumer's pending entries from `first` to `last` (up to
+        `count` of them) was delivered, by entry id."""
+        rows = self.client(scope).xpending_range(
+            keys.work(scope), keys.GROUP, first, last, count, consumername=self.consumer
+        )
+        return {_text(row["message_id"]): int(row["times_delivered"]) for row in rows}
+
     def unread(self, scope: str, limit: int = 10_000) -> int:
         """Work entries no worker has read yet (the group's lag; counted up to `limit` when
         the server cannot tell it, after deletions), 0 for a scope without a group."""

@@ -447,7 +447,8 @@ class Worker:
     def _read_scope(self, scope: str, count: int) -> list[Row]:
         """A batch of `scope`: its own pending entries first, while it has any, then new
         ones (without blocking). An own entry deleted meanwhile (no fields) is left to the
-        claim, which reports it."""
+        claim, which reports it; one delivered more than SFC_MAX_DELIVERIES times is
+        buried, as the claim buries it (`_spent`)."""
         after = self._own.get(scope)
         while after is not None:
             rows = self.store.read([scope], count, None, after=after)
@@ -455,12 +456,21 @@ class Worker:
                 del self._own[scope]
                 break
             after = self._own[scope] = rows[-1][1]
-            live = [row for row in rows if row[2]]
+            live = self._unspent(scope, [row for row in rows if row[2]])
             if live:
                 return live
-            # a batch of entries deleted meanwhile: read on, so that no new entry of the
-            # scope comes before its own pending ones
+            # a batch of entries deleted (or buried) meanwhile: read on, so that no new
+            # entry of the scope comes before its own pending ones
         return self.store.read([scope], count, None)
+
+    def _unspent(self, scope: str, rows: list[Row]) -> list[Row]:
+        """`rows`, own pending entries read again, but for those `_spent` buries."""
+        if not rows:
+            return rows
+        counts = self.store.own_deliveries(scope, rows[0][1], rows[-1][1], len(rows))
+        return [
+            row for row in rows if not self._spent(scope, row[1], row[2], counts.get(row[1], 0))
+        ]
 
     def _overlapping(self) -> bool:
         """Whether batches overlap now (`overlap`): small ones, read and loaded ahead. A
@@ -838,24 +848,36 @@ class Worker:
             deliveries = self.store.deliveries(scope, entry_id)
             if deliveries == 0:
                 continue  # acked meanwhile by the consumer that had it
-            if deliveries > self.settings.max_deliveries:
-                job = job_named(entry_id, fields)
-                reason = (
-                    f"failed {deliveries - 1} deliveries (SFC_MAX_DELIVERIES is "
-                    f"{self.settings.max_deliveries})"
-                )
-                problem = None if job is None else self._unreadable(scope, job)
-                if problem is not None:
-                    # the likely cause, which the worker that raised only logged: every
-                    # entry of the job will fail so until the job is mended or cleared
-                    reason += (
-                        f"; the job's stored order or state cannot be read: {problem} "
-                        "(`sfc job clear JOB --unreadable` removes it)"
-                    )
-                self._bury(scope, entry_id, reason, job, deliveries, fields)
+            if self._spent(scope, entry_id, fields, deliveries):
                 continue
             total.add(self._apply(scope, [(entry_id, fields)], deliveries))
         return total
+
+    def _spent(
+        self, scope: str, entry_id: str, fields: dict[bytes, bytes], deliveries: int
+    ) -> bool:
+        """Whether the entry was delivered more than SFC_MAX_DELIVERIES times (this delivery
+        counted): then it is buried, with why, so that an entry that makes the worker fail
+        each time cannot block its job for ever. The claim asks, and so does the re-read of
+        a worker's own pending entries after a park (`_read_scope`): each such read counts
+        a delivery on the server, as a claim does."""
+        if deliveries <= self.settings.max_deliveries:
+            return False
+        job = job_named(entry_id, fields)
+        reason = (
+            f"failed {deliveries - 1} deliveries (SFC_MAX_DELIVERIES is "
+            f"{self.settings.max_deliveries})"
+        )
+        problem = None if job is None else self._unreadable(scope, job)
+        if problem is not None:
+            # the likely cause, which the worker that raised only logged: every entry of
+            # the job will fail so until the job is mended or cleared
+            reason += (
+                f"; the job's stored order or state cannot be read: {problem} "
+                "(`sfc job clear JOB --unreadable` removes it)"
+            )
+        self._bury(scope, entry_id, reason, job, deliveries, fields)
+        return True
 
     def _unreadable(self, scope: str, job: str) -> str | None:
         """Why the stored order or state of `job` cannot be read, or None."""

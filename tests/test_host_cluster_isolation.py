@@ -17,10 +17,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 from redis.crc import key_slot
 
 from host import keys
 from host.equipment import Responder, always
+from host.metrics import WorkerMetrics
 from host.server import RANGES, EmbeddedServer
 from host.store import Store, unreachable
 from host.worker import Worker
@@ -167,7 +169,7 @@ def test_entries_read_before_the_node_went_away_are_applied_when_it_is_back(
             s: [host.submit(s, linear_recipe(1), job_id=f"j{i}").job for i in range(3)]
             for s in scopes
         }
-        worker = Worker(host.store(), slow_claim, scopes)
+        worker = Worker(host.store(), slow_claim, scopes, metrics=WorkerMetrics())
         worker.refresh_scopes()
         # a batch of the scope read by the worker, as its read does, then its node dies
         read = worker.store.read([away], 100, None)
@@ -184,6 +186,9 @@ def test_entries_read_before_the_node_went_away_are_applied_when_it_is_back(
         for s in scopes[:2]:
             wait_for(host.ended(s, jobs[s]), timeout=20, step=step, what=f"the jobs of {s}")
         assert away in worker.parked
+        # the park is counted, once, however often the node was tried meanwhile
+        assert parks(away) == 1
+        assert parks(scopes[0]) == parks(scopes[1]) == 0
         node.start()
         partial([node])
         wait_for(lambda: cluster_ok(cluster), timeout=20, what="node 2 to rejoin")
@@ -194,6 +199,67 @@ def test_entries_read_before_the_node_went_away_are_applied_when_it_is_back(
             check(host.store(), s, dict.fromkeys(jobs[s], COMPLETED))
         said = messages(caplog, away)
         assert sum("served again after" in m for m in said) == 1, said
+        assert parks(away) == 1
+    finally:
+        host.close()
+
+
+def parks(scope: str) -> float:
+    """`sfc_worker_scopes_parked_total` of `scope` in this process (WorkerMetrics)."""
+    return REGISTRY.get_sample_value("sfc_worker_scopes_parked_total", {"scope": scope}) or 0.0
+
+
+def test_an_own_pending_entry_delivered_too_often_is_buried_when_read_again_after_a_park(
+    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The claim buries an entry delivered more than SFC_MAX_DELIVERIES times, so that one
+    that makes the worker fail each time cannot block its job for ever. The re-read of a
+    worker's own pending entries once their scope is served again counts a delivery each
+    time too, and applied them without that check: it buries them the same way."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    served, away = scope_on(0, "spent-a"), scope_on(1, "spent-b")
+    node = cluster.servers[1]
+    host = Host(cluster.url)
+    try:
+        host.scopes += [served, away]
+        poisoned = host.submit(away, linear_recipe(1), job_id="poisoned").job
+        fine = host.submit(away, linear_recipe(1), job_id="fine").job
+        worker = Worker(host.store(), replace(FAST, autoclaim_idle=60_000), [served, away])
+        worker.refresh_scopes()
+        # the poisoned job's start, read as the worker reads it, then its node dies
+        ((_, entry, _),) = worker.store.read([away], 1, None)
+        node.kill()
+        worker.read_once(block_ms=5)
+        assert away in worker.parked
+        node.start()
+        partial([node])
+        wait_for(lambda: cluster_ok(cluster), timeout=20, what="node 1 to rejoin")
+        # delivered again and not acked up to SFC_MAX_DELIVERIES: as by a worker that read
+        # it and failed each time (the server counts every read of it)
+        assert worker.store.deliveries(away, entry) >= 1
+        while worker.store.deliveries(away, entry) < FAST.max_deliveries:
+            worker.store.read([away], 1, None, after="0")
+
+        def commanded(job: str) -> bool:
+            return any(data.job == job for _, _, data in host.equipment(away))
+
+        wait_for(
+            lambda: commanded(fine),
+            timeout=20,
+            step=lambda: worker.read_once(block_ms=5),
+            what="the job after the poisoned one",
+        )
+        assert away not in worker.parked
+        assert not commanded(poisoned)  # its start was not applied
+        ((_, dead),) = worker.store.dead(away)
+        assert dead[b"entry"].decode() == entry
+        reason = (
+            f"failed {FAST.max_deliveries} deliveries (SFC_MAX_DELIVERIES is {FAST.max_deliveries})"
+        )
+        assert dead[b"reason"].decode() == reason
+        assert int(dead[b"deliveries"]) == FAST.max_deliveries + 1
+        assert f"scope {away}: entry {entry} is dead: {reason}" in messages(caplog, away)
+        assert worker.store.deliveries(away, entry) == 0  # no longer pending
     finally:
         host.close()
 
