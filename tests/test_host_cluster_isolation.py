@@ -16,18 +16,20 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import pytest
 from prometheus_client import REGISTRY
 from redis.crc import key_slot
 
 from host import keys
+from host.entries import decode_history
 from host.equipment import Responder, always
 from host.metrics import WorkerMetrics
 from host.server import RANGES, EmbeddedServer
 from host.store import Store, unreachable
 from host.worker import Worker
 from tests.clusterkit import LocalCluster
-from tests.faultkit import COMPLETED, check
+from tests.faultkit import COMPLETED, check, wide_recipe
 from tests.hostkit import FAST, Host, linear_recipe, new_scope, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -260,6 +262,64 @@ def test_an_own_pending_entry_delivered_too_often_is_buried_when_read_again_afte
         assert int(dead[b"deliveries"]) == FAST.max_deliveries + 1
         assert f"scope {away}: entry {entry} is dead: {reason}" in messages(caplog, away)
         assert worker.store.deliveries(away, entry) == 0  # no longer pending
+    finally:
+        host.close()
+
+
+def test_a_jobs_entries_across_a_park_are_applied_in_their_order_and_once(
+    cluster: LocalCluster,
+) -> None:
+    """A job whose answers straddle a park of its scope: two the worker had read when the
+    node went away (pending for it), two queued before and not read yet, and those that come
+    once it is back. They are applied in the order of the stream, each once, and not after
+    SFC_AUTOCLAIM_IDLE (a minute here)."""
+    served, away = scope_on(0, "order-a"), scope_on(1, "order-b")
+    node = cluster.servers[1]
+    host = Host(cluster.url)
+    try:
+        host.scopes += [served, away]
+        job = host.submit(away, wide_recipe(4, 2), job_id="wide").job
+        other = host.submit(served, linear_recipe(1), job_id="other").job
+        worker = Worker(host.store(), replace(FAST, autoclaim_idle=60_000), [served, away])
+        worker.refresh_scopes()
+        responders = [host.responder(served), host.responder(away)]
+        wait_for(
+            lambda: len(host.equipment(away)) == 4,
+            step=lambda: worker.read_once(block_ms=5),
+            what="the first step's four commands",
+        )
+        wait_for(
+            lambda: worker.store.unread(away) == 4,
+            step=responders[1].pump,
+            what="their four answers",
+        )
+        read = [row[1] for row in worker.store.read([away], 2, None)]  # as the worker reads
+        assert len(read) == 2
+        node.kill()
+
+        def step() -> None:
+            worker.read_once(block_ms=5)
+            for r in responders:
+                try:
+                    r.pump()
+                except Exception as e:
+                    if not unreachable(e):  # the node away: its commands wait
+                        raise
+
+        wait_for(host.ended(served, [other]), timeout=20, step=step, what="the other scope's job")
+        assert away in worker.parked
+        node.start()
+        partial([node])
+        wait_for(lambda: cluster_ok(cluster), timeout=20, what="node 1 to rejoin")
+        wait_for(host.ended(away, [job]), timeout=20, step=step, what="the job across the park")
+        history = [decode_history(f) for _, f in worker.store.history(away, job, count=100)]
+        applied = [h.entry for h in history if h.entry is not msgspec.UNSET]
+        assert len(applied) == 1 + 4 + 4, history  # its start, then four answers a step
+        assert applied == sorted(applied, key=lambda i: tuple(map(int, i.split("-")))), history
+        assert applied[1:3] == read, (applied, read)
+        for s, j in ((served, other), (away, job)):
+            check(host.store(), s, {j: COMPLETED})
+        host.check_exactly_once()
     finally:
         host.close()
 
