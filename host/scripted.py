@@ -50,7 +50,7 @@ from host import keys
 from host.apply import EVENTS_UNMATCHED
 from host.entries import Entry, EntryError, decode_equipment, encode, fields
 from host.equipment import answer_data, event_data
-from host.store import Store, unreachable, unreachable_reason
+from host.store import Store, slot_moved, unreachable, unreachable_reason
 from sfc.simulation import (
     Reply,
     ScriptError,
@@ -290,7 +290,7 @@ class ScriptedEquipment:
         """Pump until `stop` is set. While the server cannot be reached (restarted, gone),
         it tries again with a backoff of up to 5 s; answers that fell due meanwhile are
         sent once it is back."""
-        backoff, down_since = 0.0, None
+        backoff, down_since, moving = 0.0, None, False
         while not stop.is_set():
             try:
                 self.pump(block_ms)
@@ -298,7 +298,15 @@ class ScriptedEquipment:
                 if not unreachable(e):
                     raise
                 self.store.refresh_routes()  # a cluster's slot may have moved
-                if down_since is None:
+                if down_since is None and slot_moved(e):
+                    if not moving:  # routine: the node answered (a failover, a reshard)
+                        moving = True
+                        log.info(
+                            "equipment of scope %s: %s; reading the slots again",
+                            self.scope,
+                            unreachable_reason(e),
+                        )
+                elif down_since is None:
                     down_since = time.monotonic()
                     log.warning(
                         "equipment of scope %s: the server is unreachable (%s); reconnecting "
@@ -315,7 +323,7 @@ class ScriptedEquipment:
                     self.scope,
                     time.monotonic() - down_since,
                 )
-                down_since, backoff = None, 0.0
+            backoff, down_since, moving = 0.0, None, False
 
     # -- asking the script
 

@@ -462,13 +462,22 @@ def unreachable(error: BaseException) -> bool:
     return False
 
 
+def slot_moved(error: BaseException) -> bool:
+    """Whether `error` is a MOVED (or an ASK): the node answered, and another node serves
+    the slot now (a failover, a manual one too, or a reshard). That is routine, not an
+    outage: the caller reads the slots again and goes on, and logs it at info."""
+    return isinstance(error, redis.exceptions.AskError)  # MovedError is one
+
+
 def unreachable_reason(error: BaseException) -> str:
     """What the log says of an error that `unreachable` waits out: a MOVED (or ASK) says
     that its slot moved, and where to (its own text is a bare 'SLOT HOST:PORT', which said
     nothing to whoever read the log of a failover); any other error its text."""
     if isinstance(error, redis.exceptions.AskError):  # MovedError is one
         moved = "moved" if isinstance(error, redis.exceptions.MovedError) else "is moving"
-        return f"slot {error.slot_id} {moved} to {error.host}:{error.port}: a failover or a reshard"
+        return (
+            f"slot {error.slot_id} {moved} to {error.host}:{error.port} (a failover or a reshard)"
+        )
     return str(error)
 
 

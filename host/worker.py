@@ -27,7 +27,15 @@ from typing import TYPE_CHECKING
 from host.apply import Applier, Outcome, Round, unreadable
 from host.entries import Entry, EntryError, decode_work, job_named, job_of
 from host.settings import Settings
-from host.store import Loaded, ReadAhead, Row, Store, unreachable, unreachable_reason
+from host.store import (
+    Loaded,
+    ReadAhead,
+    Row,
+    Store,
+    slot_moved,
+    unreachable,
+    unreachable_reason,
+)
 
 if TYPE_CHECKING:
     from host.metrics import WorkerMetrics
@@ -95,6 +103,9 @@ class Parked:
     """When the worker tries it again (its clock: monotonic)."""
     backoff: float
     reason: str
+    moved: bool = False
+    """Set aside because its slot moved (a MOVED: routine, said at info), not because its
+    node could not be reached."""
 
 
 @dataclass(slots=True)
@@ -297,11 +308,21 @@ class Worker:
         worker that does not isolate its scopes, or no scope of another node left to serve
         (then the loop backs off, as for a single server). What a scope's batch read and
         did not commit stays pending for this worker, and is read again first when the
-        scope is served again."""
+        scope is served again.
+
+        A slot that moved (MOVED: a failover, a reshard) parks its scope alone, until the
+        slots read again show where it went: its node answered, and the other scopes there
+        find out for themselves. That is routine, said at info and not counted as a park;
+        the scope's node away later is said at warning."""
         if not (unreachable(error) and self._isolating()):
             return False
-        node = self.store.node_name(scope)
-        group = [s for s in self.scopes if s == scope or self.store.node_name(s) == node]
+        moved = slot_moved(error)
+        if moved:
+            self.store.refresh_routes()  # a move it shows ends the park at once (_serving)
+            group = [scope]
+        else:
+            node = self.store.node_name(scope)
+            group = [s for s in self.scopes if s == scope or self.store.node_name(s) == node]
         for s in group:
             # what each read before may be pending: it is read first once served again,
             # also when the loop backs off instead
@@ -312,20 +333,30 @@ class Worker:
         reason = unreachable_reason(error)
         for s in group:
             parked = self.parked.get(s)
-            if parked is not None:
+            if parked is None:
+                self.parked[s] = Parked(now, now + PARK_FIRST_S, PARK_FIRST_S, reason, moved)
+            else:
                 self._back_off(parked, now)
-                continue
-            self.parked[s] = Parked(now, now + PARK_FIRST_S, PARK_FIRST_S, reason)
-            log.warning(
-                "scope %s: its node cannot be reached (%s); serving the other scopes, and "
-                "trying it again with backoff",
-                s,
-                reason,
-                extra={"scope": s, "reason": f"{type(error).__name__}: {error}"},
-            )
-            if self.metrics is not None:
-                self.metrics.parked(s)
+                if moved or not parked.moved:
+                    continue  # said already
+                parked.moved, parked.reason = False, reason  # it moved, and is away now
+            self._said_parked(s, error, reason, moved)
         return True
+
+    def _said_parked(self, scope: str, error: Exception, reason: str, moved: bool) -> None:
+        extra = {"scope": scope, "reason": f"{type(error).__name__}: {error}"}
+        if moved:
+            log.info("scope %s: %s; reading the slots again", scope, reason, extra=extra)
+            return
+        log.warning(
+            "scope %s: its node cannot be reached (%s); serving the other scopes, and trying "
+            "it again with backoff",
+            scope,
+            reason,
+            extra=extra,
+        )
+        if self.metrics is not None:
+            self.metrics.parked(scope)
 
     def _served(self, scope: str) -> None:
         """A call for `scope` went through: if it was parked, it is served again."""
@@ -333,11 +364,17 @@ class Worker:
         if parked is None:
             return
         away = self.clock() - parked.since
-        log.warning(
+        log.log(
+            logging.INFO if parked.moved else logging.WARNING,
             "scope %s: served again after %.1f s",
             scope,
             away,
-            extra={"scope": scope, "reason": f"its node could not be reached for {away:.1f} s"},
+            extra={
+                "scope": scope,
+                "reason": f"its slot moved {away:.1f} s ago"
+                if parked.moved
+                else f"its node could not be reached for {away:.1f} s",
+            },
         )
 
     def recover(self, scope: str) -> int:
@@ -953,6 +990,7 @@ class Worker:
         next_claim = now + s.autoclaim_idle / 1000
         next_trim = now + random.uniform(0.5, 1.0) * TRIM_INTERVAL_MS / 1000
         down_since: float | None = None
+        moving = False  # a slot moved (MOVED), said at info; nothing failed
         backoff = 0.0
         while not stop.is_set():
             now = self.clock()
@@ -983,7 +1021,16 @@ class Worker:
                     stop.wait(0.5)
                     continue
                 self.store.refresh_routes()  # a cluster's slot may have moved
-                if down_since is None:
+                if down_since is None and slot_moved(e):
+                    if not moving:
+                        moving = True
+                        log.info(
+                            "worker %s: %s; reading the slots again",
+                            self.consumer,
+                            unreachable_reason(e),
+                            extra={"reason": f"{type(e).__name__}: {e}"},
+                        )
+                elif down_since is None:
                     down_since = self.clock()
                     log.warning(
                         "worker %s: the server is unreachable (%s); reconnecting with backoff",
@@ -1004,7 +1051,7 @@ class Worker:
                 )
                 if self.metrics is not None:
                     self.metrics.reconnect()
-                down_since, backoff = None, 0.0
+            down_since, moving, backoff = None, False, 0.0
         waiting = len(self._ahead) + (0 if self._ready is None else len(self._ready[0]))
         if self._flight is not None:
             waiting += sum(len(good) for _, good in self._flight.rounds)

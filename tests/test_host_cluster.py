@@ -8,7 +8,9 @@ slot; `sfc:scopes` and `sfc:recipe:*` live in slots of their own.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -261,6 +263,12 @@ def test_scripted_equipment_waits_out_a_cluster_that_is_down(
             timeout=20,
             what="the equipment to see the cluster down",
         )
+        (down,) = [r for r in caplog.records if "the server is unreachable" in r.getMessage()]
+        assert down.levelno == logging.WARNING  # an outage, not a slot that moved
+        assert down.getMessage() == (
+            f"equipment of scope {scope}: the server is unreachable (The cluster is down); "
+            "reconnecting with backoff"
+        )
         other.start()
         wait_for(lambda: _cluster_ok(own), timeout=30, what="the cluster back")
         assert thread.is_alive()
@@ -290,8 +298,9 @@ def _cluster_ok(c: LocalCluster) -> bool:
     return True
 
 
-def _move_slot(c: LocalCluster, key: str) -> None:
-    """Move the slot of `key`, with its keys, to another primary (a reshard)."""
+def _move_slot(c: LocalCluster, key: str) -> tuple[int, int]:
+    """Move the slot of `key`, with its keys, to another primary (a reshard); returns the
+    slot and the port of the primary that serves it now."""
     import redis
 
     clients = [redis.Redis(host="127.0.0.1", port=s.port) for s in c.servers]
@@ -315,6 +324,7 @@ def _move_slot(c: LocalCluster, key: str) -> None:
             )
         for x in clients:
             x.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])
+        return slot, c.servers[target].port
     finally:
         for x in clients:
             x.close()
@@ -353,27 +363,39 @@ def test_a_wait_after_a_read_that_found_a_slot_moved_does_not_wait(tmp_path: Pat
         own.stop()
 
 
-def test_a_scope_whose_slot_moves_to_another_node_is_served_on(tmp_path: Path) -> None:
+def test_a_scope_whose_slot_moves_to_another_node_is_served_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """A reshard (adding a node) moves slots: the worker and the equipment, which call the
-    node of their scope's slot by a map read at their start, got MOVED for ever."""
+    node of their scope's slot by a map read at their start, got MOVED for ever.
+
+    The MOVED is routine (the node answered; a manual failover answers the same): each
+    says at info that the slot moved, where to, and that it reads the slots again. They
+    said at warning that the server was unreachable, and then that they had reconnected;
+    a worker of several scopes, that the scope's node could not be reached."""
+    from prometheus_client import REGISTRY
+
+    from host.metrics import WorkerMetrics
     from host.scripted import ScriptedEquipment, load_host_script
 
+    caplog.set_level(logging.INFO, logger="sfc.host")
     own = LocalCluster(tmp_path).start()
     stop = threading.Event()
     h = Host(own.url)
     threads: list[threading.Thread] = []
     try:
-        scope = spread_scopes(own.url, "moved")[0]
-        h.scopes.append(scope)
+        scope, other, _ = spread_scopes(own.url, "moved")
+        h.scopes += [scope, other]
         h.store().load_library()
         worker = Worker(Store.from_url(own.url), FAST, [scope])
+        several = Worker(Store.from_url(own.url), FAST, [scope, other], metrics=WorkerMetrics())
         equipment = ScriptedEquipment(Store.from_url(own.url), scope, load_host_script(b"{}"))
-        for target in (worker.run, equipment.run):
+        for target in (worker.run, several.run, equipment.run):
             threads.append(threading.Thread(target=target, args=(stop,), daemon=True))
             threads[-1].start()
         first = h.submit(scope, linear_recipe(2), job_id="m1").job
         wait_for(h.ended(scope, [first]), timeout=20, what="the first job")
-        _move_slot(own, keys.work(scope))
+        slot, port = _move_slot(own, keys.work(scope))
         fresh = Host(own.url)  # a new process (`sfc job submit`) reads the new map
         try:
             second = fresh.submit(scope, linear_recipe(2), job_id="m2").job
@@ -381,6 +403,31 @@ def test_a_scope_whose_slot_moves_to_another_node_is_served_on(tmp_path: Path) -
             assert fresh.order_path(scope, second) == "Ended/Completed"
         finally:
             fresh.close()
+        # the first call after the move may come while its keys move (ASK), or after (MOVED)
+        lines = [
+            re.compile(
+                rf"{re.escape(who)}: slot {slot} (moved|is moving) to 127\.0\.0\.1:{port} "
+                r"\(a failover or a reshard\); reading the slots again"
+            )
+            for who in (
+                f"worker {worker.consumer}",
+                f"scope {scope}",
+                f"equipment of scope {scope}",
+            )
+        ]
+
+        def said_once(line: re.Pattern[str]) -> bool:
+            found = [r for r in caplog.records if line.fullmatch(r.getMessage())]
+            assert len(found) <= 1 and all(r.levelno == logging.INFO for r in found), found
+            return bool(found)
+
+        wait_for(lambda: all(map(said_once, lines)), timeout=10, what="each to see the move")
+        said = [(r.levelno, r.getMessage()) for r in caplog.records]
+        for level, text in said:
+            assert "unreachable" not in text and "cannot be reached" not in text, said
+            assert "reconnected after" not in text, said
+            assert level < logging.WARNING, said
+        assert not REGISTRY.get_sample_value("sfc_worker_scopes_parked_total", {"scope": scope})
     finally:
         stop.set()
         for t in threads:

@@ -140,6 +140,10 @@ def test_a_node_away_parks_its_scope_and_the_others_run_to_the_end(
         said = messages(caplog, away)
         assert sum("its node cannot be reached" in m for m in said) == 1, said
         assert sum("served again after" in m for m in said) == 1, said
+        for r in caplog.records:  # an outage, not a slot that moved: said at warning
+            if getattr(r, "scope", None) == away and "again" in r.getMessage():
+                assert r.levelno == logging.WARNING, r.getMessage()
+                assert "moved to" not in r.getMessage()
         stop.set()
         for t in threads:
             t.join(10)
@@ -419,6 +423,13 @@ def test_every_scope_away_falls_back_to_the_loops_backoff(
         assert sum("the server is unreachable" in m for m in said) == 1, said
         assert sum("reconnected after" in m for m in said) == 1, said
         assert sum("served again after" in m for m in said) == 0, said
+        (down,) = [r for r in caplog.records if "the server is unreachable" in r.getMessage()]
+        assert down.levelno == logging.WARNING  # an outage, not a slot that moved
+        assert down.getMessage().startswith(
+            f"worker {worker.consumer}: the server is unreachable ("
+        )
+        assert down.getMessage().endswith("); reconnecting with backoff")
+        assert "moved to" not in down.getMessage()
         for s in scopes:
             check(host.store(), s, dict.fromkeys(jobs[s], COMPLETED))
     finally:
