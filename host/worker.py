@@ -277,7 +277,8 @@ class Worker:
         (Store.wait_out). A parked node whose try has come is probed first (Store.answers,
         a PING with a short timeout): one that stopped answering costs a real call some
         10 s (the socket timeout and the client's retry), for each of its scopes, and the
-        worker would serve nothing else meanwhile; it stays parked instead."""
+        worker would serve nothing else meanwhile; it stays parked instead. (A scope set
+        aside for a slot that moved is tried with a real call: its node answered.)"""
         if not self.parked:
             return self.scopes
         now = self.clock()
@@ -291,6 +292,10 @@ class Worker:
         for scope in due:
             nodes.setdefault(self.store.node_name(scope), []).append(scope)
         for group in nodes.values():
+            if all(self.parked[s].moved for s in group):
+                # set aside for a slot that moved, by a node that answered: a real call
+                # tries it, and says so at warning if its node is away now (`_parks`)
+                continue
             if not self.store.answers(group[0]):
                 for scope in group:
                     self._back_off(self.parked[scope], now)

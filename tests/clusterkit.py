@@ -2,6 +2,7 @@
 is no valkey-cli):
 
 - `LocalCluster` (host.server): 3 primaries, no replicas.
+- `move_slot`: a reshard of one slot of a `LocalCluster` by hand.
 - `ReplicatedCluster`: 3 primaries with one replica each, and a short `cluster-node-timeout`,
   so that a primary that dies is replaced by its replica (an automatic failover) in a few
   seconds; `failover` asks a replica to take over on its own (CLUSTER FAILOVER).
@@ -21,7 +22,7 @@ import redis
 
 from host.server import RANGES, EmbeddedServer, LocalCluster, free_cluster_port
 
-__all__ = ["LocalCluster", "Node", "ReplicatedCluster"]
+__all__ = ["LocalCluster", "Node", "ReplicatedCluster", "move_slot"]
 
 
 def _text(value: Any) -> str:
@@ -268,3 +269,37 @@ class ReplicatedCluster:
     def stop(self) -> None:
         for n in self.nodes:
             n.server.stop()
+
+
+def move_slot(c: LocalCluster, key: str) -> tuple[int, int]:
+    """Move the slot of `key`, with its keys, from its primary to the next one (a reshard,
+    as valkey-cli does it: IMPORTING, MIGRATING, MIGRATE, SETSLOT NODE); returns the slot and
+    the port of the primary that serves it now. A call for the slot to the old primary
+    answers MOVED from then on (ASK while its keys move)."""
+    clients = [redis.Redis(host="127.0.0.1", port=s.port) for s in c.servers]
+    try:
+        slot = int(clients[0].execute_command("CLUSTER", "KEYSLOT", key))
+        ids = [_text(x.execute_command("CLUSTER", "MYID")) for x in clients]
+        port = next(
+            int(primary[1])
+            for low, high, primary, *_ in clients[0].execute_command("CLUSTER", "SLOTS")
+            if int(low) <= slot <= int(high)
+        )
+        owner = next(i for i, s in enumerate(c.servers) if s.port == port)
+        target = (owner + 1) % len(clients)
+        src, dst = clients[owner], clients[target]
+        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[owner])
+        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target])
+        while True:
+            moving = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+            if not moving:
+                break
+            src.execute_command(
+                "MIGRATE", "127.0.0.1", c.servers[target].port, "", 0, 5000, "KEYS", *moving
+            )
+        for x in clients:
+            x.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])
+        return slot, c.servers[target].port
+    finally:
+        for x in clients:
+            x.close()

@@ -26,7 +26,7 @@ from host import jobs, keys
 from host.equipment import Answer, publish_event
 from host.store import Store
 from host.worker import Worker
-from tests.clusterkit import LocalCluster
+from tests.clusterkit import LocalCluster, move_slot
 from tests.hostkit import FAST, Host, linear_recipe, new_scope, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -298,38 +298,6 @@ def _cluster_ok(c: LocalCluster) -> bool:
     return True
 
 
-def _move_slot(c: LocalCluster, key: str) -> tuple[int, int]:
-    """Move the slot of `key`, with its keys, to another primary (a reshard); returns the
-    slot and the port of the primary that serves it now."""
-    import redis
-
-    clients = [redis.Redis(host="127.0.0.1", port=s.port) for s in c.servers]
-    try:
-        slot = int(clients[0].execute_command("CLUSTER", "KEYSLOT", key))
-        ids = [x.execute_command("CLUSTER", "MYID").decode() for x in clients]
-        rc = RedisCluster.from_url(c.url)
-        port = rc.get_node_from_key(key).port
-        rc.close()
-        owner = next(i for i, s in enumerate(c.servers) if s.port == port)
-        target = (owner + 1) % len(clients)
-        src, dst = clients[owner], clients[target]
-        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[owner])
-        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target])
-        while True:
-            moving = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
-            if not moving:
-                break
-            src.execute_command(
-                "MIGRATE", "127.0.0.1", c.servers[target].port, "", 0, 5000, "KEYS", *moving
-            )
-        for x in clients:
-            x.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])
-        return slot, c.servers[target].port
-    finally:
-        for x in clients:
-            x.close()
-
-
 def test_a_wait_after_a_read_that_found_a_slot_moved_does_not_wait(tmp_path: Path) -> None:
     """A loop that cannot reach a node reads the slots (refresh_routes), then waits out its
     backoff (wait_out), which ended early only when one of its own reads found the move:
@@ -350,7 +318,7 @@ def test_a_wait_after_a_read_that_found_a_slot_moved_does_not_wait(tmp_path: Pat
     try:
         scope = "moves"
         store.client(scope).ping()  # the slot map is read
-        _move_slot(own, keys.work(scope))
+        move_slot(own, keys.work(scope))
         store._routes_at = 0.0  # the last read was more than a second ago
         assert store.refresh_routes()  # the loop's own read sees the move
         stop = Waits()
@@ -395,7 +363,7 @@ def test_a_scope_whose_slot_moves_to_another_node_is_served_on(
             threads[-1].start()
         first = h.submit(scope, linear_recipe(2), job_id="m1").job
         wait_for(h.ended(scope, [first]), timeout=20, what="the first job")
-        slot, port = _move_slot(own, keys.work(scope))
+        slot, port = move_slot(own, keys.work(scope))
         fresh = Host(own.url)  # a new process (`sfc job submit`) reads the new map
         try:
             second = fresh.submit(scope, linear_recipe(2), job_id="m2").job
@@ -450,7 +418,7 @@ def test_an_mqtt_bridges_hold_on_its_client_id_follows_its_slot(tmp_path: Path) 
         lease.take()
         lease.keep(lambda: said.append("fence"), lambda: said.append("unfence"))
         wait_for(lambda: lease.renewed >= 1, timeout=10, what="a renewal")
-        _move_slot(own, lease.key)
+        move_slot(own, lease.key)
         before = lease.renewed
         wait_for(lambda: lease.renewed >= before + 3, timeout=15, what="renewals after the move")
         assert "fence" not in said, said

@@ -28,7 +28,7 @@ from host.metrics import WorkerMetrics
 from host.server import RANGES, EmbeddedServer
 from host.store import Store, unreachable
 from host.worker import Worker
-from tests.clusterkit import LocalCluster
+from tests.clusterkit import LocalCluster, move_slot
 from tests.faultkit import COMPLETED, check, wide_recipe
 from tests.hostkit import FAST, Host, linear_recipe, new_scope, wait_for
 
@@ -324,6 +324,55 @@ def test_a_jobs_entries_across_a_park_are_applied_in_their_order_and_once(
         for s, j in ((served, other), (away, job)):
             check(host.store(), s, {j: COMPLETED})
         host.check_exactly_once()
+    finally:
+        host.close()
+
+
+def test_a_scope_set_aside_for_a_slot_that_moved_whose_new_node_is_away_says_so(
+    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A slot that moved (MOVED) sets its scope aside alone, at info and not counted: the
+    node answered. When the node it moved to cannot be reached as the scope is tried again,
+    that is an outage: said at warning and counted, as any park, and so is its end."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    moving, other = scope_on(1, "moved"), scope_on(0, "stays")
+    host = Host(cluster.url)
+    try:
+        host.scopes += [moving, other]
+        worker = Worker(host.store(), FAST, [moving, other], metrics=WorkerMetrics())
+        worker.refresh_scopes()
+        slot, port = move_slot(cluster, keys.work(moving))
+        node = cluster.servers[2]
+        assert port == node.port
+        worker.read_once(block_ms=5)
+        assert worker.parked[moving].moved
+        moved = f"scope {moving}: slot {slot} moved to 127.0.0.1:{port} (a failover or a reshard)"
+        said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == LOGGER]
+        assert (logging.INFO, f"{moved}; reading the slots again") in said, said
+        assert parks(moving) == 0
+        node.kill()
+
+        def away() -> bool:
+            return any("its node cannot be reached" in m for m in messages(caplog, moving))
+
+        wait_for(away, timeout=20, step=lambda: worker.read_once(block_ms=5), what="the park")
+        (line,) = [r for r in caplog.records if "its node cannot be reached" in r.getMessage()]
+        assert line.levelno == logging.WARNING
+        assert f"127.0.0.1:{port}" in line.getMessage()
+        assert not worker.parked[moving].moved
+        assert parks(moving) == 1
+        node.start()
+        partial([node])
+        wait_for(lambda: cluster_ok(cluster), timeout=20, what="node 2 to rejoin")
+        wait_for(
+            lambda: moving not in worker.parked,
+            timeout=20,
+            step=lambda: worker.read_once(block_ms=5),
+            what="the scope served again",
+        )
+        (back,) = [r for r in caplog.records if "served again after" in r.getMessage()]
+        assert back.levelno == logging.WARNING
+        assert sum("reading the slots again" in m for m in messages(caplog, moving)) == 1
     finally:
         host.close()
 
