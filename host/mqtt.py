@@ -58,7 +58,7 @@ from host.entries import Entry, EntryError, decode_equipment, encode, fields
 from host.equipment import answer_data, event_data
 from host.scripted import ASKED_RETENTION_MS, FORGET_EVERY, ScriptAnswers, host_script_problem
 from host.scripted import Counters as ScriptCounters
-from host.store import Store, unreachable, unreachable_reason
+from host.store import Store, slot_moved, unreachable, unreachable_reason
 from sfc.simulation import Reply
 
 log = logging.getLogger("sfc.host.mqtt")
@@ -1314,9 +1314,12 @@ class MqttBridge:
                     if not unreachable(e):
                         raise
                     self.store.refresh_routes()  # a cluster's slot may have moved
-                    log.warning(
-                        "the server cannot be reached (%s); retrying", unreachable_reason(e)
-                    )
+                    if slot_moved(e):  # routine: the node answered (a failover, a reshard)
+                        log.info("%s; reading the slots again", unreachable_reason(e))
+                    else:
+                        log.warning(
+                            "the server cannot be reached (%s); retrying", unreachable_reason(e)
+                        )
                     self.store.wait_out(stop, backoff)  # a cluster's failover ends it
                     backoff = min(backoff * 2, 5.0)
         finally:

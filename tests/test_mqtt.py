@@ -9,6 +9,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import select
 import signal
 import socket
@@ -1154,3 +1155,39 @@ def test_a_lost_broker_and_a_refused_login_are_logged_once_each_way(
         )
     finally:
         bad.close()
+
+
+@pytest.mark.cluster
+def test_a_bridge_says_at_info_that_the_slot_of_its_scope_moved(
+    tmp_path: Path, mqtt_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reshard (or a manual failover) moves the slot of the bridge's scope: the old node
+    answers MOVED, which is routine. The bridge said at warning that the server could not
+    be reached."""
+    from tests.clusterkit import LocalCluster, move_slot
+
+    caplog.set_level(logging.INFO, logger="sfc.host.mqtt")
+    own = LocalCluster(tmp_path).start()
+    h = Host(own.url)
+    try:
+        h.store().load_library()
+        rig = Rig(h, mqtt_url, h.scope("mqtt-moved"))
+        try:
+            rig.bridge("moved-1")
+            slot, port = move_slot(own, keys.equipment(rig.scope))
+            line = re.compile(
+                rf"slot {slot} (moved|is moving) to 127\.0\.0\.1:{port} "
+                r"\(a failover or a reshard\); reading the slots again"
+            )
+
+            def said() -> list[logging.LogRecord]:
+                return [r for r in caplog.records if line.fullmatch(r.getMessage())]
+
+            wait_for(lambda: bool(said()), timeout=10, what="the bridge to see the move")
+            assert all(r.levelno == logging.INFO for r in said())
+            assert "cannot be reached" not in caplog.text, caplog.text
+        finally:
+            rig.close()
+    finally:
+        h.close()
+        own.stop()
