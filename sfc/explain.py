@@ -13,6 +13,7 @@ Times in a state are epoch milliseconds. On the simulation's virtual clock, whic
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from generated.state_v1_4 import ActionRecord, SfcState
@@ -422,6 +423,75 @@ def _status_lines(graph: Graph, state: SfcState) -> list[str]:
     return [f"The job is running{since}."]
 
 
+@dataclass(frozen=True)
+class Wait:
+    """One open record of a running job, as the explainer says it (`lines`): the action,
+    its step, its open work (push, restart or await) with command id, type and deadline,
+    and its hold (`open`: a hold command is out)."""
+
+    action: str
+    step: str
+    work: str
+    command_id: str | None
+    type_id: str
+    attempt: int
+    deadline: int | None
+    hold: str | None
+    hold_command_id: str | None
+    lines: tuple[str, ...]
+
+
+def waits(
+    graph: Graph, state: SfcState, max_attempts_default: int = DEFAULT_MAX_ATTEMPTS
+) -> list[Wait]:
+    """What a running job waits for: each open record of an action of the recipe."""
+    if state.status != "running":
+        return []
+    return [
+        Wait(
+            action=name,
+            step=graph.actions[name].step,
+            work=rec.work,
+            command_id=rec.command_id,
+            type_id=rec.type_id,
+            attempt=rec.attempt,
+            deadline=rec.deadline,
+            hold=rec.hold,
+            hold_command_id=rec.hold_command_id if rec.hold == "open" else None,
+            lines=tuple(_open_lines(graph, state, name, rec, max_attempts_default)),
+        )
+        for name, rec in state.actions.items()
+        if rec.status == "open" and name in graph.actions
+    ]
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """A running job's next deadline (None: none) and what happens then, in words."""
+
+    at: int | None
+    what: tuple[str, ...]
+    text: str
+
+
+def deadline_of(
+    graph: Graph, state: SfcState, max_attempts_default: int = DEFAULT_MAX_ATTEMPTS
+) -> Deadline:
+    """The next deadline of a running job, as `explain_state` says it."""
+    due = next_deadline(state)
+    if due is None:
+        text = (
+            "Next deadline: none while the job is held (no hold command is open)"
+            if state.held_at is not None
+            else "Next deadline: none"
+        )
+        return Deadline(None, (), text)
+    what = _due_lines(graph, state, due, max_attempts_default)
+    return Deadline(
+        due, tuple(what), f"Next deadline: {when(due)}" + (f": {'; '.join(what)}" if what else "")
+    )
+
+
 def explain_state(
     graph: Graph, state: SfcState, max_attempts_default: int = DEFAULT_MAX_ATTEMPTS
 ) -> str:
@@ -463,14 +533,11 @@ def explain_state(
                 )
     if state.status == "running":
         out += ["", "What it waits for"]
+        found = waits(graph, state, max_attempts_default)
         if not open_recs:
             out.append("  nothing is open")
-        for name, rec in open_recs:
-            if name in graph.actions:
-                out.extend(
-                    f"  {line}"
-                    for line in _open_lines(graph, state, name, rec, max_attempts_default)
-                )
+        for w in found:
+            out.extend(f"  {line}" for line in w.lines)
         # The state keeps records of active steps and of open divergences only.
         recorded = [
             (n, r) for n, r in state.actions.items() if r.status == "done" and n in graph.actions
@@ -480,18 +547,7 @@ def explain_state(
             for name, rec in recorded:
                 error = f" ({rec.error})" if rec.error else ""
                 out.append(f"  {name}: outcome {rec.outcome}{error}")
-
-        due = next_deadline(state)
-        out.append("")
-        if due is None:
-            out.append(
-                "Next deadline: none while the job is held (no hold command is open)"
-                if state.held_at is not None
-                else "Next deadline: none"
-            )
-        else:
-            what = _due_lines(graph, state, due, max_attempts_default)
-            out.append(f"Next deadline: {when(due)}" + (f": {'; '.join(what)}" if what else ""))
+        out += ["", deadline_of(graph, state, max_attempts_default).text]
     return "\n".join(out) + "\n"
 
 
