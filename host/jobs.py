@@ -7,6 +7,7 @@ the server's TIME: the order change and the recipe's hold, release or cancel tog
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 import time
@@ -26,7 +27,7 @@ from generated.work_entry_v1_0 import ResumeData, StartData
 from host import joborder, keys
 from host.apply import Applier, MethodCall, ScopeConfig, decode_order
 from host.apply import unreadable as why_unreadable
-from host.entries import EntryError, decode_history, encode, fields, job_named
+from host.entries import EntryError, decode_history, encode, entry_ms, fields, job_named
 from host.joborder import ReturnStatus
 from host.outbox import command_number
 from host.settings import HISTORY_LIMIT_MAX, Settings
@@ -720,11 +721,50 @@ def redispatch(
 
 
 @dataclass(frozen=True)
+class GroupRead:
+    """How far one consumer group of the equipment stream (an adapter: `sfc equipment`,
+    `sfc bridge mqtt`) has read one command: `unread` (not delivered to it yet; `waiting`
+    entries of the stream are, when the server can tell), `read` (delivered to `consumer`
+    `idle_ms` ago and not acknowledged: no answer yet), `done` (acknowledged: the adapter
+    is done with it) or `unknown` (the command's entry was not found: trimmed)."""
+
+    group: str
+    status: str
+    consumer: str | None = None
+    idle_ms: int | None = None
+    waiting: int | None = None
+
+
+@dataclass(frozen=True)
+class OutCommand:
+    """An open command of the job: when it went out, and how far each adapter read it."""
+
+    command_id: str
+    since: int
+    entry_id: str | None
+    """Its equipment stream entry (None when it was not found: trimmed)."""
+    reads: list[GroupRead] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DeadEntry:
+    """A dead entry of the scope that names the job (`sfc work dead` lists them)."""
+
+    id: str
+    reason: str
+    kind: str
+    entry: str
+    """The id the entry had on the work stream."""
+
+
+@dataclass(frozen=True)
 class JobView:
     """Everything `sfc job show` tells about one job."""
 
-    order: JobOrder
-    state: SfcState
+    order: JobOrder | None
+    """None when the stored order cannot be read (`unreadable` says why)."""
+    state: SfcState | None
+    """None when the stored state (or order) cannot be read (`unreadable` says why)."""
     graph: Graph | None
     graph_problem: str
     version: str
@@ -734,31 +774,62 @@ class JobView:
     history: list[tuple[str, HistoryEntry]]
     pending: list[dict[str, Any]]
     """Work entries of this job that are read and not committed yet."""
-    response: JobResponse
+    response: JobResponse | None
     unread: int = 0
     """Work entries of the scope that no worker has read yet (an answer for this job may be
     among them): more than a few, and no worker serves the scope, or none keeps up."""
     sent_at: dict[str, int] = field(default_factory=dict)
     """When each command id went out last (push, hold, restart, await), from the last
     SENT_SCAN history entries, however few are shown."""
+    unreadable: str | None = None
+    """Why the stored order or state cannot be read; None when both can."""
+    out: list[OutCommand] = field(default_factory=list)
+    """The job's open commands (none once it ended), oldest first."""
+    equipment_groups: list[dict[str, Any]] = field(default_factory=list)
+    """The consumer groups of the scope's equipment stream (`Store.streams_of_show`): none,
+    and no adapter has ever read the scope's commands."""
+    dead: list[DeadEntry] = field(default_factory=list)
+    """The dead entries naming the job among the last DEAD_SCAN of the scope, newest first."""
+    paused_since: int | None = None
+    """When the order was paused (Interrupted), from the state's hold, else the history."""
+    job: str = ""
+    scope: str = ""
+
+
+DEAD_SCAN = 1_000
+"""The last dead entries of the scope `view` reads for those naming the job."""
+EQUIPMENT_PROBE = 50
+"""The equipment entries `view` reads from the millisecond a command went out, to find its
+entry (the commit's commands are the first of that millisecond, but for other commits')."""
 
 
 def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | None:
-    """The job's order, state, indexes, last history entries and pending entries."""
+    """The job's order, state, indexes, last history entries and pending entries; its open
+    commands with how far the scope's adapters read them, and the dead entries naming it.
+    A stored order or state that cannot be read is None, with why: the rest is shown."""
     record = store.job(scope, job)
     if record is None:
         return None
-    order = decode_order(record.order)
-    state = state_decoder.decode(record.state)
-    text = store.recipe_text(order.recipe_hash)
-    graph, problem = None, ""
-    if text is None:
-        problem = f"recipe {order.recipe_hash[:12]} is not stored"
-    else:
-        built = build(text, None, order.dataschema)
-        if built.graph is None:
-            problem = f"recipe {order.recipe_hash[:12]} does not build"
-        graph = built.graph
+    why = why_unreadable(record)
+    if why is not None:
+        why = _newer(record) or why
+    order: JobOrder | None = None
+    state: SfcState | None = None
+    with contextlib.suppress(msgspec.DecodeError):
+        order = decode_order(record.order)
+    with contextlib.suppress(msgspec.DecodeError):
+        state = state_decoder.decode(record.state)
+    graph, problem = None, "its order cannot be read"
+    if order is not None:
+        problem = ""
+        text = store.recipe_text(order.recipe_hash)
+        if text is None:
+            problem = f"recipe {order.recipe_hash[:12]} is not stored"
+        else:
+            built = build(text, None, order.dataschema)
+            if built.graph is None:
+                problem = f"recipe {order.recipe_hash[:12]} does not build"
+            graph = built.graph
     rows = store.history(scope, job, max(history, SENT_SCAN))
     read: list[tuple[str, HistoryEntry]] = []
     for entry_id, raw in rows:
@@ -768,15 +839,23 @@ def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | Non
             continue
     entries = read[-history:] if history > 0 else []
     sent_at: dict[str, int] = {}
-    for _, h in read:
+    sent_in: dict[str, str] = {}  # the history entry of the commit that sent it
+    for entry_id, h in read:
         for line in h.sent or ():
             kind, _, command_id = line.partition(" ")
             if kind in ("push", "hold", "restart", "await"):
                 sent_at[command_id] = h.at
+                sent_in[command_id] = entry_id
     due, active = store.job_indexes(scope, job)
     pending = [
         p for p in store.pending_entries(scope, 1000) if job_named(p["id"], p["fields"]) == job
     ]
+    open_ids = [c for c in _open_commands(state) if c in sent_at]
+    seen = store.streams_of_show(
+        scope, [entry_ms(sent_in[c]) for c in open_ids], DEAD_SCAN, EQUIPMENT_PROBE
+    )
+    found = [_command_entry(c, rows) for c, rows in zip(open_ids, seen.equipment, strict=True)]
+    out = _reads(store, scope, open_ids, found, sent_at, seen.equipment_groups)
     return JobView(
         order=order,
         state=state,
@@ -787,7 +866,118 @@ def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | Non
         active=active,
         history=entries,
         pending=pending,
-        response=joborder.job_response(order),
-        unread=store.unread(scope),
+        response=None if order is None else joborder.job_response(order),
+        unread=seen.unread,
         sent_at=sent_at,
+        unreadable=why,
+        out=out,
+        equipment_groups=seen.equipment_groups,
+        dead=[d for d in (_dead_entry(i, f, job) for i, f in seen.dead) if d is not None],
+        paused_since=_paused_since(order, state, read),
+        job=job,
+        scope=scope,
     )
+
+
+def _open_commands(state: SfcState | None) -> list[str]:
+    """The job's open command ids, work and hold: none once it ended (the core leaves the
+    records of work it withdrew as they were), none of work the equipment held."""
+    if state is None or state.status != "running":
+        return []
+    return [
+        cid
+        for rec in state.actions.values()
+        if rec.status == "open" and rec.hold != "held"  # held work was withdrawn
+        for cid in (rec.command_id, rec.hold_command_id if rec.hold == "open" else None)
+        if cid
+    ]
+
+
+def _command_entry(
+    command_id: str, rows: Sequence[tuple[str, Mapping[bytes, bytes]]]
+) -> str | None:
+    """The equipment entry among `rows` that carries `command_id`, or None."""
+    for entry_id, f in rows:
+        try:
+            data = msgspec.json.decode(f.get(b"data", b"{}"))
+        except (msgspec.DecodeError, RecursionError):
+            continue
+        if isinstance(data, dict) and data.get("commandId") == command_id:
+            return entry_id
+    return None
+
+
+def _id(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _reads(
+    store: Store,
+    scope: str,
+    open_ids: Sequence[str],
+    found: Sequence[str | None],
+    sent_at: Mapping[str, int],
+    groups: Sequence[Mapping[str, Any]],
+) -> list[OutCommand]:
+    """How far each group of the equipment stream read each open command: a command past a
+    group's last delivered id is unread by it; one delivered is pending with a consumer (one
+    more round trip, for those only) or acknowledged."""
+    delivered = [
+        (g["name"], entry)
+        for entry in found
+        if entry is not None
+        for g in groups
+        if _id(entry) <= _id(g["lastDelivered"])
+    ]
+    held = dict(zip(delivered, store.equipment_pending(scope, delivered), strict=True))
+    out = []
+    for cid, entry in zip(open_ids, found, strict=True):
+        reads = []
+        for g in groups:
+            name = g["name"]
+            if entry is None:
+                reads.append(GroupRead(name, "unknown"))
+            elif (name, entry) not in held:
+                reads.append(GroupRead(name, "unread", waiting=g["lag"]))
+            else:
+                p = held[(name, entry)]
+                if p is None:
+                    reads.append(GroupRead(name, "done"))
+                else:
+                    reads.append(GroupRead(name, "read", p["consumer"], p["idleMs"]))
+        out.append(OutCommand(cid, sent_at[cid], entry, reads))
+    return sorted(out, key=lambda o: o.since)
+
+
+def _dead_entry(entry_id: str, f: Mapping[bytes, bytes], job: str) -> DeadEntry | None:
+    """The dead entry, if it names `job`: as a work entry, or, malformed, by its data's
+    `job` (as `sfc work dead` names it)."""
+    named = job_named(entry_id, f)
+    if named is None:
+        try:
+            data = msgspec.json.decode(f.get(b"data", b""))
+        except (msgspec.DecodeError, RecursionError):
+            data = None
+        named = data.get("job") if isinstance(data, dict) else None
+    if named != job:
+        return None
+
+    def text(name: bytes) -> str:
+        return f.get(name, b"").decode(errors="replace")
+
+    return DeadEntry(entry_id, text(b"reason"), text(b"kind"), text(b"entry"))
+
+
+def _paused_since(
+    order: JobOrder | None, state: SfcState | None, read: Sequence[tuple[str, HistoryEntry]]
+) -> int | None:
+    """When a paused (Interrupted) order was paused: its recipe's hold, which the pause set
+    in the same commit; else the last applied Pause of the history read (SENT_SCAN
+    entries, however few are shown)."""
+    if order is None or not order.state or order.state[0].state_text != "Interrupted":
+        return None
+    if state is not None and state.held_at is not None:
+        return int(state.held_at)
+    paused = [h.at for _, h in read if h.event == "Pause" and h.disposition == "applied"]
+    return paused[-1] if paused else None

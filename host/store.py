@@ -67,6 +67,18 @@ JOB_FIELDS = ("version", "state", "order", "due")
 """The fields of a job hash a load reads (HMGET), in this order."""
 
 
+@dataclass(frozen=True)
+class StreamsSeen:
+    """What `Store.streams_of_show` read of a scope's streams."""
+
+    unread: int
+    equipment_groups: list[dict[str, Any]]
+    """The equipment stream's consumer groups: name, consumers, pending, lastDelivered, lag
+    (None when the server cannot tell it)."""
+    equipment: list[list[tuple[str, dict[bytes, bytes]]]]
+    dead: list[tuple[str, dict[bytes, bytes]]]
+
+
 @dataclass(frozen=True, slots=True)
 class JobRecord:
     """The fields of one job hash, as stored."""
@@ -1239,6 +1251,82 @@ class Store:
             rows: Any = r.xrange(keys.work(scope), after, "+", count=limit)
             return len(rows)
         return 0
+
+    def streams_of_show(
+        self, scope: str, sent_ms: Sequence[int], dead_tail: int, probe: int = 50
+    ) -> StreamsSeen:
+        """What `sfc job show` reads of the scope's streams, in one pipeline: the work
+        stream's unread entries (as `unread`), the equipment stream's consumer groups
+        (XINFO GROUPS), for each time in `sent_ms` the first `probe` equipment entries from
+        that millisecond on (a commit's commands are among them), and the last `dead_tail`
+        dead entries, newest first."""
+        pipe = self.client(scope).pipeline(transaction=False)
+        pipe.xinfo_groups(keys.work(scope))
+        pipe.xinfo_groups(keys.equipment(scope))
+        for ms in sent_ms:
+            pipe.xrange(keys.equipment(scope), str(ms), "+", count=probe)
+        pipe.xrevrange(keys.dead(scope), count=dead_tail)
+        reply: Any = pipe.execute(raise_on_error=False)
+        work_groups, equipment_groups, *probes, dead = reply
+        for x in [*probes, dead]:
+            if isinstance(x, Exception):
+                raise x
+        unread = 0
+        if not isinstance(work_groups, Exception):  # an error: no work stream yet
+            for g in work_groups:
+                if _text(g["name"]) == keys.GROUP:
+                    unread = self._lag(scope, g)
+        groups = []
+        if not isinstance(equipment_groups, Exception):  # no equipment stream yet
+            groups = [
+                {
+                    "name": _text(g["name"]),
+                    "consumers": int(g["consumers"]),
+                    "pending": int(g["pending"]),
+                    "lastDelivered": _text(g["last-delivered-id"]),
+                    "lag": None if g.get("lag") is None else int(g["lag"]),
+                }
+                for g in equipment_groups
+            ]
+        return StreamsSeen(
+            unread=unread,
+            equipment_groups=groups,
+            equipment=[[(_text(i), f) for i, f in rows] for rows in probes],
+            dead=[(_text(i), f) for i, f in dead],
+        )
+
+    def _lag(self, scope: str, group: Mapping[str, Any]) -> int:
+        """The work group's unread entries (counted after deletions, when the server cannot
+        tell them, up to 10,000)."""
+        if group.get("lag") is not None:
+            return int(group["lag"])
+        after = "(" + _text(group["last-delivered-id"])
+        rows: Any = self.client(scope).xrange(keys.work(scope), after, "+", count=10_000)
+        return len(rows)
+
+    def equipment_pending(
+        self, scope: str, wanted: Sequence[tuple[str, str]]
+    ) -> list[dict[str, Any] | None]:
+        """For each (group, entry id) of the equipment stream, who of the group holds the
+        entry unacknowledged (consumer, idle ms, deliveries), or None when the group has
+        acknowledged it; one pipeline."""
+        if not wanted:
+            return []
+        pipe = self.client(scope).pipeline(transaction=False)
+        for group, entry_id in wanted:
+            pipe.xpending_range(keys.equipment(scope), group, entry_id, entry_id, 1)
+        out: list[dict[str, Any] | None] = []
+        for rows in pipe.execute():
+            out.append(
+                {
+                    "consumer": _text(rows[0]["consumer"]),
+                    "idleMs": int(rows[0]["time_since_delivered"]),
+                    "deliveries": int(rows[0]["times_delivered"]),
+                }
+                if rows
+                else None
+            )
+        return out
 
     def pending_summary(self, scope: str) -> dict[str, Any]:
         return dict(self.client(scope).xpending(keys.work(scope), keys.GROUP))
