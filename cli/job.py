@@ -43,7 +43,7 @@ from host import joborder, jobs
 from host.apply import decode_order
 from host.joborder import ReturnStatus
 from host.store import Store
-from sfc.explain import duration, explain_state, when
+from sfc.explain import deadline_of, duration, explain_state, waits, when
 
 job_app = typer.Typer(
     name="job",
@@ -599,7 +599,9 @@ def show(
     as_json: JsonOption = False,
 ) -> None:
     """The plant engineer's view of a job: the order, where the recipe is, what it waits for
-    and since when, the next deadline, the last history entries, and the job response."""
+    and since when, whether the scope's equipment adapters read its open commands, the next
+    deadline, the job's dead entries, the last history entries, and the job response. A job
+    whose stored order or state cannot be read is shown as far as it can be, and exits 2."""
     check_scope(scope)
     store = open_store(redis, data_dir)
     with server_errors():
@@ -610,23 +612,215 @@ def show(
         words = joborder.status_words(int(ReturnStatus.UNKNOWN_JOB_ORDER_ID))
         fail(f"{job_id}: {words}: no such job order in scope {scope}", 1)
     if as_json:
-        print_json(
+        print_json(show_doc(v, now))
+    else:
+        _print_styled(_show_text(v, now))
+    if v.unreadable is not None:
+        # as every command says of such a job (docs/host.md): what it is, the way out
+        typer.echo(
+            f"sfc: {job_id}: its stored {_unreadable_part(v)} cannot be read: "
+            f"{visible(v.unreadable)}; {_way_out(job_id, v)}",
+            err=True,
+        )
+        raise typer.Exit(2)
+
+
+def _unreadable_part(v: jobs.JobView) -> str:
+    return "order" if v.order is None else "state" if v.state is None else "order or state"
+
+
+def _way_out(job_id: str, v: jobs.JobView) -> str:
+    if "newer sfc" in (v.unreadable or ""):
+        return "an sfc as new as the one that wrote it reads it"
+    return f"no worker can evaluate it: `sfc job clear {job_id} --unreadable` removes it"
+
+
+def show_doc(v: jobs.JobView, now: int) -> dict[str, Any]:
+    """`sfc job show --json` (and `sfc_job`'s structured answer): the stored documents, and
+    what the text says of them (`_facts`), the same data."""
+    return {
+        "order": v.order,
+        "state": v.state,
+        "version": int(v.version),
+        "due": v.due,
+        "active": v.active,
+        "history": [{"id": i, **_history_row(h)} for i, h in v.history],
+        "pending": [
+            {k: p[k] for k in ("id", "consumer", "idleMs", "deliveries")} for p in v.pending
+        ],
+        "unread": v.unread,
+        "response": v.response,
+        **_facts(v, now),
+    }
+
+
+def _facts(v: jobs.JobView, now: int) -> dict[str, Any]:
+    """What the view means: what the job waits for (from a person, a worker, the equipment)
+    and since when, the next deadline, how far the adapters read its open commands, its
+    dead entries and the warnings; the text and the JSON are both made of these."""
+    waiting = _order_wait_rows(v, now)
+    deadline = None
+    explained: list[str] = []
+    if v.graph is not None and v.state is not None:
+        explained = explain_state(v.graph, v.state).rstrip("\n").splitlines()
+        for w in waits(v.graph, v.state):
+            waiting.append(
+                {
+                    "for": "event" if w.work == "await" else "answer",
+                    "action": w.action,
+                    "step": w.step,
+                    "work": w.work,
+                    "commandId": w.command_id,
+                    "typeId": w.type_id,
+                    "attempt": w.attempt,
+                    "deadline": w.deadline,
+                    "hold": w.hold,
+                    "holdCommandId": w.hold_command_id,
+                    "since": None if w.command_id is None else v.sent_at.get(w.command_id),
+                    "text": "\n".join(w.lines),
+                }
+            )
+        if v.state.status == "running":
+            d = deadline_of(v.graph, v.state)
+            deadline = {"at": d.at, "what": list(d.what), "text": d.text}
+    warnings = _warnings(v, now, waiting)
+    return {
+        "now": now,
+        "unreadable": v.unreadable,
+        "waitingFor": waiting,
+        "pausedSince": v.paused_since,
+        "nextDeadline": deadline,
+        "outSince": [_out_row(c, now) for c in v.out],
+        "equipmentGroups": v.equipment_groups,
+        "dead": {
+            "count": len(v.dead),
+            "scanned": jobs.DEAD_SCAN,
+            "latest": None if not v.dead else _dead_row(v.dead[0]),
+        },
+        "warnings": warnings,
+        "explain": explained,
+    }
+
+
+def _dead_row(d: jobs.DeadEntry) -> dict[str, Any]:
+    return {"id": d.id, "reason": d.reason, "kind": d.kind, "entry": d.entry}
+
+
+def _order_wait_rows(v: jobs.JobView, now: int) -> list[dict[str, Any]]:
+    """What the order waits for from a person, or from a worker to start it: the recipe's
+    own waits say nothing of these."""
+    o = v.order
+    top = "" if o is None or not o.state else o.state[0].state_text
+    if o is None:
+        return []
+    if top == "Interrupted":
+        at = v.paused_since
+        since = "" if at is None else f" since {when(at)} ({duration(max(0, now - at))} ago)"
+        return [
             {
-                "order": v.order,
-                "state": v.state,
-                "version": int(v.version),
-                "due": v.due,
-                "active": v.active,
-                "history": [{"id": i, **_history_row(h)} for i, h in v.history],
-                "pending": [
-                    {k: p[k] for k in ("id", "consumer", "idleMs", "deliveries")} for p in v.pending
-                ],
-                "unread": v.unread,
-                "response": v.response,
+                "for": "resume",
+                "since": at,
+                "text": f"paused{since}: it waits for an operator's `sfc job resume` (or "
+                "stop, or abort)",
+            }
+        ]
+    if top == "NotAllowedToStart":
+        return [
+            {
+                "for": "start",
+                "since": o.stored_at,
+                "text": "stored, not allowed to start: it waits for `sfc job start`",
+            }
+        ]
+    if top == "AllowedToStart":
+        at = max([o.stored_at, *(h.at for _, h in v.history)])  # stored, or allowed later
+        return [
+            {
+                "for": "worker",
+                "since": at,
+                "text": f"allowed to start {duration(max(0, now - at))} ago: a worker of scope "
+                f"{o.scope} starts it",
+            }
+        ]
+    return []
+
+
+def _warnings(v: jobs.JobView, now: int, waiting: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """What is likely wrong, each with a `kind` and the words: no worker starts or ticks the
+    job, no adapter reads the scope's commands."""
+    out = []
+    scope = v.scope
+    for w in waiting:
+        waited = max(0, now - w["since"]) if w["for"] == "worker" else 0
+        if waited > 5000 and not v.pending:
+            out.append(
+                {
+                    "kind": "notStarted",
+                    "text": f"not started {duration(waited)} after it was allowed to: is `sfc "
+                    f"serve` serving scope {scope}, and keeping up? (`sfc work pending` shows "
+                    "the entries no worker has read yet, `sfc work dead` those that failed)",
+                }
+            )
+    running = v.state is not None and v.state.status == "running"
+    if running and v.due is not None and v.due < now - 5000:
+        out.append(
+            {
+                "kind": "deadlinePassed",
+                "text": f"the deadline passed {duration(now - v.due)} ago and no worker has "
+                "ticked it: is `sfc serve` running for this scope?",
             }
         )
-        return
-    _print_styled(_show_text(v, now))
+    if v.out and not v.equipment_groups:
+        out.append(
+            {
+                "kind": "noAdapter",
+                "text": f"no adapter has read scope {scope}'s commands (its equipment stream "
+                "has no consumer group): is `sfc equipment` or `sfc bridge mqtt` running?",
+            }
+        )
+    if v.unreadable is not None:
+        out.append(
+            {
+                "kind": "unreadable",
+                "text": f"its stored {_unreadable_part(v)} cannot be read ({v.unreadable}): "
+                f"{_way_out(v.job, v)}",
+            }
+        )
+    return out
+
+
+def _out_row(c: jobs.OutCommand, now: int) -> dict[str, Any]:
+    return {
+        "commandId": c.command_id,
+        "since": c.since,
+        "entry": c.entry_id,
+        "reads": [
+            {
+                "group": r.group,
+                "status": r.status,
+                "consumer": r.consumer,
+                "readAt": None if r.idle_ms is None else now - r.idle_ms,
+                "waiting": r.waiting,
+                "text": _read_text(r, now),
+            }
+            for r in c.reads
+        ],
+    }
+
+
+def _read_text(r: jobs.GroupRead, now: int) -> str:
+    if r.status == "unread":
+        n = "some" if r.waiting is None else str(r.waiting)
+        return f"not read yet by group {r.group}: {n} command(s) wait unread"
+    if r.status == "read":
+        idle = r.idle_ms or 0
+        return (
+            f"read by group {r.group} (consumer {r.consumer}) at {when(now - idle)} "
+            f"({duration(idle)} ago), no answer yet"
+        )
+    if r.status == "done":
+        return f"read and acknowledged by group {r.group}, no answer yet"
+    return f"not found on the equipment stream (trimmed): group {r.group} cannot be told"
 
 
 def _print_styled(text: str) -> None:
@@ -662,57 +856,95 @@ def _history_row(h: Any) -> dict[str, Any]:
     return {k: v for k, v in row.items() if v is not None}
 
 
-def _sent_at(v: jobs.JobView) -> list[tuple[str, int]]:
-    """When each open command of the job went out (from the history read, not only the
-    entries shown)."""
-    open_ids = [
-        cid
-        for rec in v.state.actions.values()
-        if rec.status == "open" and rec.hold != "held"  # held work was withdrawn
-        for cid in (rec.command_id, rec.hold_command_id if rec.hold == "open" else None)
-        if cid
-    ]
-    return [(cid, v.sent_at[cid]) for cid in open_ids if cid in v.sent_at]
-
-
 def _order_waits(v: jobs.JobView, now: int) -> list[str]:
-    """What the order waits for from a person, or from a worker to start it: the recipe's
-    own waits say nothing of these."""
-    o = v.order
-    top = o.state[0].state_text if o.state else ""
-    if top == "Interrupted":
-        paused = [h.at for _, h in v.history if h.event == "Pause" and h.disposition == "applied"]
-        since = (
-            f" since {when(paused[-1])} ({duration(max(0, now - paused[-1]))} ago)"
-            if paused
-            else ""
-        )
-        return [f"  paused{since}: it waits for an operator's `sfc job resume` (or stop, or abort)"]
-    if top == "NotAllowedToStart":
-        return ["  stored, not allowed to start: it waits for `sfc job start`"]
-    if top == "AllowedToStart":
-        since = max([o.stored_at, *(h.at for _, h in v.history)])  # stored, or allowed later
-        waited = max(0, now - since)
-        said = [f"  allowed to start {duration(waited)} ago: a worker of scope {o.scope} starts it"]
-        if waited > 5000 and not v.pending:
-            said.append(
-                f"  WARNING: not started {duration(waited)} after it was allowed to: is `sfc "
-                f"serve` serving scope {o.scope}, and keeping up? (`sfc work pending` shows the "
-                "entries no worker has read yet, `sfc work dead` those that failed)"
-            )
-        return said
-    return []
+    """The order's waits and their warnings, as the text says them."""
+    facts = _facts(v, now)
+    said = [f"  {w['text']}" for w in facts["waitingFor"] if "action" not in w]
+    said += [f"  WARNING: {w['text']}" for w in facts["warnings"] if w["kind"] == "notStarted"]
+    return said
 
 
 def _show_text(v: jobs.JobView, now: int) -> str:
+    facts = _facts(v, now)
+    warned = {w["kind"]: w["text"] for w in facts["warnings"]}
     o = v.order
-    lines = [f"Job order {o.job_order_id} (scope {o.scope}): {joborder.path_text(o)}"]
+    if o is None:
+        lines = [f"Job order {v.job} (scope {v.scope}): its order cannot be read"]
+    else:
+        lines = [f"Job order {o.job_order_id} (scope {o.scope}): {joborder.path_text(o)}"]
+        lines += _order_lines(o, now)
+    lines += [f"  {w['text']}" for w in facts["waitingFor"] if "action" not in w]
+    if "notStarted" in warned:
+        lines.append(f"  WARNING: {warned['notStarted']}")
+    lines.append("")
+    if v.state is None:
+        lines.append(f"The recipe: WARNING: {warned['unreadable']}")
+    elif v.graph is None:
+        lines.append(f"The recipe: {v.graph_problem}")
+    else:
+        lines += facts["explain"]
+    if facts["outSince"]:
+        lines += ["", "Out since"]
+        for c in facts["outSince"]:
+            at = c["since"]
+            lines.append(f"  {c['commandId']}: sent {when(at)} ({duration(max(0, now - at))} ago)")
+            lines += [f"    {r['text']}" for r in c["reads"]]
+        if "noAdapter" in warned:
+            lines.append(f"  WARNING: {warned['noAdapter']}")
+    lines.append("")
+    index = "on the due index at " + when(v.due) if v.due is not None else "not on the due index"
+    lines.append(f"Indexes: {'active' if v.active else 'not active'}, {index}")
+    if "deadlinePassed" in warned:
+        lines.append(f"  WARNING: {warned['deadlinePassed']}")
+    if v.unread:
+        lines.append(
+            f"Work stream: {v.unread} {'entry' if v.unread == 1 else 'entries'} of scope "
+            f"{v.scope} not read by any worker yet (an answer for this job may be waiting "
+            "there: is `sfc serve` serving the scope, and keeping up?)"
+        )
+    if v.pending:
+        lines.append("Entries read but not yet committed:")
+        for p in v.pending:
+            lines.append(
+                f"  {p['id']} by {p['consumer']}, idle {duration(p['idleMs'])}, "
+                f"delivered {p['deliveries']} time(s)"
+            )
+    dead = facts["dead"]
+    if dead["count"]:
+        d = dead["latest"]
+        lines.append(
+            f"Dead entries naming this job: {dead['count']} (of the last {dead['scanned']} of "
+            f"the scope); the latest {d['id']} ({d['kind'] or 'no kind'}, was {d['entry']}): "
+            f"{d['reason']} (`sfc work dead` lists them, `sfc work requeue ID` sends one again)"
+        )
+    if v.history:
+        lines += ["", f"Last {len(v.history)} history entries (oldest first)"]
+        for _, h in v.history:
+            detail = "" if h.detail is msgspec.UNSET else f" {h.detail}"
+            lines.append(f"  {when(h.at)}  {h.event}{detail} -> {h.disposition}: {h.reason}")
+            for s in h.sent or []:
+                lines.append(f"      sent {s}")
+    resp = v.response
+    if resp is not None:
+        lines += ["", "Job response"]
+        lines.append(
+            f"  {resp.job_response_id}: {'/'.join(e.state_text for e in resp.job_state)}"
+            + "".join(
+                f"; {p.id} {', '.join(p.value) if isinstance(p.value, list) else p.value}"
+                for p in resp.job_response_data
+            )
+        )
+    return visible("\n".join(lines))  # equipment's errors and operators' comments among them
+
+
+def _order_lines(o: Any, now: int) -> list[str]:
+    """The order's times, work master, result and comments."""
     times = [f"stored {when(o.stored_at)}"]
     if o.started_at is not None:
         times.append(f"started {when(o.started_at)}")
     if o.ended_at is not None:
         times.append(f"ended {when(o.ended_at)}")
-    lines.append("  " + ", ".join(times) + f"; now {when(now)}")
+    lines = ["  " + ", ".join(times) + f"; now {when(now)}"]
     if o.work_master_id is not msgspec.UNSET:
         lines.append(f"  work master {o.work_master_id}, priority {o.priority}")
     if o.result is not msgspec.UNSET:
@@ -727,56 +959,7 @@ def _show_text(v: jobs.JobView, now: int) -> str:
         lines.append(said)
     for c in [] if o.comments is msgspec.UNSET else o.comments:
         lines.append(f"  comment at {when(c.at)}: {c.text}")
-    lines += _order_waits(v, now)
-    lines.append("")
-    if v.graph is None:
-        lines.append(f"The recipe: {v.graph_problem}")
-    else:
-        lines.append(explain_state(v.graph, v.state).rstrip("\n"))
-    sent = _sent_at(v)
-    if sent:
-        lines += ["", "Out since"]
-        lines += [
-            f"  {cid}: sent {when(at)} ({duration(max(0, now - at))} ago)" for cid, at in sent
-        ]
-    lines.append("")
-    index = "on the due index at " + when(v.due) if v.due is not None else "not on the due index"
-    lines.append(f"Indexes: {'active' if v.active else 'not active'}, {index}")
-    if v.state.status == "running" and v.due is not None and v.due < now - 5000:
-        lines.append(
-            f"  WARNING: the deadline passed {duration(now - v.due)} ago and no worker has "
-            "ticked it: is `sfc serve` running for this scope?"
-        )
-    if v.unread:
-        lines.append(
-            f"Work stream: {v.unread} {'entry' if v.unread == 1 else 'entries'} of scope "
-            f"{o.scope} not read by any worker yet (an answer for this job may be waiting "
-            "there: is `sfc serve` serving the scope, and keeping up?)"
-        )
-    if v.pending:
-        lines.append("Entries read but not yet committed:")
-        for p in v.pending:
-            lines.append(
-                f"  {p['id']} by {p['consumer']}, idle {duration(p['idleMs'])}, "
-                f"delivered {p['deliveries']} time(s)"
-            )
-    if v.history:
-        lines += ["", f"Last {len(v.history)} history entries (oldest first)"]
-        for _, h in v.history:
-            detail = "" if h.detail is msgspec.UNSET else f" {h.detail}"
-            lines.append(f"  {when(h.at)}  {h.event}{detail} -> {h.disposition}: {h.reason}")
-            for s in h.sent or []:
-                lines.append(f"      sent {s}")
-    resp = v.response
-    lines += ["", "Job response"]
-    lines.append(
-        f"  {resp.job_response_id}: {'/'.join(e.state_text for e in resp.job_state)}"
-        + "".join(
-            f"; {p.id} {', '.join(p.value) if isinstance(p.value, list) else p.value}"
-            for p in resp.job_response_data
-        )
-    )
-    return visible("\n".join(lines))  # equipment's errors and operators' comments among them
+    return lines
 
 
 @job_app.command()

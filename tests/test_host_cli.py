@@ -151,6 +151,87 @@ LIST = obj(
     }
 )
 PENDING_ROW = {"id": STR, "consumer": STR, "idleMs": INT, "deliveries": INT}
+STR_OR_NULL = {"type": ["string", "null"]}
+INT_OR_NULL = {"type": ["integer", "null"]}
+SHOW_FACTS = {
+    # what the text says, as data: what the job waits for, since when, and what is wrong
+    "now": INT,
+    "unreadable": STR_OR_NULL,
+    "waitingFor": array(
+        obj(
+            {"for": {"enum": ["resume", "start", "worker", "answer", "event"]}, "text": STR},
+            {
+                "since": MS_OR_NULL,
+                "action": STR,
+                "step": STR,
+                "work": STR,
+                "commandId": STR_OR_NULL,
+                "typeId": STR,
+                "attempt": INT,
+                "deadline": MS_OR_NULL,
+                "hold": STR_OR_NULL,
+                "holdCommandId": STR_OR_NULL,
+            },
+        )
+    ),
+    "pausedSince": MS_OR_NULL,
+    "nextDeadline": {
+        "oneOf": [{"type": "null"}, obj({"at": MS_OR_NULL, "what": array(STR), "text": STR})]
+    },
+    "outSince": array(
+        obj(
+            {
+                "commandId": STR,
+                "since": INT,
+                "entry": STR_OR_NULL,
+                "reads": array(
+                    obj(
+                        {
+                            "group": STR,
+                            "status": {"enum": ["unread", "read", "done", "unknown"]},
+                            "consumer": STR_OR_NULL,
+                            "readAt": MS_OR_NULL,
+                            "waiting": INT_OR_NULL,
+                            "text": STR,
+                        }
+                    )
+                ),
+            }
+        )
+    ),
+    "equipmentGroups": array(
+        obj(
+            {
+                "name": STR,
+                "consumers": INT,
+                "pending": INT,
+                "lastDelivered": STR,
+                "lag": INT_OR_NULL,
+            }
+        )
+    ),
+    "dead": obj(
+        {
+            "count": INT,
+            "scanned": INT,
+            "latest": {
+                "oneOf": [
+                    {"type": "null"},
+                    obj({"id": STR, "reason": STR, "kind": STR, "entry": STR}),
+                ]
+            },
+        }
+    ),
+    "warnings": array(
+        obj(
+            {
+                "kind": {"enum": ["notStarted", "deadlinePassed", "noAdapter", "unreadable"]},
+                "text": STR,
+            }
+        )
+    ),
+    "explain": array(STR),
+}
 SHOW = obj(
     {
         "order": {
@@ -181,6 +262,7 @@ SHOW = obj(
         "pending": array(obj(PENDING_ROW)),
         "unread": INT,
         "response": JOB_RESPONSE,
+        **SHOW_FACTS,
     }
 )
 PENDING = obj({"scope": STR, "pending": array(obj({**PENDING_ROW, "entry": STR})), "unread": INT})
