@@ -6,7 +6,7 @@ Imported only by `sfc mcp` (and tests), so that no other command pays for the SD
 - Without a server: `sfc_validate`, `sfc_explain` and `sfc_dryrun`. They take documents as
   JSON text (the recipe, a state, a script, capabilities), never file names.
 - With a server (`--redis`, `SFC_REDIS_URL` or the connection file of the data directory):
-  `sfc_job` (the text of `sfc job show`), `sfc_jobs` (`sfc job list --json`) and
+  `sfc_job` (the text of `sfc job show`, and its `--json`), `sfc_jobs` (`sfc job list --json`) and
   `sfc_work_pending` (`sfc work pending --json`). They only read.
 - With `--allow-control` also: `sfc_pause`, `sfc_resume`, `sfc_abort`, `sfc_tick` (queue a
   tick entry: the job's expired deadlines fire now) and `sfc_redispatch`. Nothing is written
@@ -39,7 +39,7 @@ from cli.files import (
     format_error,
     syntax_error,
 )
-from cli.job import _listed_row, _show_text
+from cli.job import _listed_row, _show_text, show_doc
 from cli.work import _describe
 from generated.capabilities_v1_0 import Capabilities
 from generated.simulation_script_v1_0 import SimulationScript
@@ -342,10 +342,12 @@ def _outcome(result: jobs.MethodResult) -> dict[str, Any]:
 
 
 def server_tools(conn: Connection) -> list[Callable[..., Any]]:
-    def sfc_job(job: str, scope: str = "default", history: int = 10) -> str:
+    def sfc_job(job: str, scope: str = "default", history: int = 10) -> CallToolResult:
         """Show a job as `sfc job show` does: the order's state, where the recipe is, what
-        it waits for and since when, the next deadline, the last history entries and the
-        job response."""
+        it waits for and since when, whether the equipment adapters read its open commands,
+        the next deadline, its dead entries, the last history entries and the job response.
+        Returns the text, and the same document as `sfc job show --json` (as a second text
+        and as structured content)."""
         _scope(scope)
         _job(job)
         if not 0 <= history <= 1000:
@@ -356,7 +358,22 @@ def server_tools(conn: Connection) -> list[Callable[..., Any]]:
         if v is None:
             words = joborder.status_words(int(ReturnStatus.UNKNOWN_JOB_ORDER_ID))
             raise ToolError(f"{job}: {words}: no such job order in scope {scope}")
-        return _show_text(v, now)
+        text = _show_text(v, now)
+        if v.unreadable is not None:
+            # an error, as every tool says of such a job, with what can be read of it
+            raise ToolError(
+                "the job's stored order or state cannot be read (was it written by another "
+                f"program, or by hand?): {v.unreadable}; unless a newer sfc wrote it, "
+                f"`sfc job clear JOB --unreadable` removes such a job. What can be read:\n{text}"
+            )
+        doc = msgspec.json.encode(show_doc(v, now))
+        return CallToolResult(
+            content=[
+                TextContent(type="text", text=text),
+                TextContent(type="text", text=doc.decode()),
+            ],
+            structured_content=json.loads(doc),
+        )
 
     def sfc_jobs(scope: str = "default", state: list[str] | None = None) -> dict[str, Any]:
         """Every job order of the scope, oldest first, as `sfc job list --json`: id, state

@@ -29,8 +29,9 @@ from host.worker import Worker
 from sfc import codec
 from sfc.builder import build
 from sfc.simulation import Simulation
-from tests.clikit import EXAMPLES, SFC, cli_env, sfc_all
+from tests.clikit import EXAMPLES, SFC, check, cli_env, sfc_all
 from tests.hostkit import FAST, Host, linear_recipe
+from tests.test_host_cli import SHOW
 
 RECIPE = EXAMPLES / "greetings-demo" / "recipe.json"
 SCRIPT = EXAMPLES / "greetings-demo" / "retry.script.json"
@@ -246,9 +247,18 @@ def test_the_reading_tools_write_nothing_and_offer_no_control(host: Host, tmp_pa
         assert await _names(c) == sorted(OFFLINE_TOOLS + SERVER_TOOLS)
         assert not set(CONTROL_TOOLS) & set(await _names(c))
 
-        shown = _text(await c.call_tool("sfc_job", {"job": job, "scope": scope}))
+        r = _ok(await c.call_tool("sfc_job", {"job": job, "scope": scope}))
+        shown = _text(r)
         assert shown.startswith(f"Job order {job} (scope {scope}): Running"), shown
         assert "Job response" in shown
+        # and the document of `sfc job show --json`, structured as the other tools answer
+        doc = check(r.structured_content, SHOW)
+        assert json.loads(r.content[1].text) == doc  # type: ignore[union-attr]
+        assert (doc["order"]["jobOrderId"], doc["explain"][0]) == (
+            job,
+            f"Job {job} (scope {scope}), recipe {doc['order']['recipeHash'][:12]}",
+        )
+        assert [w["for"] for w in doc["waitingFor"]] == ["answer"]
         assert "no such job order" in _error(
             await c.call_tool("sfc_job", {"job": "nobody", "scope": scope})
         )
