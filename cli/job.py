@@ -877,7 +877,7 @@ def _show_text(v: jobs.JobView, now: int) -> str:
     if "notStarted" in warned:
         lines.append(f"  WARNING: {warned['notStarted']}")
     lines.append("")
-    if v.state is None:
+    if v.unreadable is not None:
         lines.append(f"The recipe: WARNING: {warned['unreadable']}")
     elif v.graph is None:
         lines.append(f"The recipe: {v.graph_problem}")

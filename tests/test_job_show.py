@@ -184,3 +184,20 @@ def test_a_job_whose_state_cannot_be_read_is_shown_as_far_as_it_can(
     assert doc["state"] is None and doc["order"]["jobOrderId"] == "j"
     assert doc["unreadable"] and [w["kind"] for w in doc["warnings"]] == ["unreadable"]
     assert [h["event"] for h in doc["history"]] == ["start"]
+
+
+def test_a_job_whose_order_cannot_be_read_is_shown_as_far_as_it_can(host: Host) -> None:
+    scope, _ = _pushed(host, "noorder")
+    host.client().hset(keys.job(scope, "j"), "order", '{"bad":1}')
+    v, now = _view(host, scope)
+    assert v.order is None and v.state is not None and v.unreadable
+    shown = _show_text(v, now)
+    assert shown.startswith(f"Job order j (scope {scope}): its order cannot be read\n"), shown
+    assert "\nThe recipe: WARNING: its stored order cannot be read (" in shown, shown
+    assert "`sfc job clear j --unreadable` removes it" in shown
+    doc = show_doc(v, now)
+    assert (doc["order"], doc["response"], doc["warnings"][-1]["kind"]) == (
+        None,
+        None,
+        "unreadable",
+    )
