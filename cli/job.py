@@ -618,8 +618,10 @@ def show(
     if v.unreadable is not None:
         # as every command says of such a job (docs/host.md): what it is, the way out
         typer.echo(
-            f"sfc: {job_id}: its stored {_unreadable_part(v)} cannot be read: "
-            f"{visible(v.unreadable)}; {_way_out(job_id, v)}",
+            f"sfc: {job_id}: its stored order or state cannot be read (the "
+            f"{_unreadable_part(v)}; was it written by another program, or by hand?): "
+            f"{visible(v.unreadable)}; unless a newer sfc wrote it, `sfc job clear JOB "
+            "--unreadable` removes such a job",
             err=True,
         )
         raise typer.Exit(2)

@@ -176,8 +176,8 @@ def test_a_job_whose_state_cannot_be_read_is_shown_as_far_as_it_can(
     assert text.out.startswith(f"Job order j (scope {scope}): Running\n"), text
     assert "  start -> applied: job started in step S1\n" in text.out, text  # the history
     assert "\nThe recipe: WARNING: its stored state cannot be read (" in text.out, text
-    assert "sfc: j: its stored state cannot be read: " in text.err, text
-    assert "`sfc job clear j --unreadable` removes it" in text.err, text
+    assert "sfc: j: its stored order or state cannot be read (the state; " in text.err, text
+    assert "`sfc job clear j --unreadable` removes it" in text.out, text
     r = sfc("job", "show", "j", "--json", *args, cwd=tmp_path)
     assert r.code == 2, r
     doc = json.loads(r.out)
