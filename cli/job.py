@@ -697,14 +697,14 @@ def _facts(v: jobs.JobView, now: int) -> dict[str, Any]:
         "dead": {
             "count": len(v.dead),
             "scanned": jobs.DEAD_SCAN,
-            "latest": None if not v.dead else _dead_row(v.dead[0]),
+            "latest": None if not v.dead else _dead_entry_row(v.dead[0]),
         },
         "warnings": warnings,
         "explain": explained,
     }
 
 
-def _dead_row(d: jobs.DeadEntry) -> dict[str, Any]:
+def _dead_entry_row(d: jobs.DeadEntry) -> dict[str, Any]:
     return {"id": d.id, "reason": d.reason, "kind": d.kind, "entry": d.entry}
 
 
@@ -712,9 +712,9 @@ def _order_wait_rows(v: jobs.JobView, now: int) -> list[dict[str, Any]]:
     """What the order waits for from a person, or from a worker to start it: the recipe's
     own waits say nothing of these."""
     o = v.order
-    top = "" if o is None or not o.state else o.state[0].state_text
     if o is None:
         return []
+    top = o.state[0].state_text if o.state else ""
     if top == "Interrupted":
         at = v.paused_since
         since = "" if at is None else f" since {when(at)} ({duration(max(0, now - at))} ago)"
