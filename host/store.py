@@ -1243,13 +1243,8 @@ class Store:
         except redis.ResponseError:
             return 0  # no such stream yet
         for g in groups:
-            if _text(g["name"]) != keys.GROUP:
-                continue
-            if g.get("lag") is not None:
-                return int(g["lag"])
-            after = "(" + _text(g["last-delivered-id"])
-            rows: Any = r.xrange(keys.work(scope), after, "+", count=limit)
-            return len(rows)
+            if _text(g["name"]) == keys.GROUP:
+                return self._lag(scope, g, limit)
         return 0
 
     def streams_of_show(
@@ -1295,13 +1290,13 @@ class Store:
             dead=[(_text(i), f) for i, f in dead],
         )
 
-    def _lag(self, scope: str, group: Mapping[str, Any]) -> int:
-        """The work group's unread entries (counted after deletions, when the server cannot
-        tell them, up to 10,000)."""
+    def _lag(self, scope: str, group: Mapping[str, Any], limit: int = 10_000) -> int:
+        """The work group's unread entries (counted up to `limit` when the server cannot
+        tell them, after deletions)."""
         if group.get("lag") is not None:
             return int(group["lag"])
         after = "(" + _text(group["last-delivered-id"])
-        rows: Any = self.client(scope).xrange(keys.work(scope), after, "+", count=10_000)
+        rows: Any = self.client(scope).xrange(keys.work(scope), after, "+", count=limit)
         return len(rows)
 
     def equipment_pending(
