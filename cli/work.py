@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,7 +25,7 @@ from cli.hostcommon import (
 from cli.main import app
 from generated.state_v1_4 import SfcState
 from host import keys
-from host.entries import EntryError, decode_work, entry_ms, job_named
+from host.entries import EntryError, dead_job, decode_work, entry_ms
 from host.equipment import answer_data, publish_event
 from host.equipment import respond as respond_
 from sfc.codec import state_decoder
@@ -293,18 +292,8 @@ def _dead_row(entry_id: str, f: dict[bytes, bytes]) -> dict[str, Any]:
         "deliveries": int(text.get("deliveries", "0") or 0),
         "kind": text.get("kind", ""),
         "data": text.get("data", ""),
-        "job": job_named(entry_id, f) or _loosely_named(text.get("data", "")),
+        "job": dead_job(entry_id, f),
     }
-
-
-def _loosely_named(data: str) -> str | None:
-    """The `job` a malformed entry's data names, if it names one (for the reader only)."""
-    try:
-        doc = json.loads(data)
-    except ValueError:
-        return None
-    job = doc.get("job") if isinstance(doc, dict) else None
-    return job if isinstance(job, str) and job else None
 
 
 def _check_entry_ids(entry_ids: list[str]) -> None:

@@ -182,6 +182,20 @@ def job_named(entry_id: str, raw: Mapping[bytes, bytes]) -> str | None:
         return None
 
 
+def dead_job(entry_id: str, raw: Mapping[bytes, bytes]) -> str | None:
+    """The job a dead entry names: as a work entry, or, malformed, by the `job` its data
+    names, if any (for the reader: `sfc work dead`, `sfc job show`)."""
+    named = job_named(entry_id, raw)
+    if named is not None:
+        return named
+    try:
+        doc = msgspec.json.decode(raw.get(b"data", b""))
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    job = doc.get("job") if isinstance(doc, dict) else None
+    return job if isinstance(job, str) and job else None
+
+
 __all__ = [
     "EQUIPMENT_KINDS",
     "WORK_KINDS",
@@ -191,6 +205,7 @@ __all__ = [
     "EquipmentData",
     "WorkData",
     "checked",
+    "dead_job",
     "decode_equipment",
     "decode_history",
     "decode_work",

@@ -27,7 +27,15 @@ from generated.work_entry_v1_0 import ResumeData, StartData
 from host import joborder, keys
 from host.apply import Applier, MethodCall, ScopeConfig, decode_order
 from host.apply import unreadable as why_unreadable
-from host.entries import EntryError, decode_history, encode, entry_ms, fields, job_named
+from host.entries import (
+    EntryError,
+    dead_job,
+    decode_history,
+    encode,
+    entry_ms,
+    fields,
+    job_named,
+)
 from host.joborder import ReturnStatus
 from host.outbox import command_number
 from host.settings import HISTORY_LIMIT_MAX, Settings
@@ -953,14 +961,7 @@ def _reads(
 def _dead_entry(entry_id: str, f: Mapping[bytes, bytes], job: str) -> DeadEntry | None:
     """The dead entry, if it names `job`: as a work entry, or, malformed, by its data's
     `job` (as `sfc work dead` names it)."""
-    named = job_named(entry_id, f)
-    if named is None:
-        try:
-            data = msgspec.json.decode(f.get(b"data", b""))
-        except (msgspec.DecodeError, RecursionError):
-            data = None
-        named = data.get("job") if isinstance(data, dict) else None
-    if named != job:
+    if dead_job(entry_id, f) != job:
         return None
 
     def text(name: bytes) -> str:
