@@ -7,9 +7,10 @@ from the server, and the endpoint `sfc serve --metrics-port` runs.
   `PROMETHEUS_MULTIPROC_DIR` (a temporary directory serve makes and sets before its workers
   start), so one endpoint sums every worker, also workers that have exited.
 - `ScopeCollector` reads, at scrape time, what the server knows whoever wrote it: the stream
-  lengths, the entries pending, the active and due jobs, and the counters that whoever drops
-  something, or applies a job-control method, keeps in `sfc:scope:{S}` (`eventsUnmatched`,
-  `methodsApplied:Pause` ...), one pipeline per scope.
+  lengths, the entries pending, the entries no consumer has read yet (the work stream's
+  group, and each adapter's group on the equipment stream), the active and due jobs, and
+  the counters that whoever drops something, or applies a job-control method, keeps in
+  `sfc:scope:{S}` (`eventsUnmatched`, `methodsApplied:Pause` ...), one pipeline per scope.
 - `MetricsServer` serves `/metrics` from the serving process (not a worker).
 
 Every metric carries the scope as a label, except the histograms and the reconnects.
@@ -28,7 +29,7 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
 from host.apply import METHODS_APPLIED, METHODS_REFUSED, Outcome
-from host.store import Store
+from host.store import ScopeGauges, Store
 
 log = logging.getLogger("sfc.host.metrics")
 
@@ -201,6 +202,10 @@ class WorkerMetrics:
 SCOPE_GAUGES = {
     "work": ("sfc_work_entries", "Entries in the work stream (XLEN)."),
     "pending": ("sfc_work_pending", "Work entries read and not yet acknowledged (XPENDING)."),
+    "unread": (
+        "sfc_work_unread",
+        "Work entries no worker has read yet (the group's lag, XINFO GROUPS).",
+    ),
     "dead": ("sfc_dead_stream_entries", "Entries in the dead stream (XLEN)."),
     "equipment": ("sfc_equipment_entries", "Entries in the equipment stream (XLEN)."),
     "active": ("sfc_active_jobs", "Jobs whose recipe is running (SCARD sfc:active)."),
@@ -249,7 +254,7 @@ class ScopeCollector(Collector):
             yield alive
         try:
             scopes = self.scopes if self.scopes is not None else self.store.scopes()
-            values = {s: self.store.scope_gauges(s) for s in scopes}
+            read = {s: self.store.scope_gauges(s) for s in scopes}
         except Exception as e:  # the server is gone: say so, and serve the rest
             log.warning("metrics: cannot read the server: %s", e, extra={"reason": str(e)})
             up.add_metric([], 0)
@@ -257,6 +262,7 @@ class ScopeCollector(Collector):
             return
         up.add_metric([], 1)
         yield up
+        values = {s: r.values for s, r in read.items()}
         for key, (name, doc) in SCOPE_GAUGES.items():
             g = GaugeMetricFamily(name, doc, labels=["scope"])
             for s, v in values.items():
@@ -268,6 +274,22 @@ class ScopeCollector(Collector):
                 c.add_metric([s], v.get(key, 0))
             yield c
         yield _methods(values)
+        yield _equipment_unread(read)
+
+
+def _equipment_unread(read: dict[str, ScopeGauges]) -> Metric:
+    """The equipment entries each adapter's consumer group has not read: a scope whose
+    adapter is down (or stalled) grows it. A scope where no adapter ever read has no group,
+    and no sample."""
+    g = GaugeMetricFamily(
+        "sfc_equipment_unread",
+        "Equipment entries an adapter's consumer group has not read yet (XINFO GROUPS lag).",
+        labels=["scope", "group"],
+    )
+    for s, r in read.items():
+        for group, n in sorted(r.equipment_unread.items()):
+            g.add_metric([s, group], n)
+    return g
 
 
 def _methods(values: dict[str, dict[str, int]]) -> Metric:

@@ -493,6 +493,17 @@ def unreachable_reason(error: BaseException) -> str:
     return str(error)
 
 
+@dataclass(frozen=True, slots=True)
+class ScopeGauges:
+    """What a metrics scrape reads of a scope (Store.scope_gauges)."""
+
+    values: dict[str, int]
+    """The stream lengths, the pending and unread work entries, the job counts, and the
+    counters of `sfc:scope:{S}`, by name."""
+    equipment_unread: dict[str, int]
+    """The equipment entries each adapter's group has not read yet, by group."""
+
+
 class StoreError(RuntimeError):
     """The server cannot be reached or refused the login; the message says which and where."""
 
@@ -1326,10 +1337,12 @@ class Store:
     def pending_summary(self, scope: str) -> dict[str, Any]:
         return dict(self.client(scope).xpending(keys.work(scope), keys.GROUP))
 
-    def scope_gauges(self, scope: str) -> dict[str, int]:
+    def scope_gauges(self, scope: str) -> ScopeGauges:
         """What a metrics scrape reads of a scope, in one pipeline of cheap calls: the
         lengths of the work, dead and equipment streams, the work entries pending (XPENDING
-        summary), the active, due and stored jobs, and the counters of `sfc:scope:{S}`."""
+        summary), the active, due and stored jobs, the counters of `sfc:scope:{S}`, and the
+        groups of the work and equipment streams (XINFO GROUPS), for the entries no consumer
+        of each group has read (`unread_of`)."""
         pipe = self.client(scope).pipeline(transaction=False)
         pipe.xlen(keys.work(scope))
         pipe.xlen(keys.dead(scope))
@@ -1339,8 +1352,10 @@ class Store:
         pipe.zcard(keys.orders(scope))
         pipe.hgetall(keys.settings(scope))
         pipe.xpending(keys.work(scope), keys.GROUP)
+        pipe.xinfo_groups(keys.work(scope))
+        pipe.xinfo_groups(keys.equipment(scope))
         reply: Any = pipe.execute(raise_on_error=False)
-        work, dead, equipment, active, due, orders, settings, pending = reply
+        work, dead, equipment, active, due, orders, settings, pending, groups, adapters = reply
         out = {
             "work": int(work),
             "dead": int(dead),
@@ -1350,10 +1365,42 @@ class Store:
             "orders": int(orders),
             # no group yet (NOGROUP): nothing pending
             "pending": 0 if isinstance(pending, Exception) else int(pending["pending"]),
+            "unread": 0,
         }
+        for g in [] if isinstance(groups, Exception) else groups:  # no stream yet: none
+            if _text(g["name"]) == keys.GROUP:
+                # every entry a worker acks it deletes in the same call (commit, ack,
+                # bury): without the server's lag, the stream holds the pending entries
+                # and the unread ones
+                lag = g.get("lag")
+                out["unread"] = (
+                    int(lag) if lag is not None else max(0, out["work"] - out["pending"])
+                )
         for k, v in settings.items():
             with contextlib.suppress(ValueError):
                 out[_text(k)] = int(v)
+        unread = self.unread_of(scope, [] if isinstance(adapters, Exception) else adapters)
+        return ScopeGauges(out, unread)
+
+    def unread_of(self, scope: str, groups: Sequence[Any], limit: int = 1000) -> dict[str, int]:
+        """The equipment entries each adapter's group has not read (XINFO GROUPS' lag), by
+        group. The equipment stream is trimmed, not deleted from, so the server knows the
+        lag; where it cannot (an entry deleted by hand), the entries after the group's
+        last-delivered-id are counted, up to `limit`, in one more round trip."""
+        out: dict[str, int] = {}
+        counted: list[str] = []
+        pipe = self.client(scope).pipeline(transaction=False)
+        for g in groups:
+            name = _text(g["name"])
+            if g.get("lag") is not None:
+                out[name] = int(g["lag"])
+            else:
+                counted.append(name)
+                after = "(" + _text(g["last-delivered-id"])
+                pipe.xrange(keys.equipment(scope), after, "+", count=limit)
+        if counted:
+            rows: Any = pipe.execute()
+            out.update((name, len(r)) for name, r in zip(counted, rows, strict=True))
         return out
 
     def bury(

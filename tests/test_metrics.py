@@ -32,7 +32,7 @@ from host.jobs import abort, pause, submit
 from host.logs import JsonFormatter
 from host.store import Store
 from tests.clikit import Background, cli_env, processes
-from tests.hostkit import linear_recipe, new_scope, wait_for
+from tests.hostkit import Host, linear_recipe, new_scope, wait_for
 
 JOBS = 6
 STEPS = 3
@@ -206,6 +206,8 @@ def test_the_counters_equal_what_happened(run: Run) -> None:
     assert value(got, "sfc_active_jobs", scope=scope) == 0
     assert value(got, "sfc_due_jobs", scope=scope) == 0
     assert value(got, "sfc_work_pending", scope=scope) == 0
+    assert value(got, "sfc_work_unread", scope=scope) == 0
+    assert value(got, "sfc_equipment_unread", scope=scope, group="sfc-responder") == 0
     assert value(got, "sfc_equipment_entries", scope=scope) == JOBS * STEPS + 1
     assert value(got, "sfc_server_up") == 1
     assert value(got, "sfc_workers_alive") == 2
@@ -369,3 +371,66 @@ def test_a_refusal_at_start_is_a_json_line_too(valkey_url: str, tmp_path: Path) 
         records = [json.loads(line) for line in r.err.splitlines()]  # every line is JSON
         (refusal,) = [x for x in records if x["level"] == "error"]
         assert refusal["message"].startswith("sfc: ") and said in refusal["message"], records
+
+
+def _gauges(store: Store, scope: str) -> Samples:
+    """The scope collector's samples, collected in-process from the real server."""
+    from host.metrics import ScopeCollector
+
+    out: Samples = {}
+    for family in ScopeCollector(store, [scope]).collect():
+        for x in family.samples:
+            out[x.name, frozenset(x.labels.items())] = x.value
+    return out
+
+
+def test_the_unread_gauges_show_a_scope_no_worker_reads_and_an_adapter_that_is_down(
+    host: Host,
+) -> None:
+    """docs/metrics.md's alert on a scope that no worker serves could not fire: entries no
+    one reads are not pending (with no worker at all `sfc_work_pending` stays 0). The unread
+    gauges count them: the work stream's group lag, and each adapter's on the equipment
+    stream, also where the server cannot tell the lag (entries deleted after it)."""
+    scope = host.scope("unread")
+    store = host.store()
+    recipe = linear_recipe(1)
+    for i in range(3):  # no worker yet
+        host.submit(scope, recipe, job_id=f"j{i}")
+    got = _gauges(store, scope)
+    assert value(got, "sfc_work_unread", scope=scope) == 3
+    assert value(got, "sfc_work_pending", scope=scope) == 0
+    # no adapter ever read the scope: no group, no sample
+    assert not [k for k in got if k[0] == "sfc_equipment_unread"], got
+    # a worker stalls holding j0's start; another applies j1's and j2's (and deletes them)
+    assert len(host.store("stalled").read([scope], 1, None)) == 1
+    worker = host.worker([scope])
+    worker.read_once(block_ms=100)
+    assert worker.counters.outcome.applied == 2
+    assert value(_gauges(store, scope), "sfc_work_unread", scope=scope) == 0
+    for i in range(3, 5):
+        host.submit(scope, recipe, job_id=f"j{i}")
+    group = {g["name"].decode(): g for g in host.client().xinfo_groups(keys.work(scope))}[
+        keys.GROUP
+    ]
+    assert group["lag"] is None  # deleted entries before the unread ones: the server cannot tell
+    got = _gauges(store, scope)
+    assert value(got, "sfc_work_unread", scope=scope) == 2
+    assert value(got, "sfc_work_pending", scope=scope) == 1
+    assert value(got, "sfc_work_entries", scope=scope) == 3
+    # the equipment: an adapter whose group read nothing since it was made (it is down)
+    store.equipment_group(scope, "down")
+    pushes = host.client().xlen(keys.equipment(scope))
+    assert pushes == 2
+    got = _gauges(store, scope)
+    assert value(got, "sfc_equipment_unread", scope=scope, group="down") == pushes
+    # one that reads them all; and one deleted by hand: the lag is unknown, and counted
+    responder = host.responder(scope)
+    responder.pump()
+    last = host.client().xrevrange(keys.equipment(scope), count=1)[0][0]
+    host.client().xdel(keys.equipment(scope), last)
+    assert [
+        g["lag"] for g in host.client().xinfo_groups(keys.equipment(scope)) if g["name"] == b"down"
+    ] == [None]
+    got = _gauges(store, scope)
+    assert value(got, "sfc_equipment_unread", scope=scope, group="down") == pushes - 1
+    assert value(got, "sfc_equipment_unread", scope=scope, group="sfc-responder") == 0
