@@ -189,6 +189,9 @@ class Outcome:
     given_up: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
     """(job, entry ids) of each commit or ack that returned gone: the entries another
     consumer took over, whose result was dropped (the job is "" for an event no job took)."""
+    unreadable: list[Unreadable] = field(default_factory=list)
+    """Jobs whose stored order or state cannot be read, with their entries (also in
+    `failed`: they stay pending); the worker says so in one line, without a traceback."""
 
     def add(self, other: Outcome, lists: bool = True) -> None:
         """Add `other`'s counts and failures, and with `lists` its lists of every entry
@@ -223,6 +226,21 @@ class Outcome:
             self.ends += other.ends
         if other.given_up:
             self.given_up += other.given_up
+        if other.unreadable:
+            self.unreadable += other.unreadable
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A job that cannot be evaluated because its stored order or state does not decode
+    (written by another program, or by hand): not a bug of the engine, and its entries
+    fail so at every delivery until the job is mended or cleared."""
+
+    job: str
+    entries: tuple[str, ...]
+    kind: str
+    """The kind of its first entry."""
+    why: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +288,35 @@ T = TypeVar("T")
 
 def decode_order(raw: bytes) -> JobOrder:
     return _order_decoder.decode(raw)
+
+
+def _failed(
+    scope: str, job: str, record: JobRecord, entries: Sequence[Entry], e: Exception, tally: Outcome
+) -> None:
+    """Entries of `job` whose evaluation raised `e`: they stay pending. A stored order or
+    state that does not decode is the job's fault, not the engine's: it goes to the
+    worker's one line (`Outcome.unreadable`); anything else is a bug, logged with its
+    traceback."""
+    why = unreadable(record) if isinstance(e, msgspec.DecodeError) else None
+    if why is not None:
+        ids = tuple(x.id for x in entries)
+        tally.unreadable.append(Unreadable(job, ids, entries[0].kind, why))
+        tally.failed += [(i, f"job {job}: its stored order or state cannot be read") for i in ids]
+        return
+    log.exception(
+        "job %s in scope %s: applying %d entries raised",
+        job,
+        scope,
+        len(entries),
+        extra={
+            "scope": scope,
+            "job": job,
+            "entry": entries[0].id,
+            "kind": entries[0].kind,
+            "reason": f"{type(e).__name__}: {e}",
+        },
+    )
+    tally.failed += [(x.id, f"{type(e).__name__}: {e}") for x in entries]
 
 
 def unreadable(record: JobRecord) -> str | None:
@@ -1081,21 +1128,8 @@ class Applier:
                 local = Outcome()
                 commits.append(self.evaluator.evaluate(scope, job, record, es, now, config, local))
                 counts.append(local)
-            except Exception as e:  # a broken stored state: the entries stay pending
-                log.exception(
-                    "job %s in scope %s: applying %d entries raised",
-                    job,
-                    scope,
-                    len(es),
-                    extra={
-                        "scope": scope,
-                        "job": job,
-                        "entry": es[0].id,
-                        "kind": es[0].kind,
-                        "reason": f"{type(e).__name__}: {e}",
-                    },
-                )
-                tally.failed += [(x.id, f"{type(e).__name__}: {e}") for x in es]
+            except Exception as e:  # the entries stay pending, and are claimed later
+                _failed(scope, job, record, es, e, tally)
             waiting = len(commits) - sent
             if stream is not None and (waiting >= COMMIT_CHUNK or (sent and 0 < left < waiting)):
                 # the server runs these while the next jobs are evaluated; after the first

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from host.apply import Applier, Outcome, Round, unreadable
+from host.apply import Applier, Outcome, Round, Unreadable, unreadable
 from host.entries import Entry, EntryError, decode_work, job_named, job_of
 from host.settings import Settings
 from host.store import (
@@ -52,6 +52,9 @@ PARK_FIRST_S = 0.5
 """How long a worker of several scopes on a cluster first sets a scope aside whose node
 cannot be reached (Worker.parked); each try that fails doubles it, up to PARK_MAX_S."""
 PARK_MAX_S = 5.0
+LEFT_KEPT = 10_000
+"""Most entries a worker remembers it left pending (their processing raised), to tell its
+own from another consumer's when it takes them over (Worker._left)."""
 COLLECT_YOUNG_AFTER = 50_000
 """A worker process's garbage collector looks at its young objects after this many
 allocations, not Python's 700 (tune_collector)."""
@@ -213,6 +216,10 @@ class Worker:
         """Store.moves when the parks last ended on a slot move."""
         self._not_taken: set[str] = set()
         """Scopes not taken up because their node could not be reached (logged once)."""
+        self._left: dict[tuple[str, str], None] = {}
+        """Entries this worker left pending because their processing raised, by (scope,
+        entry id), the oldest first (at most LEFT_KEPT): when it takes them over, they are
+        its own, not another consumer's."""
 
     # -- scopes and recovery
 
@@ -735,12 +742,30 @@ class Worker:
         )
         if self.metrics is not None:
             self.metrics.failed(scope, len(good))
+        self._leave(scope, [x.id for x in good])
         return Outcome(failed=[(x.id, "the batch raised") for x in good])
 
+    def _leave(self, scope: str, ids: Sequence[str]) -> None:
+        """Remember entries left pending (`_left`)."""
+        left = self._left
+        for i in ids:
+            left[scope, i] = None
+        while len(left) > LEFT_KEPT:
+            del left[next(iter(left))]
+
     def _report(self, scope: str, outcome: Outcome, seconds: float, entries: int) -> None:
-        """The logs and metrics of an applied batch: entries that stay pending and faults at
-        warning, every other job end at debug."""
+        """The logs and metrics of an applied batch: a job whose stored order or state
+        cannot be read at error (one line, with the way out), other entries that stay
+        pending and faults at warning, every other job end at debug."""
+        said: set[str] = set()
+        for u in outcome.unreadable:
+            self._cannot_read(scope, u)
+            said.update(u.entries)
+        if outcome.failed:
+            self._leave(scope, [i for i, _ in outcome.failed])
         for entry_id, why in outcome.failed:
+            if entry_id in said:
+                continue
             log.warning(
                 "scope %s: entry %s stays pending: %s",
                 scope,
@@ -773,6 +798,36 @@ class Worker:
             )
         if self.metrics is not None:
             self.metrics.batch(scope, outcome, seconds, entries)
+
+    def _cannot_read(self, scope: str, u: Unreadable) -> None:
+        """One line, with no traceback, at each delivery of the entries of a job whose
+        stored order or state cannot be read: not a bug of the engine, but a job no worker
+        can evaluate until a person mends or clears it; the line says so from the first
+        delivery (the dead entry, some SFC_MAX_DELIVERIES claims later, says it again)."""
+        n = len(u.entries)
+        ids = ", ".join(u.entries[:10]) + (f" and {n - 10} more" if n > 10 else "")
+        log.error(
+            "scope %s: job %s cannot be evaluated: its stored order or state cannot be read "
+            "(%s); its %s %s %s pending and %s to the dead stream after SFC_MAX_DELIVERIES "
+            "(%d) deliveries; unless a newer sfc wrote it, `sfc job clear %s --unreadable` "
+            "removes the job",
+            scope,
+            u.job,
+            u.why,
+            "entry" if n == 1 else f"{n} entries",
+            ids,
+            "stays" if n == 1 else "stay",
+            "goes" if n == 1 else "go",
+            self.settings.max_deliveries,
+            u.job,
+            extra={
+                "scope": scope,
+                "job": u.job,
+                "entry": u.entries[0],
+                "kind": u.kind,
+                "reason": f"its stored order or state cannot be read: {u.why}",
+            },
+        )
 
     def _given_up(self, scope: str, given_up: Sequence[tuple[str, tuple[str, ...]]]) -> None:
         """One line for a batch's commits (and acks) that returned gone: which entries of
@@ -875,16 +930,8 @@ class Worker:
             )
         if self.metrics is not None:
             self.metrics.claimed(scope, len(claimed), len(deleted))
-        if claimed:  # another consumer left them: it died, or hangs (the 3 a.m. question)
-            log.warning(
-                "scope %s: took over %d entries left pending for over %d ms by another "
-                "consumer (stopped, killed or stalled): %s",
-                scope,
-                len(claimed),
-                self.settings.autoclaim_idle,
-                ", ".join(i for i, _ in claimed[:10]) + (" ..." if len(claimed) > 10 else ""),
-                extra={"scope": scope, "reason": "autoclaim", "entry": claimed[0][0]},
-            )
+        if claimed:
+            self._took_over(scope, [i for i, _ in claimed])
         for entry_id, fields in claimed:
             self.counters.claimed += 1
             deliveries = self.store.deliveries(scope, entry_id)
@@ -920,6 +967,33 @@ class Worker:
             )
         self._bury(scope, entry_id, reason, job, deliveries, fields)
         return True
+
+    def _took_over(self, scope: str, ids: Sequence[str]) -> None:
+        """The line of entries taken over with XAUTOCLAIM: another consumer left them (it
+        died, or hangs: the 3 a.m. question), or this worker did, whose processing raised
+        (`_left`: a worker that is a scope's only consumer takes its own over)."""
+        own = [i for i in ids if (scope, i) in self._left]
+        for i in own:
+            del self._left[scope, i]
+        others = len(ids) - len(own)
+        mine = "its own entries delivered before (their processing raised)"
+        theirs = "another consumer (stopped, killed or stalled)"
+        if not own:
+            whose = f" by {theirs}"
+        elif not others:
+            whose = f", {mine}"
+        else:
+            whose = f", {others} by {theirs} and {len(own)} of {mine}"
+        log.warning(
+            "scope %s: took over %d %s left pending for over %d ms%s: %s",
+            scope,
+            len(ids),
+            "entry" if len(ids) == 1 else "entries",
+            self.settings.autoclaim_idle,
+            whose,
+            ", ".join(ids[:10]) + (" ..." if len(ids) > 10 else ""),
+            extra={"scope": scope, "reason": "autoclaim", "entry": ids[0]},
+        )
 
     def _unreadable(self, scope: str, job: str) -> str | None:
         """Why the stored order or state of `job` cannot be read, or None."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -170,13 +171,65 @@ def test_an_entry_that_raises_every_time_goes_dead_and_its_job_is_back_on_the_du
     assert worker.counters.outcome.failed  # it was tried, and raised, before
     assert r.zscore(keys.due(scope), job) == due
     assert r.xpending(keys.work(scope), keys.GROUP)["pending"] == 0
-    # each time it raised, the error names the scope, the job and the entry as log fields
+    # each time it failed, the error names the scope, the job and the entry as log fields
     # (the JSON log's `scope`, `job`, `entry`), not only in its text
-    raised = [x for x in caplog.records if "entries raised" in x.getMessage()]
+    raised = [x for x in caplog.records if "cannot be evaluated" in x.getMessage()]
     assert raised, caplog.text
     for x in raised:
         assert (x.scope, x.job, x.kind) == (scope, job, "tick"), x.__dict__  # type: ignore[attr-defined]
         assert x.entry == entry[b"entry"].decode()  # type: ignore[attr-defined]
+
+
+def test_a_job_whose_state_cannot_be_read_is_one_line_a_delivery_with_the_way_out(
+    host: Host, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The 3 a.m. trial: a job's stored state with `activeSteps` renamed, the worker the
+    scope's only consumer. Each delivery logged `applying 1 entries raised` with a whole
+    traceback, then `stays pending: ValidationError...`, and the take-over called the
+    worker itself "another consumer"; the way out (`sfc job clear JOB --unreadable`) came
+    only with the dead entry, minutes later. Now: one error line a delivery, without a
+    traceback, naming the job, why and the way out, and a take-over of its own entries."""
+    from host.logs import JsonFormatter
+
+    caplog.set_level(logging.WARNING, logger="sfc.host")
+    scope = host.scope("unreadable")
+    job = host.submit(scope, linear_recipe(1, timeout_s=600), job_id="p1").job
+    worker = host.worker([scope])
+    host.run([worker], [], lambda: _status(host, scope, job) == "running", sweep=False)
+    r = host.client()
+    state = r.hget(keys.job(scope, job), "state")
+    assert state is not None and b'"activeSteps"' in state
+    r.hset(keys.job(scope, job), "state", state.replace(b'"activeSteps"', b'"activeStepz"'))
+    caplog.clear()
+    entry = host.store().add_work(scope, fields("tick", TickData(job=job)))
+    worker.read_once(block_ms=100)
+
+    def said(text: str) -> list[logging.LogRecord]:
+        return [x for x in caplog.records if text in x.getMessage()]
+
+    (line,) = caplog.records  # one line, and no "stays pending" after it
+    assert line.levelno == logging.ERROR and line.exc_info is None, caplog.text
+    text = line.getMessage()
+    assert text.startswith(
+        f"scope {scope}: job p1 cannot be evaluated: its stored order or state cannot be read ("
+    ), text
+    assert "`activeStepz`" in text and f"its entry {entry} stays pending" in text, text
+    assert text.endswith("`sfc job clear p1 --unreadable` removes the job"), text
+    doc = json.loads(JsonFormatter().format(line))
+    assert (doc["scope"], doc["job"], doc["entry"], doc["kind"]) == (scope, job, entry, "tick")
+    assert (
+        doc["reason"].startswith("its stored order or state cannot be read: ") and "exc" not in doc
+    )
+    # delivered again to the same worker: its own entry, not another consumer's
+    wait_for(lambda: bool(said("took over")), step=worker.claim_once, timeout=10, what="the claim")
+    (took,) = said("took over")
+    assert took.getMessage() == (
+        f"scope {scope}: took over 1 entry left pending for over 300 ms, its own entries "
+        f"delivered before (their processing raised): {entry}"
+    ), took.getMessage()
+    assert len(said("cannot be evaluated")) == 2  # one a delivery
+    assert not said("stays pending:") and not said("raised;") and not said("entries raised")
+    assert all(x.exc_info is None for x in caplog.records), caplog.text
 
 
 def test_an_answer_for_a_job_that_does_not_exist_is_dropped_and_counted(host: Host) -> None:
