@@ -31,7 +31,7 @@ from generated.work_entry_v1_0 import (
     TickData,
     WorkEntry,
 )
-from host.keys import ENTRY_FORMAT
+from host.keys import ENTRY_FORMAT, check_job
 
 WorkData = StartData | AnswerData | EventData | TickData | ResumeData
 EquipmentData = CommandData | AwaitData | WithdrawData
@@ -182,18 +182,27 @@ def job_named(entry_id: str, raw: Mapping[bytes, bytes]) -> str | None:
         return None
 
 
+def job_mentioned(raw: Mapping[bytes, bytes]) -> str | None:
+    """The job a malformed work entry's data names (a `job` that is a valid job id), for
+    its log line and its readers; None when it names none. A worker buries such an entry
+    without its job: its data is not to be trusted."""
+    try:
+        data = msgspec.json.decode(raw.get(b"data", b""))
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    job = data.get("job") if isinstance(data, dict) else None
+    if not isinstance(job, str):
+        return None
+    try:
+        return check_job(job)
+    except ValueError:
+        return None
+
+
 def dead_job(entry_id: str, raw: Mapping[bytes, bytes]) -> str | None:
     """The job a dead entry names: as a work entry, or, malformed, by the `job` its data
     names, if any (for the reader: `sfc work dead`, `sfc job show`)."""
-    named = job_named(entry_id, raw)
-    if named is not None:
-        return named
-    try:
-        doc = msgspec.json.decode(raw.get(b"data", b""))
-    except (msgspec.DecodeError, RecursionError):
-        return None
-    job = doc.get("job") if isinstance(doc, dict) else None
-    return job if isinstance(job, str) and job else None
+    return job_named(entry_id, raw) or job_mentioned(raw)
 
 
 __all__ = [
@@ -212,6 +221,7 @@ __all__ = [
     "encode",
     "entry_ms",
     "fields",
+    "job_mentioned",
     "job_named",
     "job_of",
 ]

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from host.apply import Applier, Outcome, Round, Unreadable, unreadable
-from host.entries import Entry, EntryError, decode_work, job_named, job_of
+from host.entries import Entry, EntryError, decode_work, job_mentioned, job_named, job_of
 from host.settings import Settings
 from host.store import (
     Loaded,
@@ -878,15 +878,19 @@ class Worker:
         if result == "ok":
             self.counters.buried += 1
             kind = fields.get(b"kind", b"").decode(errors="replace")[:64]
+            # a malformed entry is buried without its job; the line names the job its data
+            # names, for the person who reads it
+            named = job if job is not None else job_mentioned(fields)
             log.warning(
-                "scope %s: entry %s is dead: %s",
+                "scope %s: entry %s%s is dead: %s",
                 scope,
                 entry_id,
+                "" if named is None else f" of job {named}",
                 reason,
                 extra={
                     "scope": scope,
                     "entry": entry_id,
-                    "job": job,
+                    "job": named,
                     "kind": kind,
                     "disposition": "dead",
                     "reason": reason,

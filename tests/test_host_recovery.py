@@ -139,6 +139,36 @@ def test_a_malformed_entry_goes_dead_with_its_reason_and_the_worker_goes_on(host
     assert r.xpending(keys.work(scope), keys.GROUP)["pending"] == 0
 
 
+def test_the_line_of_a_dead_entry_names_the_job_it_names(
+    host: Host, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docs/metrics.md promises a dead entry's line a `job` field when the entry names one:
+    a malformed entry whose data named j1 had none (it is buried without its job). Now the
+    line names it, in its text and as the JSON field; one that names no job has neither."""
+    from host.logs import JsonFormatter
+
+    caplog.set_level(logging.WARNING, logger="sfc.host")
+    scope = host.scope("deadjob")
+    worker = host.worker([scope])
+    r = host.client()
+    bad = [
+        {"v": "1", "kind": "answer", "data": '{"job": "j1"}'},  # no action, no command id
+        {"v": "1", "kind": "bogus", "data": '{"job": "j2", "x": 1}'},
+        {"v": "1", "kind": "tick", "data": '{"job": "a{b}"}'},  # no job id: named nowhere
+        {"v": "1", "kind": "bogus", "data": "{}"},
+    ]
+    ids = [r.xadd(keys.work(scope), e).decode() for e in bad]  # type: ignore[arg-type]
+    worker.read_once(block_ms=100)
+    lines = [x for x in caplog.records if "is dead" in x.getMessage()]
+    docs = [json.loads(JsonFormatter().format(x)) for x in lines]
+    assert [d["entry"] for d in docs] == ids
+    assert [d.get("job") for d in docs] == ["j1", "j2", None, None]
+    assert docs[0]["message"].startswith(f"scope {scope}: entry {ids[0]} of job j1 is dead: ")
+    assert docs[3]["message"].startswith(f"scope {scope}: entry {ids[3]} is dead: malformed")
+    assert all(d["disposition"] == "dead" and d["reason"].startswith("malformed") for d in docs)
+    assert r.xlen(keys.dead(scope)) == 4
+
+
 def test_an_entry_that_raises_every_time_goes_dead_and_its_job_is_back_on_the_due_index(
     host: Host, caplog: pytest.LogCaptureFixture
 ) -> None:
