@@ -172,7 +172,7 @@ def test_the_line_of_a_dead_entry_names_the_job_it_names(
 def test_an_entry_that_raises_every_time_goes_dead_and_its_job_is_back_on_the_due_index(
     host: Host, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.ERROR, logger="sfc.host")
+    caplog.set_level(logging.WARNING, logger="sfc.host")
     scope = host.scope("poison")
     job = host.submit(scope, linear_recipe(1, timeout_s=600), job_id="j").job
     worker = host.worker([scope])
@@ -208,6 +208,9 @@ def test_an_entry_that_raises_every_time_goes_dead_and_its_job_is_back_on_the_du
     for x in raised:
         assert (x.scope, x.job, x.kind) == (scope, job, "tick"), x.__dict__  # type: ignore[attr-defined]
         assert x.entry == entry[b"entry"].decode()  # type: ignore[attr-defined]
+    # and the dead entry's line names its job (a JSON field of its own)
+    (buried,) = [x for x in caplog.records if "is dead" in x.getMessage()]
+    assert buried.job == job and buried.disposition == "dead", buried.__dict__  # type: ignore[attr-defined]
 
 
 def test_a_job_whose_state_cannot_be_read_is_one_line_a_delivery_with_the_way_out(
