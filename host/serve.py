@@ -285,6 +285,16 @@ def _running(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
+def exit_words(code: int | None) -> str:
+    """A process's exit code in words: `code 1`, or for a process a signal ended (a
+    negative code) the signal's name, `code -9: killed by SIGKILL` (the OOM killer, or
+    `kill -9`)."""
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"code {code}: killed by {signal.Signals(-code).name}"
+    return f"code {code}"
+
+
 class CrashLoop(Exception):
     """Workers, or the embedded server, kept exiting (Serving.replace_exited)."""
 
@@ -400,7 +410,7 @@ class Serving:
                 self.metrics_dir,
                 os.getpid(),
             ),
-            name=f"sfc-worker-{name}",
+            name=name,  # the consumer name: the one name of the worker in every line
             daemon=False,
         )
         p.start()
@@ -422,18 +432,19 @@ class Serving:
             self._restarts = [t for t in self._restarts if t > now - RESTART_WINDOW_S] + [now]
             if len(self._restarts) > RESTART_LIMIT:
                 raise CrashLoop(
-                    f"worker {p.name} exited (code {p.exitcode}), the {len(self._restarts)}th "
+                    f"worker {p.name} exited ({exit_words(p.exitcode)}), the "
+                    f"{len(self._restarts)}th "
                     f"in {RESTART_WINDOW_S} s: the workers keep exiting (see the errors before "
                     "this)"
                 )
             self.processes[i], name = self._start_worker()
             replaced += 1
             log.error(
-                "worker %s exited (code %s); started sfc-worker-%s in its place",
+                "worker %s exited (%s); started %s in its place",
                 p.name,
-                p.exitcode,
+                exit_words(p.exitcode),
                 name,
-                extra={"reason": f"exit code {p.exitcode}: its pending entries are taken over"},
+                extra={"reason": f"{exit_words(p.exitcode)}: its pending entries are taken over"},
             )
         return replaced
 
@@ -452,22 +463,23 @@ class Serving:
         ]
         if len(self._server_restarts) > RESTART_LIMIT:
             raise CrashLoop(
-                f"the embedded server exited (code {code}), the {len(self._server_restarts)}th "
+                f"the embedded server exited ({exit_words(code)}), the "
+                f"{len(self._server_restarts)}th "
                 f"time in {RESTART_WINDOW_S} s (see {server.data_dir / 'valkey.log'})",
                 server=True,
             )
         log.error(
-            "the embedded server (pid %d) exited (code %s); starting it again on port %d",
+            "the embedded server (pid %d) exited (%s); starting it again on port %d",
             server.process.pid,
-            code,
+            exit_words(code),
             server.port,
-            extra={"reason": f"exit code {code}: the workers reconnect when it is back"},
+            extra={"reason": f"{exit_words(code)}: the workers reconnect when it is back"},
         )
         try:
             server.start()
         except ServerError as e:
             raise CrashLoop(
-                f"the embedded server exited (code {code}) and did not start again: {e}",
+                f"the embedded server exited ({exit_words(code)}) and did not start again: {e}",
                 server=True,
             ) from None
         if server.process is not None:

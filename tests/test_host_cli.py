@@ -25,6 +25,7 @@ A CLI call costs about a second of imports, so independent calls run at once (`s
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -1404,7 +1405,7 @@ def _crash_loop(serve: Any, data: Path, cwd: Path) -> None:
     for n in range(1, RESTART_LIMIT + 1):
         (worker,) = _workers(serve.pid)
         os.kill(worker, signal.SIGKILL)
-        serve.wait_for_stderr("exited (code -9); started sfc-worker-", count=n)
+        serve.wait_for_stderr("exited (code -9: killed by SIGKILL); started ", count=n)
         wait_for(
             lambda w=worker: _workers(serve.pid) not in ([], [w]),
             what="a new worker",
@@ -1447,6 +1448,8 @@ def test_a_killed_worker_is_replaced_and_a_crash_loop_stops_serve(tmp_path: Path
     """The OOM killer takes one worker: serve starts another in its place and goes on, with
     the reason logged. Workers that keep exiting (more than RESTART_LIMIT in
     RESTART_WINDOW_S) stop serve, exit 1, and with it its server, which no one else uses."""
+    from host.serve import RESTART_LIMIT
+
     data = tmp_path / "data"
     with processes(tmp_path / "logs") as procs:
         serve = procs.serve(data, cwd=tmp_path)
@@ -1454,6 +1457,20 @@ def test_a_killed_worker_is_replaced_and_a_crash_loop_stops_serve(tmp_path: Path
         _crash_loop(serve, data, tmp_path)
         said = serve.stderr()
         assert f"stopping the embedded server at {url} with serve: no other client" in said
+        # the signal is named, and a worker has one name in every line: its consumer name,
+        # the one `sfc work pending` shows (the exit line called it sfc-worker-NAME)
+        started = re.findall(r"worker (\S+) started$", said, re.M)
+        exits = re.findall(
+            r"worker (\S+) exited \(code -9: killed by SIGKILL\); started (\S+) in its place$",
+            said,
+            re.M,
+        )
+        assert len(exits) == RESTART_LIMIT and exits[0][0] == started[0], said
+        assert all(new == gone for (_, new), (gone, _) in itertools.pairwise(exits)), exits
+        assert set(started) <= {exits[0][0]} | {new for _, new in exits}, said
+        last = exits[-1][1]
+        assert f"worker {last} exited (code -9: killed by SIGKILL), the 6th in 60 s" in said
+        assert "sfc-worker-" not in said
         assert not running(server)
         assert not (data / "server.json").exists()
 
@@ -1514,7 +1531,7 @@ def test_a_killed_embedded_server_is_started_again_and_the_host_goes_on(tmp_path
         pid = int((data / "server.pid").read_text())
         os.kill(pid, signal.SIGKILL)
         serve.wait_for_stderr(
-            f"the embedded server (pid {pid}) exited (code -9); starting it again"
+            f"the embedded server (pid {pid}) exited (code -9: killed by SIGKILL); starting it again"
         )
         serve.wait_for_stderr("the embedded server is back on port")
         assert int((data / "server.pid").read_text()) != pid
