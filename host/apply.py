@@ -230,6 +230,16 @@ class Outcome:
             self.unreadable += other.unreadable
 
 
+class UnreadableJob(Exception):
+    """The job an event's wait matched cannot be read (`Applier.offer`): the event stays
+    pending, and the worker says so in its one line (`Outcome.unreadable`)."""
+
+    def __init__(self, job: str, why: str) -> None:
+        super().__init__(f"job {job}: its stored order or state cannot be read: {why}")
+        self.job = job
+        self.why = why
+
+
 @dataclass(frozen=True, slots=True)
 class Unreadable:
     """A job that cannot be evaluated because its stored order or state does not decode
@@ -887,7 +897,12 @@ class Applier:
         for e in alone:
             try:
                 self.offer(scope, e, tally)
-            except Exception as x:  # a broken stored state: the event stays pending
+            except UnreadableJob as x:  # the job its wait matched first: the event waits
+                tally.unreadable.append(Unreadable(x.job, (e.id,), e.kind, x.why))
+                tally.failed.append(
+                    (e.id, f"job {x.job}: its stored order or state cannot be read")
+                )
+            except Exception as x:  # a bug: the event stays pending
                 log.exception("scope %s: offering event %s raised", scope, e.id)
                 tally.failed.append((e.id, f"{type(x).__name__}: {x}"))
 
@@ -1022,7 +1037,15 @@ class Applier:
                 if config is None:
                     config = ScopeConfig.of(values, self.settings)
                 local = Outcome()
-                commit = self.evaluator.evaluate(scope, job, record, [entry], now, config, local)
+                try:
+                    commit = self.evaluator.evaluate(
+                        scope, job, record, [entry], now, config, local
+                    )
+                except msgspec.DecodeError as e:
+                    why = unreadable(record)
+                    if why is None:
+                        raise
+                    raise UnreadableJob(job, why) from e
                 if local.applied != 1:
                     self._drop_stale(scope, job, record, data.type_id, member)
                     break  # not this wait: the offer writes nothing

@@ -265,6 +265,33 @@ def test_a_job_whose_state_cannot_be_read_is_one_line_a_delivery_with_the_way_ou
     assert all(x.exc_info is None for x in caplog.records), caplog.text
 
 
+def test_an_event_whose_waiting_job_cannot_be_read_is_one_line_too(
+    host: Host, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An event offered to a waiting job whose stored state cannot be read: the event stays
+    pending, said in the same one line with the way out, not with a traceback."""
+    from host.equipment import publish_event
+    from tests.test_host_events import QA, _start_waiting, wait_recipe
+
+    caplog.set_level(logging.WARNING, logger="sfc.host")
+    scope = host.scope("unreadable-wait")
+    worker = _start_waiting(host, scope, ["w1"], wait_recipe(None))
+    r = host.client()
+    state = r.hget(keys.job(scope, "w1"), "state")
+    assert state is not None
+    r.hset(keys.job(scope, "w1"), "state", state.replace(b'"activeSteps"', b'"activeStepz"'))
+    caplog.clear()
+    entry = publish_event(host.store(), scope, QA, outcome="good")
+    assert entry is not None
+    worker.read_once(block_ms=100)
+    (line,) = caplog.records
+    assert line.levelno == logging.ERROR and line.exc_info is None, caplog.text
+    assert line.getMessage().startswith(f"scope {scope}: job w1 cannot be evaluated: "), line
+    assert f"its entry {entry} stays pending" in line.getMessage(), line.getMessage()
+    assert (line.job, line.entry, line.kind) == ("w1", entry, "event")  # type: ignore[attr-defined]
+    assert r.xpending(keys.work(scope), keys.GROUP)["pending"] == 1
+
+
 def test_an_answer_for_a_job_that_does_not_exist_is_dropped_and_counted(host: Host) -> None:
     from host.equipment import respond
 
