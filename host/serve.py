@@ -444,7 +444,7 @@ class Serving:
                 p.name,
                 exit_words(p.exitcode),
                 name,
-                extra={"reason": f"{exit_words(p.exitcode)}: its pending entries are taken over"},
+                extra={"reason": f"{exit_words(p.exitcode)}; its pending entries are taken over"},
             )
         return replaced
 
@@ -473,7 +473,7 @@ class Serving:
             server.process.pid,
             exit_words(code),
             server.port,
-            extra={"reason": f"{exit_words(code)}: the workers reconnect when it is back"},
+            extra={"reason": f"{exit_words(code)}; the workers reconnect when it is back"},
         )
         try:
             server.start()
