@@ -967,7 +967,7 @@ class Worker:
             # the job will fail so until the job is mended or cleared
             reason += (
                 f"; the job's stored order or state cannot be read: {problem} "
-                "(`sfc job clear JOB --unreadable` removes it)"
+                f"(`sfc job clear {job} --unreadable` removes it)"
             )
         self._bury(scope, entry_id, reason, job, deliveries, fields)
         return True

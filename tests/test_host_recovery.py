@@ -197,6 +197,7 @@ def test_an_entry_that_raises_every_time_goes_dead_and_its_job_is_back_on_the_du
     assert b"SFC_MAX_DELIVERIES is 3" in entry[b"reason"]
     # why, which only the log of the worker that raised said before
     assert b"; the job's stored order or state cannot be read: " in entry[b"reason"]
+    assert b"(`sfc job clear j --unreadable` removes it)" in entry[b"reason"]  # by its name
     assert int(entry[b"deliveries"]) == FAST.max_deliveries + 1
     assert worker.counters.outcome.failed  # it was tried, and raised, before
     assert r.zscore(keys.due(scope), job) == due
