@@ -264,7 +264,8 @@ def test_an_own_pending_entry_delivered_too_often_is_buried_when_read_again_afte
         )
         assert dead[b"reason"].decode() == reason
         assert int(dead[b"deliveries"]) == FAST.max_deliveries + 1
-        assert f"scope {away}: entry {entry} is dead: {reason}" in messages(caplog, away)
+        said = f"scope {away}: entry {entry} of job poisoned is dead: {reason}"
+        assert said in messages(caplog, away)
         assert worker.store.deliveries(away, entry) == 0  # no longer pending
     finally:
         host.close()
