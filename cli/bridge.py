@@ -25,6 +25,7 @@ from cli.hostcommon import (
     check_scope,
     fail,
     open_store,
+    warn_unregistered,
 )
 from cli.hostcommon import server_errors as server_errors
 from cli.main import app
@@ -176,6 +177,7 @@ def bridge_mqtt(
     adapter_logs()
     stop = _stop_on_signals()
     with server_errors():
+        warn_unregistered(store, scope)  # a mistyped scope: no job's work ever comes
         try:
             bridge = MqttBridge(
                 store,

@@ -24,6 +24,7 @@ from cli.hostcommon import (
     check_scope,
     fail,
     open_store,
+    warn_unregistered,
 )
 from cli.hostcommon import server_errors as server_errors
 from cli.main import app
@@ -82,6 +83,7 @@ def equipment(
     stop = threading.Event()
     stop_on_signals(stop)  # not set in the handler: it could wait for the event's lock
     with server_errors():
+        warn_unregistered(store, scope)  # a mistyped scope: no job's work ever comes
         equipment = ScriptedEquipment(
             store,
             scope,

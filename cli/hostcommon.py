@@ -20,7 +20,7 @@ from typing import Annotated, Any, NoReturn
 import msgspec
 import typer
 
-from host import keys, logs
+from host import jobs, keys, logs
 from host.serve import NoServer, connect, resolve_url
 from host.settings import Settings, SettingsError, from_environment
 from host.store import Store, StoreError, unreachable
@@ -106,6 +106,55 @@ def check_scope(scope: str) -> str:
         return keys.check_scope(scope)
     except keys.KeyError_ as e:
         fail(f"--scope: {e}", 2)
+
+
+SHOWN_SCOPES = 10
+"""The most registered scopes a warning names (then how many more)."""
+
+
+def _named(scopes: list[str]) -> str:
+    shown = ", ".join(scopes[:SHOWN_SCOPES])
+    more = len(scopes) - SHOWN_SCOPES
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def unregistered(store: Store, scope: str) -> str | None:
+    """Why an empty answer for `scope` may not be "all clear": the scope is not registered
+    (`sfc:scopes`: nothing was submitted to it, nor set up), with the registered scopes;
+    None when it is. A mistyped `--scope` otherwise looks like a quiet plant area."""
+    registered = store.scopes()
+    if scope in registered:
+        return None
+    return f"scope {scope} is not registered (a typo?); " + (
+        f"the registered scopes: {_named(registered)}"
+        if registered
+        else "no scope is registered yet (`sfc setup`, `sfc serve` or a submit registers one)"
+    )
+
+
+def warn_unregistered(store: Store, scope: str) -> str | None:
+    """`unregistered`, said on stderr; returns it (for a JSON document's `warning`)."""
+    warning = unregistered(store, scope)
+    if warning is not None:
+        typer.echo(f"sfc: warning: {warning}", err=True)
+    return warning
+
+
+def not_found(store: Store, scope: str, job: str, fix: str = "add --scope {scope}") -> str:
+    """The message of a job that is not stored in `scope`, shared by every command."""
+    return f"no such job order in scope {scope}{where_else(store, scope, job, fix)}"
+
+
+def where_else(store: Store, scope: str, job: str, fix: str = "add --scope {scope}") -> str:
+    """What follows "no such job order in scope S": the other registered scopes that hold
+    the id (`fix` says how to ask there), or that `scope` is not registered; "" when
+    neither. Asked only on that path (one EXISTS per registered scope)."""
+    others = jobs.elsewhere(store, scope, job)
+    if others:
+        where = "scope " + others[0] if len(others) == 1 else "scopes " + _named(others)
+        return f"; job {job} is in {where}: {fix.format(scope=others[0])}"
+    warning = unregistered(store, scope)
+    return "" if warning is None else f"; {warning}"
 
 
 @contextmanager

@@ -32,11 +32,13 @@ from cli.hostcommon import (
     check_scope,
     connected,
     fail,
+    not_found,
     open_store,
     print_json,
     process_settings,
     server_errors,
     server_gone,
+    warn_unregistered,
 )
 from cli.main import app
 from host import joborder, jobs
@@ -271,6 +273,14 @@ def _report_part(results: list[jobs.MethodResult], as_json: bool) -> None:
             typer.echo(_status_line(r))
 
 
+def _located(store: Store, scope: str, result: jobs.MethodResult) -> jobs.MethodResult:
+    """`result`, and for a job not stored in `scope`, the message that says where it is
+    (`not_found`): the id in another registered scope, or a scope that is not registered."""
+    if result.status != ReturnStatus.UNKNOWN_JOB_ORDER_ID:
+        return result
+    return replace(result, message=not_found(store, scope, result.job))
+
+
 def _apply_each(
     job_ids: list[str],
     scope: str,
@@ -284,7 +294,7 @@ def _apply_each(
     with connected(redis, data_dir) as store:
         try:
             for j in job_ids:
-                results.append(one(store, j))
+                results.append(_located(store, scope, one(store, j)))
         except Exception as e:
             if not server_gone(e) or not results:
                 raise
@@ -395,6 +405,7 @@ def update(
             work_master_id=work_master,
             settings=settings,
         )
+        result = _located(store, scope, result)
     store.close()
     if text is not None:
         result = _every_shape_error(text, result, scope)
@@ -430,6 +441,7 @@ def redispatch(
     store = open_store(redis, data_dir)
     with server_errors():
         result = jobs.redispatch(store, scope, job_id, action, force=force, settings=settings)
+        result = _located(store, scope, result)
     store.close()
     _report([result], as_json)
 
@@ -450,6 +462,7 @@ def response(
         for j in job_ids:
             result, resp = jobs.job_response(store, scope, j)
             if resp is None:
+                result = _located(store, scope, result)
                 failed = True
                 typer.echo(f"sfc: {_status_line(result)}", err=True)
             else:
@@ -481,10 +494,13 @@ def list_(
                 fail(result.message, 2)
             wanted = {r.job_order_id for r in responses}
         every = jobs.listing(store, scope)
+        warning = warn_unregistered(store, scope) if not every else None
     store.close()
     listed = [j for j in every if not state or j.job in wanted]
     if as_json:
-        print_json({"jobs": [_listed_row(j) for j in listed]})
+        print_json(
+            {"jobs": [_listed_row(j) for j in listed]} | ({"warning": warning} if warning else {})
+        )
     elif not listed:
         typer.echo(f"no job orders in scope {scope}" + (f" in {', '.join(state)}" if state else ""))
     elif terminal():
@@ -607,10 +623,11 @@ def show(
     with server_errors():
         v = jobs.view(store, scope, job_id, history)
         now = store.time_ms()
+        missing = not_found(store, scope, job_id) if v is None else ""
     store.close()
     if v is None:
         words = joborder.status_words(int(ReturnStatus.UNKNOWN_JOB_ORDER_ID))
-        fail(f"{job_id}: {words}: no such job order in scope {scope}", 1)
+        fail(f"{job_id}: {words}: {missing}", 1)
     if as_json:
         print_json(show_doc(v, now))
     else:
@@ -984,10 +1001,15 @@ def wait(
         ends = _wait(store, scope, job_ids, deadline)
         left = [j for j in job_ids if j not in ends]
         why = jobs.unreadable_jobs(store, scope, left) if left else {}
+        missing = {
+            j: not_found(store, scope, j) for j in job_ids if ends.get(j) == "unknown job order"
+        }
     store.close()
     bad = False
     for j in job_ids:
         path = ends.get(j)
+        if j in missing:
+            path = f"unknown job order ({missing[j]})"
         if path is None and j in why:  # no worker can evaluate it: it will never end
             path = f"not ended: its stored order or state cannot be read ({why[j]})"
         typer.echo(visible(f"{j}: {path or 'not ended (timeout)'}"))

@@ -39,6 +39,7 @@ from cli.files import (
     format_error,
     syntax_error,
 )
+from cli.hostcommon import not_found, unregistered
 from cli.job import _listed_row, _show_text, show_doc
 from cli.work import _describe
 from generated.capabilities_v1_0 import Capabilities
@@ -328,9 +329,21 @@ def _server(conn: Connection) -> Iterator[Store]:
         raise
 
 
-def _outcome(result: jobs.MethodResult) -> dict[str, Any]:
+MCP_FIX = 'call it with scope "{scope}"'
+"""How a tool's error says to ask another scope (`not_found`'s fix)."""
+
+
+def _missing(store: Store, scope: str, job: str) -> ToolError:
+    """The error of a job not stored in `scope`, saying where it is (as `sfc job` says it)."""
+    words = joborder.status_words(int(ReturnStatus.UNKNOWN_JOB_ORDER_ID))
+    return ToolError(f"{job}: {words}: {not_found(store, scope, job, MCP_FIX)}")
+
+
+def _outcome(result: jobs.MethodResult, store: Store, scope: str) -> dict[str, Any]:
     """A method's ReturnStatus; a refusal is a tool error that says why."""
     words = joborder.status_words(int(result.status))
+    if result.status == ReturnStatus.UNKNOWN_JOB_ORDER_ID:
+        raise _missing(store, scope, result.job)
     if not result.ok:
         raise ToolError(result.words())
     return {
@@ -355,9 +368,8 @@ def server_tools(conn: Connection) -> list[Callable[..., Any]]:
         with _server(conn) as store:
             v = jobs.view(store, scope, job, history)
             now = store.time_ms()
-        if v is None:
-            words = joborder.status_words(int(ReturnStatus.UNKNOWN_JOB_ORDER_ID))
-            raise ToolError(f"{job}: {words}: no such job order in scope {scope}")
+            if v is None:
+                raise _missing(store, scope, job)
         text = _show_text(v, now)
         if v.unreadable is not None:
             # an error, as every tool says of such a job, with what can be read of it
@@ -388,10 +400,14 @@ def server_tools(conn: Connection) -> list[Callable[..., Any]]:
                 if not result.ok:
                     raise ToolError(f"state: {result.message}")
                 wanted = {r.job_order_id for r in responses}
-            listed = [j for j in jobs.listing(store, scope) if not state or j.job in wanted]
+            every = jobs.listing(store, scope)
+            warning = None if every else unregistered(store, scope)
+        listed = [j for j in every if not state or j.job in wanted]
         # a job whose stored order or state cannot be read is a row with `unreadable` (why),
-        # as in `sfc job list --json`, not left out
-        return {"jobs": [_listed_row(j) for j in listed]}
+        # as in `sfc job list --json`, not left out; `warning`: a scope that is not registered
+        return {"jobs": [_listed_row(j) for j in listed]} | (
+            {"warning": warning} if warning else {}
+        )
 
     def sfc_work_pending(scope: str = "default") -> dict[str, Any]:
         """Work entries read by a worker and not yet committed, oldest first, as
@@ -400,6 +416,7 @@ def server_tools(conn: Connection) -> list[Callable[..., Any]]:
         with _server(conn) as store:
             rows = store.pending_entries(scope, 1000)
             unread = store.unread(scope)
+            warning = None if rows or unread else unregistered(store, scope)
         return {
             "scope": scope,
             "pending": [
@@ -413,7 +430,7 @@ def server_tools(conn: Connection) -> list[Callable[..., Any]]:
                 for p in rows
             ],
             "unread": unread,
-        }
+        } | ({"warning": warning} if warning else {})
 
     return [sfc_job, sfc_jobs, sfc_work_pending]
 
@@ -428,7 +445,7 @@ def control_tools(conn: Connection, settings: Settings | None = None) -> list[Ca
         if comment is not None and len(comment) > joborder.TEXT_LIMIT:
             raise ToolError(f"comment: at most {joborder.TEXT_LIMIT} characters")
         with _server(conn) as store:
-            return _outcome(call(store, scope, job, comment, settings=settings))
+            return _outcome(call(store, scope, job, comment, settings=settings), store, scope)
 
     def sfc_pause(job: str, scope: str = "default", comment: str | None = None) -> dict[str, Any]:
         """Pause a running job (ISA-95 Pause): Running -> Interrupted/Suspended; the recipe
@@ -452,8 +469,7 @@ def control_tools(conn: Connection, settings: Settings | None = None) -> list[Ca
         _job(job)
         with _server(conn) as store:
             if store.job(scope, job) is None:
-                words = joborder.status_words(int(ReturnStatus.UNKNOWN_JOB_ORDER_ID))
-                raise ToolError(f"{job}: {words}: no such job order in scope {scope}")
+                raise _missing(store, scope, job)
             entry = store.add_work(scope, fields("tick", TickData(job=job, outage_ms=0)))
         return {"job": job, "entry": entry, "message": f"queued tick {entry}"}
 
@@ -467,7 +483,8 @@ def control_tools(conn: Connection, settings: Settings | None = None) -> list[Ca
         _scope(scope)
         _job(job)
         with _server(conn) as store:
-            return _outcome(jobs.redispatch(store, scope, job, action, settings=settings))
+            result = jobs.redispatch(store, scope, job, action, settings=settings)
+            return _outcome(result, store, scope)
 
     return [sfc_pause, sfc_resume, sfc_abort, sfc_tick, sfc_redispatch]
 

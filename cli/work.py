@@ -21,6 +21,8 @@ from cli.hostcommon import (
     open_store,
     print_json,
     server_errors,
+    warn_unregistered,
+    where_else,
 )
 from cli.main import app
 from generated.state_v1_4 import SfcState
@@ -88,10 +90,15 @@ def respond(
     store = open_store(redis, data_dir)
     with server_errors():
         record = store.job(scope, job)
+        elsewhere = where_else(store, scope, job) if record is None else ""
     if record is None:
         # an adapter's answer for a cleared job is dropped and counted by the worker; a
         # person who typed the id wants to know
-        fail(f"no job order {job!r} in scope {scope}: nothing queued (see `sfc job list`)", 1)
+        fail(
+            f"no job order {job!r} in scope {scope}{elsewhere}: nothing queued "
+            "(see `sfc job list`)",
+            1,
+        )
     name = action.removeprefix(f"{job}:")
     if name.endswith(":hold") and command_id is None:
         # `ACTION:hold` answers the open hold command, as a script's reply key does; also
@@ -221,6 +228,7 @@ def pending(
         rows = store.pending_entries(scope, 1000)
         unread = store.unread(scope)
         now = store.time_ms()
+        warning = None if rows or unread else warn_unregistered(store, scope)
     out: list[dict[str, Any]] = [
         {
             "id": p["id"],
@@ -232,7 +240,10 @@ def pending(
         for p in rows
     ]
     if as_json:
-        print_json({"scope": scope, "pending": out, "unread": unread})
+        print_json(
+            {"scope": scope, "pending": out, "unread": unread}
+            | ({"warning": warning} if warning else {})
+        )
         return
     if unread:
         # written and not read by any worker: none of them is reading this scope?
@@ -264,9 +275,10 @@ def dead(
     check_scope(scope)
     with connected(redis, data_dir) as store:
         rows = store.dead(scope, 1000)
+        warning = None if rows else warn_unregistered(store, scope)
     out = [_dead_row(entry_id, f) for entry_id, f in rows]
     if as_json:
-        print_json({"scope": scope, "dead": out})
+        print_json({"scope": scope, "dead": out} | ({"warning": warning} if warning else {}))
         return
     if not out:
         typer.echo(f"no dead entries in scope {scope}")

@@ -833,6 +833,10 @@ class Store:
     def scopes(self) -> list[str]:
         return sorted(_text(s) for s in self.r.smembers(keys.SCOPES))
 
+    def has_job(self, scope: str, job: str) -> bool:
+        """Whether the job is stored in the scope (one EXISTS, on the scope's node)."""
+        return bool(self.client(scope).exists(keys.job(scope, job)))
+
     def create_group(self, scope: str) -> None:
         try:
             self.client(scope).xgroup_create(keys.work(scope), keys.GROUP, id="0", mkstream=True)

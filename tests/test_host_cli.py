@@ -149,7 +149,8 @@ LIST = obj(
                 {"unreadable": STR},
             )
         )
-    }
+    },
+    {"warning": STR},  # a scope that is not registered (a typo?)
 )
 PENDING_ROW = {"id": STR, "consumer": STR, "idleMs": INT, "deliveries": INT}
 STR_OR_NULL = {"type": ["string", "null"]}
@@ -266,7 +267,10 @@ SHOW = obj(
         **SHOW_FACTS,
     }
 )
-PENDING = obj({"scope": STR, "pending": array(obj({**PENDING_ROW, "entry": STR})), "unread": INT})
+PENDING = obj(
+    {"scope": STR, "pending": array(obj({**PENDING_ROW, "entry": STR})), "unread": INT},
+    {"warning": STR},
+)
 DEAD = obj(
     {
         "scope": STR,
@@ -283,7 +287,8 @@ DEAD = obj(
                 }
             )
         ),
-    }
+    },
+    {"warning": STR},
 )
 COUNT = {"type": "integer", "minimum": 0}
 RUN = obj(
@@ -631,7 +636,10 @@ def test_job_orders_without_a_worker(valkey_url: str, tmp_path: Path) -> None:
         envs=[None, None, {**cli_env(), "SFC_REDIS_URL": valkey_url}, None],
     )
     assert waited.code == 1, waited  # nothing runs the job: the timeout
-    assert waited.lines() == ["g1: not ended (timeout)", "nope: unknown job order"]
+    assert waited.lines() == [
+        "g1: not ended (timeout)",
+        f"nope: unknown job order (no such job order in scope {scope})",
+    ]
     assert pending.code == 0, pending
     (row,) = check(pending.json(), PENDING)["pending"]
     assert row["id"] == entry_id.decode()

@@ -1,0 +1,115 @@
+"""What the host commands say to a plant engineer with stuck jobs (the "3 a.m." review): a
+mistyped scope does not look like "all clear", an event that no wait matches is named, and
+every refusal says what to do (a real server; the CLI in this process, as
+tests/test_host_cli_badinput.py runs it, and real processes where the test is about one)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp.client import Client
+from typer.testing import CliRunner
+
+from cli.main import app
+from cli.mcptools import build_server
+from tests.clikit import processes
+from tests.hostkit import Host, linear_recipe
+
+
+def sfc(*args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI in this process: exit code, stdout and stderr as a subprocess gives them."""
+    result = CliRunner().invoke(app, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)
+
+
+def _mcp(url: str, tool: str, arguments: dict[str, Any]) -> tuple[bool, str, Any]:
+    """One MCP tool call: (is error, its text, its structured content)."""
+    server, conn = build_server(url, allow_control=True)
+    out: list[Any] = []
+
+    async def main() -> None:
+        async with Client(server) as client:
+            r = await client.call_tool(tool, arguments)
+            out.append((r.is_error, r.content[0].text, r.structured_content))  # type: ignore[union-attr]
+
+    try:
+        anyio.run(main)
+    finally:
+        assert conn is not None
+        conn.close()
+    return out[0]
+
+
+def test_a_scope_that_is_not_registered_is_named_not_taken_for_all_clear(
+    host: Host, valkey_url: str
+) -> None:
+    home = host.scope("home")
+    host.submit(home, linear_recipe(1), job_id="e1", start=False)
+    typo = host.scope("typo")  # never submitted to nor set up: not registered
+    at = ["--scope", typo, "--redis", valkey_url]
+    said = f"sfc: warning: scope {typo} is not registered (a typo?); the registered scopes: "
+    for args in (["job", "list"], ["work", "dead"], ["work", "pending"]):
+        proc = sfc(*args, *at)
+        assert proc.returncode == 0, proc.stderr  # an empty answer is still an answer
+        assert said in proc.stderr, (args, proc.stderr)
+        proc = sfc(*args, *at, "--json")
+        assert proc.returncode == 0, proc.stderr
+        warning = json.loads(proc.stdout)["warning"]
+        assert warning.startswith(f"scope {typo} is not registered"), warning
+    # a registered scope with nothing in it: no warning
+    proc = sfc("work", "dead", "--scope", home, "--redis", valkey_url, "--json")
+    assert "warning" not in json.loads(proc.stdout) and not proc.stderr
+    error, _, doc = _mcp(valkey_url, "sfc_jobs", {"scope": typo})
+    assert not error and doc["jobs"] == [] and "is not registered" in doc["warning"]
+    error, _, doc = _mcp(valkey_url, "sfc_work_pending", {"scope": typo})
+    assert not error and "is not registered" in doc["warning"]
+
+
+def test_a_job_not_found_in_its_scope_is_named_where_it_is(host: Host, valkey_url: str) -> None:
+    home = host.scope("home")
+    e1 = f"e1-{home}"  # the session's server holds other tests' jobs
+    host.submit(home, linear_recipe(1), job_id=e1, start=False)
+    other = host.scope("other")
+    host.submit(other, linear_recipe(1), job_id="x1", start=False)  # registered, no e1
+    at = ["--scope", other, "--redis", valkey_url]
+    hint = f"job {e1} is in scope {home}: add --scope {home}"
+    proc = sfc("job", "show", e1, *at)
+    assert proc.returncode == 1
+    assert f"{e1}: unknown job order id (2): no such job order in scope {other}; {hint}" in (
+        proc.stderr
+    )
+    for args in (["job", "pause", e1], ["job", "redispatch", e1], ["job", "cancel", e1]):
+        proc = sfc(*args, *at)
+        assert proc.returncode == 1 and hint in proc.stdout, (args, proc.stdout)
+    proc = sfc("job", "wait", e1, "--timeout", "1", *at)
+    assert proc.returncode == 1 and hint in proc.stdout, proc.stdout
+    proc = sfc("respond", e1, "a1", *at)
+    assert proc.returncode == 1 and hint in proc.stderr, proc.stderr
+    # an id stored nowhere, in a scope that is not registered: that is said instead
+    proc = sfc("job", "show", "nowhere-h5", "--scope", "no-such-scope-h5", "--redis", valkey_url)
+    assert "scope no-such-scope-h5 is not registered (a typo?)" in proc.stderr, proc.stderr
+    error, text, _ = _mcp(valkey_url, "sfc_job", {"job": e1, "scope": other})
+    assert error and f'job {e1} is in scope {home}: call it with scope "{home}"' in text, text
+    error, text, _ = _mcp(valkey_url, "sfc_pause", {"job": e1, "scope": other})
+    assert error and f"job {e1} is in scope {home}" in text, text
+
+
+def test_equipment_on_a_scope_that_is_not_registered_says_so_at_start(
+    host: Host, valkey_url: str, tmp_path: Path
+) -> None:
+    typo = host.scope("dflt")
+    script = tmp_path / "s.json"
+    script.write_text('{"default": "ok"}')
+    with processes(tmp_path / "logs") as procs:
+        eq = procs.start(
+            "equipment", "equipment", "--script", script, "--scope", typo, "--redis", valkey_url,
+            cwd=tmp_path,
+        )  # fmt: skip
+        eq.wait_for_stderr("sfc equipment: answering")
+        assert f"sfc: warning: scope {typo} is not registered (a typo?)" in eq.stderr()
