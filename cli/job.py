@@ -552,7 +552,17 @@ def _list_lines(listed: list[jobs.Listed]) -> None:
 def _listed_state(j: jobs.Listed) -> str:
     if j.unreadable is not None or j.order is None:
         return "unreadable"
-    return joborder.path_text(j.order)
+    return _ended_state(j.order)
+
+
+def _ended_state(o: Any) -> str:
+    """The order's state path, and for one that did not complete, why it ended (its result:
+    endedBy and faultCode): a fault and an operator's abort are both Aborted."""
+    said = joborder.path_text(o)
+    r = o.result
+    if r is msgspec.UNSET or r.ended_by == "completed":
+        return said
+    return f"{said} ({r.ended_by}" + (f" {r.fault_code})" if r.fault_code else ")")
 
 
 def _say_unreadable(listed: list[jobs.Listed], hidden: int) -> None:
@@ -591,10 +601,15 @@ def _listed_row(j: jobs.Listed) -> dict[str, Any]:
     return row
 
 
-_ROW_KEYS = ("job", "state", "storedAt", "startedAt", "endedAt", "priority")
+_ROW_KEYS = (
+    "job", "state", "storedAt", "startedAt", "endedAt", "priority", "endedBy", "faultCode"
+)  # fmt: skip
 
 
 def _order_row(o: Any) -> dict[str, Any]:
+    """An order's row; `endedBy` and `faultCode` (its result; null before it ends, and
+    `faultCode` null but for a fault) tell a fault from an operator's abort."""
+    r = None if o.result is msgspec.UNSET else o.result
     return {
         "job": o.job_order_id,
         "state": joborder.path_text(o),
@@ -602,6 +617,8 @@ def _order_row(o: Any) -> dict[str, Any]:
         "startedAt": o.started_at,
         "endedAt": o.ended_at,
         "priority": o.priority,
+        "endedBy": None if r is None else r.ended_by,
+        "faultCode": None if r is None else r.fault_code,
     }
 
 
@@ -1050,7 +1067,7 @@ def _wait(store: Store, scope: str, job_ids: list[str], deadline: float) -> dict
                     continue
                 o = decode_order(r.order)
                 if joborder.ended(o):
-                    ends[j] = joborder.path_text(o)
+                    ends[j] = _ended_state(o)
             if progress is not None:
                 progress.update(task, completed=len(ends))
             if len(ends) == len(job_ids) or time.monotonic() > deadline:

@@ -145,6 +145,9 @@ LIST = obj(
                     "startedAt": MS_OR_NULL,
                     "endedAt": MS_OR_NULL,
                     "priority": {"type": ["integer", "null"]},
+                    # the order's result: null before it ends (faultCode: but for a fault)
+                    "endedBy": {"type": ["string", "null"]},
+                    "faultCode": {"type": ["string", "null"]},
                 },
                 {"unreadable": STR},
             )
@@ -781,7 +784,11 @@ def test_job_control_on_a_served_scope(plant: Plant) -> None:
 
     r = plant.sfc("job", "wait", "ctl-1", "ctl-2", "ctl-3", "--timeout", "30", *at)
     assert r.code == 1, r  # two of them did not complete
-    assert r.lines() == ["ctl-1: Ended/Completed", "ctl-2: Ended/Closed", "ctl-3: Aborted"]
+    assert r.lines() == [
+        "ctl-1: Ended/Completed",
+        "ctl-2: Ended/Closed (stopped)",
+        "ctl-3: Aborted (aborted)",
+    ]
 
     response, ended = plant.sfc_all(
         ["job", "response", "ctl-1", "ctl-2", "ctl-3", *at],
@@ -1017,8 +1024,11 @@ def test_every_example_ends_as_its_dry_run(plant: Plant) -> None:
     wrong = []
     for runs, w, r in zip(by_scope.values(), waited, read[:-1], strict=True):
         ends = [dry_end(d) for _, d in runs]
-        paths = {"completed": "Ended/Completed", "faulted": "Aborted"}
-        assert w.lines() == [f"{j}: {paths[e[0]]}" for (j, _), e in zip(runs, ends, strict=True)], w
+        # a fault says so, with its code: an operator's abort is Aborted too
+        paths = {"completed": "Ended/Completed", "faulted": "Aborted (faulted {})"}
+        assert w.lines() == [
+            f"{j}: {paths[e[0]].format(e[1])}" for (j, _), e in zip(runs, ends, strict=True)
+        ], w
         assert w.code == (0 if all(e[0] == "completed" for e in ends) else 1), w
         assert r.code == 0, r
         responses = check(r.json(), RESPONSES)["responses"]

@@ -113,3 +113,31 @@ def test_equipment_on_a_scope_that_is_not_registered_says_so_at_start(
         )  # fmt: skip
         eq.wait_for_stderr("sfc equipment: answering")
         assert f"sfc: warning: scope {typo} is not registered (a typo?)" in eq.stderr()
+
+
+def test_job_list_and_wait_tell_a_fault_from_an_operators_abort(
+    host: Host, valkey_url: str
+) -> None:
+    from host.equipment import Answer
+    from host.jobs import abort
+
+    scope = host.scope("why")
+    faulted = host.submit(scope, linear_recipe(1, max_attempts=1)).job
+    aborted = host.submit(scope, linear_recipe(1)).job
+    assert abort(host.store(), scope, aborted).ok
+    jammed = host.responder(scope, lambda kind, data: Answer(error="jammed"))
+    host.run([host.worker([scope])], [jammed], host.ended(scope, [faulted]))
+    at = ["--scope", scope, "--redis", valkey_url]
+    proc = sfc("job", "list", *at)
+    rows = {line.split()[0]: line for line in proc.stdout.splitlines()}
+    assert "Aborted (faulted error)" in rows[faulted], proc.stdout
+    assert "Aborted (aborted)" in rows[aborted], proc.stdout
+    listed = {j["job"]: j for j in json.loads(sfc("job", "list", *at, "--json").stdout)["jobs"]}
+    assert (listed[faulted]["endedBy"], listed[faulted]["faultCode"]) == ("faulted", "error")
+    assert (listed[aborted]["endedBy"], listed[aborted]["faultCode"]) == ("aborted", None)
+    proc = sfc("job", "wait", faulted, aborted, "--timeout", "5", *at)
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == [
+        f"{faulted}: Aborted (faulted error)",
+        f"{aborted}: Aborted (aborted)",
+    ]
