@@ -391,6 +391,9 @@ def update(
 ) -> None:
     """Update: replace the order of a job that has not started."""
     check_scope(scope)
+    if (recipe, priority, description, work_master) == (None, None, None, None):
+        # an Update that changes nothing was applied, and counted, as one that did
+        fail("nothing to update: give --recipe, --priority, --description or --work-master", 2)
     text = None if recipe is None else read(recipe, "recipe")
     settings = process_settings()
     store = open_store(redis, data_dir)
@@ -410,9 +413,11 @@ def update(
     if text is not None:
         result = _every_shape_error(text, result, scope)
     if not as_json and result.errors:
-        # the recipe does not build: its errors first, as `sfc validate` and submit say them
+        # the recipe does not build: its errors, as `sfc validate` and submit say them, once
+        # (the result's message repeats the first in another format)
         for error in result.errors:
             typer.echo(format_error(error), err=True)
+        result = replace(result, message=f"{recipe} does not build for scope {scope}")
     _report([result], as_json)
 
 

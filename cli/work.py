@@ -26,7 +26,7 @@ from cli.hostcommon import (
 )
 from cli.main import app
 from generated.state_v1_4 import SfcState
-from host import keys
+from host import jobs, keys
 from host.entries import EntryError, dead_job, decode_work, entry_ms
 from host.equipment import answer_data, publish_event
 from host.equipment import respond as respond_
@@ -81,6 +81,9 @@ def respond(
         fail("give an OUTCOME or --error, not both", 2)
     if outcome is not None and not outcome.strip():
         fail("OUTCOME is empty: leave it out for done", 2)
+    if error is not None and not error.strip():
+        # it faulted the job with "failure reported", as no equipment reports one
+        fail("--error is empty: give the failure's text", 2)
     try:
         keys.check_job(job)
     except keys.KeyError_ as e:
@@ -120,6 +123,15 @@ def respond(
         state = _stored_state(record.state)
         rec = state.actions.get(name)
         if rec is None or rec.status != "open" or rec.command_id is None:
+            with server_errors():
+                names = jobs.recipe_actions(store, record)
+            if names and name not in names:
+                # a mistyped action, named as `sfc job redispatch` names it
+                fail(
+                    f"{name}: the recipe of job {job} has no action {name!r}; it has "
+                    f"{', '.join(names)}; nothing queued",
+                    1,
+                )
             fail(
                 f"{name}: no work of it is open for job {job} "
                 f"({'it has not started' if state.status == 'ready' else 'see `sfc job show`'})"

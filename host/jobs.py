@@ -85,6 +85,13 @@ def new_job_id(now_ms: int) -> str:
     return f"job-{stamp}-{''.join(secrets.choice(_ALPHABET) for _ in range(4))}"
 
 
+TAKEN = (
+    "the job id is taken: choose another, or remove the stored job first (`sfc job clear` "
+    "once it has ended, `sfc job cancel` if it has not started)"
+)
+"""The refusal of a Store of an id that is stored, and the way out."""
+
+
 def not_built(scope: str, errors: Sequence[BuildError]) -> str:
     """The message of a recipe refused for its build `errors`: the first, and how many
     more (every one is in the result's `errors`)."""
@@ -239,7 +246,7 @@ def submit(
         if result == "exists":
             if job_id is None:
                 continue  # a generated id collided: draw another
-            return MethodResult(ReturnStatus.UNABLE_TO_ACCEPT, job, "the job id is taken")
+            return MethodResult(ReturnStatus.UNABLE_TO_ACCEPT, job, TAKEN)
     return MethodResult(ReturnStatus.UNABLE_TO_ACCEPT, shown, "the store kept conflicting")
 
 
@@ -651,7 +658,7 @@ def _remove(store: Store, scope: str, job: str, method: str) -> MethodResult:
             if order is None:
                 return MethodResult(status, job, "no such job order")
             where = f"{method} is not allowed: the order is {joborder.path_text(order)}"
-            return MethodResult(status, job, where)
+            return MethodResult(status, job, where + _removal_hint(method, order, record))
         state = state_decoder.decode(record.state)
         result = store.clear(scope, job, record.version, state.sequence)
         if result == "ok":
@@ -659,6 +666,32 @@ def _remove(store: Store, scope: str, job: str, method: str) -> MethodResult:
         if result == "missing":
             return MethodResult(ReturnStatus.UNKNOWN_JOB_ORDER_ID, job)
     return MethodResult(ReturnStatus.UNABLE_TO_ACCEPT, job, "the job kept conflicting")
+
+
+def recipe_actions(store: Store, record: JobRecord) -> list[str]:
+    """The action names of the job's recipe, sorted (none when its recipe is missing or does
+    not build), for a refusal that names what the recipe has."""
+    order = decode_order(record.order)
+    text = store.recipe_text(order.recipe_hash)
+    built = None if text is None else build(text, None, order.dataschema)
+    return [] if built is None or built.graph is None else sorted(built.graph.actions)
+
+
+def _removal_hint(method: str, order: JobOrder, record: JobRecord | None) -> str:
+    """What to do instead of a Cancel or Clear refused in the order's state: a running or
+    paused order is stopped or aborted first; a stored one is cancelled, an ended one
+    cleared; a job whose state cannot be read is cleared with --unreadable."""
+    why = None if record is None else why_unreadable(record)
+    if why is not None:
+        return f"; its stored state cannot be read ({why}): `sfc job clear JOB --unreadable` removes it"
+    top = joborder.state_of(order)
+    if top in ("Running", "Interrupted"):
+        return "; stop or abort it first (`sfc job stop` or `sfc job abort`), then clear it"
+    if method == "Clear" and top in joborder.ALLOWED_IN["Cancel"]:
+        return "; it has not started: `sfc job cancel` removes it"
+    if method == "Cancel" and top in joborder.ALLOWED_IN["Clear"]:
+        return "; it has ended: `sfc job clear` removes it"
+    return ""
 
 
 def redispatch(
@@ -723,7 +756,8 @@ def redispatch(
             ReturnStatus.INVALID_REQUEST,
             job,
             f"{'; '.join(last)}: sending it again uses an attempt, and with none left the "
-            "action times out at once and the job faults (force it to do so)",
+            "action times out at once and the job faults (`sfc job redispatch --force` sends "
+            "it anyway)",
         )
     data = ResumeData(job=job, action=msgspec.UNSET if action is None else action)
     entry_id = store.add_work(scope, fields("resume", data))

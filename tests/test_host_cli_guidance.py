@@ -141,3 +141,64 @@ def test_job_list_and_wait_tell_a_fault_from_an_operators_abort(
         f"{faulted}: Aborted (faulted error)",
         f"{aborted}: Aborted (aborted)",
     ]
+
+
+def test_refusals_say_what_to_do(host: Host, valkey_url: str, tmp_path: Path) -> None:
+    from host.jobs import pause
+    from tests.test_host_jobcontrol import TIGHTENING
+
+    scope = host.scope("refusals")
+    at = ["--scope", scope, "--redis", valkey_url]
+    job = host.submit(scope, TIGHTENING).job
+    worker = host.worker([scope])
+    host.run([worker], [], lambda: host.order_path(scope, job) == "Running")
+    assert pause(host.store(), scope, job).ok
+    for method in ("cancel", "clear"):
+        proc = sfc("job", method, job, *at)
+        assert proc.returncode == 1
+        assert "the order is Interrupted/Suspended; stop or abort it first" in proc.stdout, (
+            proc.stdout
+        )
+    recipe = tmp_path / "r.json"
+    recipe.write_bytes(TIGHTENING)
+    proc = sfc("job", "submit", str(recipe), "--job-id", job, *at)
+    assert proc.returncode == 1
+    assert "the job id is taken: choose another, or remove the stored job first" in proc.stderr
+    proc = sfc("respond", job, "clampp", "ok", *at)
+    assert proc.returncode == 1
+    assert f"clampp: the recipe of job {job} has no action 'clampp'; it has " in proc.stderr
+    assert "clamp" in proc.stderr.split("it has ")[1], proc.stderr
+    # an empty error text is refused as an empty OUTCOME is: it faulted the job
+    proc = sfc("respond", job, "clamp", "--error", "", *at)
+    assert proc.returncode == 2 and "--error is empty" in proc.stderr, proc.stderr
+    # an Update that changes nothing is refused before anything is sent
+    proc = sfc("job", "update", job, *at)
+    assert proc.returncode == 2
+    assert "nothing to update: give --recipe, --priority" in proc.stderr
+
+
+def test_redispatch_on_a_last_attempt_names_force(host: Host, valkey_url: str) -> None:
+    scope = host.scope("force")
+    job = host.submit(scope, linear_recipe(1, max_attempts=1)).job
+    worker = host.worker([scope])
+    host.run([worker], [], lambda: bool(host.equipment(scope)))
+    proc = sfc("job", "redispatch", job, "--scope", scope, "--redis", valkey_url)
+    assert proc.returncode == 1
+    assert "`sfc job redispatch --force` sends it anyway" in proc.stdout, proc.stdout
+
+
+def test_a_refused_update_says_its_build_errors_once(
+    host: Host, valkey_url: str, tmp_path: Path
+) -> None:
+    scope = host.scope("update")
+    job = host.submit(scope, linear_recipe(1), start=False).job
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"Steps": 1}')
+    proc = sfc("job", "update", job, "--recipe", str(bad), "--scope", scope, "--redis", valkey_url)
+    assert proc.returncode == 1
+    said = proc.stdout + proc.stderr
+    assert said.count("SFC0") == len([x for x in proc.stderr.splitlines() if "SFC0" in x]), said
+    assert (
+        f"{job}: unable to accept the job order (16): {bad} does not build for scope {scope}"
+        in proc.stdout
+    )

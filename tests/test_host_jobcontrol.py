@@ -632,11 +632,20 @@ def test_a_job_whose_state_cannot_be_read_is_removed_with_clear_unreadable(host:
     for flag in (False, True):
         refused = jobs.clear(store, scope, job, unreadable=flag)
         assert refused.status == ReturnStatus.INVALID_JOB_ORDER_STATUS
-        assert refused.message == "Clear is not allowed: the order is Running"
-    assert jobs.cancel(store, scope, job).message == "Cancel is not allowed: the order is Running"
+        assert refused.message == (
+            "Clear is not allowed: the order is Running; stop or abort it first "
+            "(`sfc job stop` or `sfc job abort`), then clear it"
+        )
+    assert jobs.cancel(store, scope, job).message.startswith(
+        "Cancel is not allowed: the order is Running; stop or abort it first"
+    )
     assert jobs.clear(store, scope, "nobody").message == "no such job order"
     r.hset(keys.job(scope, job), "state", '{"format":"1.4","sequence":1,"garbage')
-    assert jobs.clear(store, scope, job).status == ReturnStatus.INVALID_JOB_ORDER_STATUS
+    refused = jobs.clear(store, scope, job)
+    assert refused.status == ReturnStatus.INVALID_JOB_ORDER_STATUS
+    # the way out is named: the state cannot be read, so no stop or abort would apply
+    assert refused.message.startswith("Clear is not allowed: the order is Running; its stored ")
+    assert refused.message.endswith("`sfc job clear JOB --unreadable` removes it")
     result = jobs.clear(store, scope, job, unreadable=True)
     assert result.ok, result.words()
     # the raw state says 1, the history says qa#2 was sent: 2 is retired
