@@ -41,7 +41,7 @@ from cli.files import (
 )
 from cli.hostcommon import not_found, unregistered
 from cli.job import _listed_row, _show_text, show_doc
-from cli.work import _describe
+from cli.work import pending_row
 from generated.capabilities_v1_0 import Capabilities
 from generated.simulation_script_v1_0 import SimulationScript
 from generated.state_v1_4 import SfcState
@@ -419,16 +419,7 @@ def server_tools(conn: Connection) -> list[Callable[..., Any]]:
             warning = None if rows or unread else unregistered(store, scope)
         return {
             "scope": scope,
-            "pending": [
-                {
-                    "id": p["id"],
-                    "consumer": p["consumer"],
-                    "idleMs": p["idleMs"],
-                    "deliveries": p["deliveries"],
-                    "entry": _describe(p["id"], p["fields"]),
-                }
-                for p in rows
-            ],
+            "pending": [pending_row(p) for p in rows],
             "unread": unread,
         } | ({"warning": warning} if warning else {})
 

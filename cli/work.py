@@ -223,6 +223,22 @@ def _describe(entry_id: str, fields: dict[bytes, bytes]) -> str:
     return f"{e.kind}" + (f" for job {job}" if job else "")
 
 
+def pending_row(p: dict[str, Any]) -> dict[str, Any]:
+    """A pending entry as `sfc work pending --json` (and the MCP tool) shows it: `entry` in
+    words, and its `kind` and `job` apart, as `sfc work dead --json` has them ("" and the
+    job its data names, for a malformed entry; job null for an event)."""
+    text = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in p["fields"].items()}
+    return {
+        "id": p["id"],
+        "consumer": p["consumer"],
+        "idleMs": p["idleMs"],
+        "deliveries": p["deliveries"],
+        "entry": _describe(p["id"], p["fields"]),
+        "kind": text.get("kind", ""),
+        "job": job_named(p["id"], p["fields"]) or _loosely_named(text.get("data", "")),
+    }
+
+
 _ENTRY_ID = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")
 """A stream entry id: milliseconds, and a sequence number."""
 
@@ -241,16 +257,7 @@ def pending(
         unread = store.unread(scope)
         now = store.time_ms()
         warning = None if rows or unread else warn_unregistered(store, scope)
-    out: list[dict[str, Any]] = [
-        {
-            "id": p["id"],
-            "consumer": p["consumer"],
-            "idleMs": p["idleMs"],
-            "deliveries": p["deliveries"],
-            "entry": _describe(p["id"], p["fields"]),
-        }
-        for p in rows
-    ]
+    out = [pending_row(p) for p in rows]
     if as_json:
         print_json(
             {"scope": scope, "pending": out, "unread": unread}

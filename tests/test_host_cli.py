@@ -271,7 +271,13 @@ SHOW = obj(
     }
 )
 PENDING = obj(
-    {"scope": STR, "pending": array(obj({**PENDING_ROW, "entry": STR})), "unread": INT},
+    {
+        "scope": STR,
+        "pending": array(
+            obj({**PENDING_ROW, "entry": STR, "kind": STR, "job": {"type": ["string", "null"]}})
+        ),
+        "unread": INT,
+    },
     {"warning": STR},
 )
 DEAD = obj(
@@ -651,6 +657,7 @@ def test_job_orders_without_a_worker(valkey_url: str, tmp_path: Path) -> None:
         1,
         "start for job g1",
     )
+    assert (row["kind"], row["job"]) == ("start", "g1")  # as `sfc work dead --json` has them
     assert shown.code == 0, shown
     view = check(shown.json(), SHOW)
     assert [p["id"] for p in view["pending"]] == [row["id"]]

@@ -202,3 +202,14 @@ def test_a_refused_update_says_its_build_errors_once(
         f"{job}: unable to accept the job order (16): {bad} does not build for scope {scope}"
         in proc.stdout
     )
+
+
+def test_work_pending_json_has_the_kind_and_job_apart(host: Host, valkey_url: str) -> None:
+    scope = host.scope("pending")
+    job = host.submit(scope, linear_recipe(1)).job
+    host.store(consumer="stalled").read([scope], 10, None)
+    proc = sfc("work", "pending", "--json", "--scope", scope, "--redis", valkey_url)
+    (row,) = json.loads(proc.stdout)["pending"]
+    assert (row["entry"], row["kind"], row["job"]) == (f"start for job {job}", "start", job)
+    error, _, doc = _mcp(valkey_url, "sfc_work_pending", {"scope": scope})
+    assert not error and (doc["pending"][0]["kind"], doc["pending"][0]["job"]) == ("start", job)
