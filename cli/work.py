@@ -30,6 +30,7 @@ from host import jobs, keys
 from host.entries import EntryError, dead_job, decode_work, entry_ms
 from host.equipment import answer_data, publish_event
 from host.equipment import respond as respond_
+from host.waits import matches, parse_member
 from sfc.codec import state_decoder
 from sfc.explain import duration, when
 
@@ -207,11 +208,54 @@ def event(
             source=source,
             id=id_,
         )
+        if entry is None:
+            warn_unregistered(store, scope)
+            unmatched = None
+        else:
+            members, _ = store.waiting(scope, type_id, entry_ms(entry), None)
+            unmatched = _unmatched(members, subject, correlation_id)
     store.close()
     if entry is None:
         typer.echo(f"dropped: no job of scope {scope} waits for {type_id} (counted)")
-    else:
-        typer.echo(f"queued event {entry}")
+        return
+    typer.echo(f"queued event {entry}")
+    if unmatched is not None:
+        typer.echo(
+            visible(
+                f"sfc: warning: no wait for {type_id} in scope {scope} matches this event "
+                f"({_selector(subject, correlation_id, 'no')}): it will be dropped as unmatched (a "
+                f"wait that begins later never matches it); the waits expect {unmatched}"
+            ),
+            err=True,
+        )
+
+
+SHOWN_WAITS = 5
+"""The most waits the warning of an unmatched event names (then how many more)."""
+
+
+def _unmatched(
+    members: list[tuple[bytes, int]], subject: str | None, correlation_id: str | None
+) -> str | None:
+    """None when a wait that began by the event matches it (`host.waits.matches`, the
+    worker's rule); else what the waits of its type expect, a few of them."""
+    parsed = [p for p in (parse_member(m) for m, _ in members) if p is not None]
+    if not parsed or any(matches(p, subject, correlation_id) for p in parsed):
+        return None
+    said = [f"{_selector(sub, corr, 'any')} (job {job})" for job, sub, corr in parsed[:SHOWN_WAITS]]
+    more = len(parsed) - SHOWN_WAITS
+    return "; ".join(said) + (f"; and {more} more" if more > 0 else "")
+
+
+def _selector(subject: str | None, correlation_id: str | None, free: str) -> str:
+    """A selector in words; `free` words a field it leaves unset."""
+    said = [f"subject {subject!r}" if subject is not None else f"{free} subject"]
+    said.append(
+        f"correlation id {correlation_id!r}"
+        if correlation_id is not None
+        else f"{free} correlation id"
+    )
+    return ", ".join(said)
 
 
 def _describe(entry_id: str, fields: dict[bytes, bytes]) -> str:

@@ -213,3 +213,28 @@ def test_work_pending_json_has_the_kind_and_job_apart(host: Host, valkey_url: st
     assert (row["entry"], row["kind"], row["job"]) == (f"start for job {job}", "start", job)
     error, _, doc = _mcp(valkey_url, "sfc_work_pending", {"scope": scope})
     assert not error and (doc["pending"][0]["kind"], doc["pending"][0]["job"]) == ("start", job)
+
+
+def test_an_event_that_no_wait_matches_is_said_to_be_dropped(host: Host, valkey_url: str) -> None:
+    from host import keys
+
+    scope = host.scope("events")
+    host.submit(scope, linear_recipe(1), start=False)  # registered
+    r = host.client()
+    r.zadd(keys.waits(scope, "t.qa.v1"), {'["k1","line1/axle/a2/qa",null]': 1})
+    at = ["--scope", scope, "--redis", valkey_url]
+    proc = sfc("event", "t.qa.v1", "--subject", "line1/axle/A2/qa", "--outcome", "qa_ok", *at)
+    assert proc.returncode == 0 and proc.stdout.startswith("queued event "), proc
+    assert (
+        f"sfc: warning: no wait for t.qa.v1 in scope {scope} matches this event (subject "
+        "'line1/axle/A2/qa', no correlation id): it will be dropped as unmatched"
+    ) in proc.stderr, proc.stderr
+    assert "the waits expect subject 'line1/axle/a2/qa', any correlation id (job k1)" in (
+        proc.stderr
+    )
+    proc = sfc("event", "t.qa.v1", "--subject", "line1/axle/a2/qa", *at)
+    assert proc.returncode == 0 and proc.stdout.startswith("queued event ") and not proc.stderr
+    # a scope that is not registered has no waits: dropped, and the scope is named
+    proc = sfc("event", "t.qa.v1", "--scope", "no-such-scope-h5", "--redis", valkey_url)
+    assert proc.returncode == 0 and proc.stdout.startswith("dropped: ")
+    assert "scope no-such-scope-h5 is not registered" in proc.stderr
