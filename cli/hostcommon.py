@@ -118,11 +118,13 @@ def _named(scopes: list[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def unregistered(store: Store, scope: str) -> str | None:
+def unregistered(store: Store, scope: str, registered: list[str] | None = None) -> str | None:
     """Why an empty answer for `scope` may not be "all clear": the scope is not registered
-    (`sfc:scopes`: nothing was submitted to it, nor set up), with the registered scopes;
-    None when it is. A mistyped `--scope` otherwise looks like a quiet plant area."""
-    registered = store.scopes()
+    (`sfc:scopes`: nothing was submitted to it, nor set up), with the registered scopes
+    (read when not given); None when it is. A mistyped `--scope` otherwise looks like a
+    quiet plant area."""
+    if registered is None:
+        registered = store.scopes()
     if scope in registered:
         return None
     return f"scope {scope} is not registered (a typo?); " + (
@@ -149,11 +151,12 @@ def where_else(store: Store, scope: str, job: str, fix: str = "add --scope {scop
     """What follows "no such job order in scope S": the other registered scopes that hold
     the id (`fix` says how to ask there), or that `scope` is not registered; "" when
     neither. Asked only on that path (one EXISTS per registered scope)."""
-    others = jobs.elsewhere(store, scope, job)
+    registered = store.scopes()
+    others = jobs.elsewhere(store, scope, job, registered)
     if others:
         where = "scope " + others[0] if len(others) == 1 else "scopes " + _named(others)
         return f"; job {job} is in {where}: {fix.format(scope=others[0])}"
-    warning = unregistered(store, scope)
+    warning = unregistered(store, scope, registered)
     return "" if warning is None else f"; {warning}"
 
 

@@ -513,11 +513,14 @@ def _listed(job: str, record: JobRecord) -> Listed:
     return Listed(job, order, why)
 
 
-def elsewhere(store: Store, scope: str, job: str) -> list[str]:
-    """The other registered scopes that hold a job of this id, for the message of a job
-    not found in `scope` (a scope left out or mistyped): one EXISTS per registered scope,
-    asked only on that path."""
-    return [s for s in store.scopes() if s != scope and store.has_job(s, job)]
+def elsewhere(
+    store: Store, scope: str, job: str, registered: Sequence[str] | None = None
+) -> list[str]:
+    """The other registered scopes (`registered`, read when not given) that hold a job of
+    this id, for the message of a job not found in `scope` (a scope left out or mistyped):
+    one EXISTS per registered scope, asked only on that path."""
+    scopes = store.scopes() if registered is None else registered
+    return [s for s in scopes if s != scope and store.has_job(s, job)]
 
 
 def orders(store: Store, scope: str, chunk: int = 500) -> list[JobOrder]:
