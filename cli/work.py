@@ -279,7 +279,7 @@ def pending_row(p: dict[str, Any]) -> dict[str, Any]:
         "deliveries": p["deliveries"],
         "entry": _describe(p["id"], p["fields"]),
         "kind": text.get("kind", ""),
-        "job": job_named(p["id"], p["fields"]) or _loosely_named(text.get("data", "")),
+        "job": dead_job(p["id"], p["fields"]),
     }
 
 
