@@ -703,8 +703,8 @@ def _facts(v: jobs.JobView, now: int) -> dict[str, Any]:
     deadline = None
     explained: list[str] = []
     if v.graph is not None and v.state is not None:
-        explained = explain_state(v.graph, v.state).rstrip("\n").splitlines()
-        for w in waits(v.graph, v.state):
+        explained = explain_state(v.graph, v.state, v.max_attempts).rstrip("\n").splitlines()
+        for w in waits(v.graph, v.state, v.max_attempts):
             waiting.append(
                 {
                     "for": "event" if w.work == "await" else "answer",
@@ -722,7 +722,7 @@ def _facts(v: jobs.JobView, now: int) -> dict[str, Any]:
                 }
             )
         if v.state.status == "running":
-            d = deadline_of(v.graph, v.state)
+            d = deadline_of(v.graph, v.state, v.max_attempts)
             deadline = {"at": d.at, "what": list(d.what), "text": d.text}
     warnings = _warnings(v, now, waiting)
     return {

@@ -42,7 +42,7 @@ from host.settings import HISTORY_LIMIT_MAX, Settings
 from host.store import JobRecord, Store
 from sfc.builder import RECIPE_V1_1_0, BuildError, BuildResult, build
 from sfc.codec import capabilities_decoder, state_decoder
-from sfc.evolution import new_state
+from sfc.evolution import DEFAULT_MAX_ATTEMPTS, new_state
 from sfc.graph import Graph
 from sfc.migrate import READERS, state_format
 
@@ -846,6 +846,9 @@ class JobView:
     """When the order was paused (Interrupted), from the state's hold, else the history."""
     job: str = ""
     scope: str = ""
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    """The scope's attempts of an action that sets none (its `maxAttempts`, else the
+    default), as the workers evolve it: the explainer's "attempt N of M"."""
 
 
 DEAD_SCAN = 1_000
@@ -928,6 +931,7 @@ def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | Non
         paused_since=_paused_since(order, state, read),
         job=job,
         scope=scope,
+        max_attempts=ScopeConfig.of(store.scope_settings(scope), Settings()).max_attempts,
     )
 
 

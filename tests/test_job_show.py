@@ -201,3 +201,20 @@ def test_a_job_whose_order_cannot_be_read_is_shown_as_far_as_it_can(host: Host) 
         None,
         "unreadable",
     )
+
+
+def test_show_counts_attempts_against_the_scopes_max_attempts(host: Host) -> None:
+    """The workers evolve with the scope's maxAttempts; show said "of 3" (the default)."""
+    from host.serve import scope_values, setup_scope
+
+    scope = host.scope("attempts")
+    setup_scope(host.store(), scope, scope_values(max_attempts=5))
+    host.submit(scope, linear_recipe(2), job_id="j")
+    worker = host.worker([scope])
+    host.run([worker], [], lambda: any(k == "push" for _, k, _ in host.equipment(scope)))
+    v, now = _view(host, scope)
+    assert v.max_attempts == 5
+    text = _show_text(v, now)
+    assert "attempt 1 of 5" in text and "of 3" not in text
+    (wait,) = [w for w in show_doc(v, now)["waitingFor"] if w["for"] == "answer"]
+    assert "attempt 1 of 5" in wait["text"]
