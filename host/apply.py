@@ -886,14 +886,17 @@ class Applier:
             try:
                 alone = self._offer_together(scope, events, tally, done)
             except Exception as x:
+                alone = [e for e in events if e.id not in done]
                 if not unreachable(x):
                     log.warning(
-                        "scope %s: offering %d events together raised; offering each alone",
+                        "scope %s: offering %d events together raised; offering the %d left "
+                        "one at a time",
                         scope,
                         len(events),
+                        len(alone),
                         exc_info=True,
+                        extra={"scope": scope, "reason": f"{type(x).__name__}: {x}"},
                     )
-                alone = [e for e in events if e.id not in done]
         for e in alone:
             try:
                 self.offer(scope, e, tally)
@@ -915,13 +918,15 @@ class Applier:
         others' first choices (the oldest matching wait); their commits. The events left
         for `offer` are returned, in order (`done` holds those finished here).
 
-        An event goes with the batch when its first choice is the first choice of no
-        earlier event: each event claims the jobs of every wait it matches, so an event
-        left to `offer` (afterwards, in order) never finds a wait that a later event of the
-        batch took first. Left to `offer`: an event whose first choice, or source/id, an
-        earlier event of the batch claimed; whose first choice did not take it; whose
-        commit did not land (conflict, missing); or whose ack found an entry of its group
-        no longer ours. `offer` decides each as it would have alone."""
+        Each event claims the jobs of every wait it matches. An event goes with the batch
+        when its first choice is no job an earlier event of the batch claimed, and its
+        source/id none that an earlier one claimed: so an event left to `offer`
+        (afterwards, in order) never finds a wait that a later event of the batch took
+        first. Also left to `offer`: an event whose first choice is stale (its job gone, or
+        without such a wait) or did not take it, whose commit did not land (conflict,
+        missing, an error), or whose ack group came back gone. `offer` decides each as it
+        would have alone. (A wait without a selector, the oldest, is every event's first
+        choice: then one event goes with the batch and the others alone.)"""
         seen_of = {e.id: _seen_field(e) for e in events}
         until: dict[str, int] = {}
         for e in events:
@@ -964,7 +969,7 @@ class Applier:
                 if result == "ok":
                     done.update(e.id for e in es)
                     self._acked(counter, len(es), tally)
-                else:  # one of them is no longer ours: `offer` finds which
+                else:  # one of them is no longer ours (or the call failed): `offer` finds which
                     alone += es
         if not first:
             order = {e.id: i for i, e in enumerate(events)}
@@ -993,7 +998,8 @@ class Applier:
             commits = [c for _, c, _ in going]
             if self.before_commit is not None:
                 self.before_commit(commits)
-            results = self.store.commits(commits)
+            # each commit's own result: one that failed does not hide those that landed
+            results = self.store.commits_each(commits)
             for (e, commit, local), result in zip(going, results, strict=True):
                 if result == "ok":
                     tally.add(local)
@@ -1005,7 +1011,7 @@ class Applier:
                     done.add(e.id)
                     tally.gone += 1
                     tally.given_up.append((commit.job, (e.id,)))
-                else:  # conflict or missing: the job moved, `offer` loads it again
+                else:  # conflict or missing (the job moved), or an error: `offer` again
                     tally.conflicts += result == "conflict"
                     alone.append(e)
         order = {e.id: i for i, e in enumerate(events)}

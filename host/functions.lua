@@ -21,6 +21,16 @@ local function pending(work, group, id, consumer)
   return #p == 1
 end
 
+-- XACK and XDEL `ids` (a list) in slices: Lua's unpack takes some 8,000 values at most,
+-- and a batch may hold more entries of one job, or more that apply nowhere.
+local function ack_delete(work, group, ids)
+  for i = 1, #ids, 1000 do
+    local j = math.min(i + 999, #ids)
+    redis.call('XACK', work, group, unpack(ids, i, j))
+    redis.call('XDEL', work, unpack(ids, i, j))
+  end
+end
+
 -- Create the group at 0 (MKSTREAM); a group that exists already is fine. The caller has
 -- checked that `work` is a stream or nothing, so BUSYGROUP is the only possible error.
 local function create_group(work, group)
@@ -122,10 +132,7 @@ local function commit(keys, args)
     redis.call('HPEXPIRE', seen, seen_ttl, 'FIELDS', 1, seen_field)
   end
   if counter ~= '' then redis.call('HINCRBY', keys[#keys], counter, 1) end
-  if n_ack > 0 then
-    redis.call('XACK', work, group, unpack(acks))
-    redis.call('XDEL', work, unpack(acks))
-  end
+  if n_ack > 0 then ack_delete(work, group, acks) end
   return 'ok'
 end
 
@@ -140,11 +147,8 @@ local function ack(keys, args)
     if not pending(work, group, args[k], consumer) then return 'gone' end
     ids[#ids + 1] = args[k]
   end
+  if #ids > 0 then ack_delete(work, group, ids) end
   if counter ~= '' then redis.call('HINCRBY', settings, counter, #ids) end
-  if #ids > 0 then
-    redis.call('XACK', work, group, unpack(ids))
-    redis.call('XDEL', work, unpack(ids))
-  end
   return 'ok'
 end
 

@@ -57,6 +57,10 @@ def _missing_function(error: BaseException) -> bool:
     return "function not found" in text or "no such function" in text
 
 
+def _text_or_error(x: Any) -> str | Exception:
+    return x if isinstance(x, Exception) else _text(x)
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -799,8 +803,11 @@ class Store:
         self.load_library()
         return r.fcall(name, len(keys_), *keys_, *args)
 
-    def _fcalls(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any]]]) -> list[Any]:
-        """Function calls in one pipeline; the results in order (errors raise)."""
+    def _fcalls(
+        self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any]]], each: bool = False
+    ) -> list[Any]:
+        """Function calls in one pipeline; the results in order (an error reply raises, or,
+        with `each`, is that call's result: the others' results are not lost)."""
         if not calls:
             return []
         r = self._for_key(calls[0][1][0])  # one scope's calls: one node
@@ -815,7 +822,7 @@ class Store:
                 self.load_library()
                 continue
             for x in results:
-                if isinstance(x, Exception):
+                if isinstance(x, Exception) and not (each and isinstance(x, redis.ResponseError)):
                     raise x
             return results
         raise AssertionError("unreachable")  # pragma: no cover
@@ -990,6 +997,11 @@ class Store:
         who = self.consumer if consumer is None else consumer
         return [_text(x) for x in self._fcalls([self._commit_call(c, who) for c in commits])]
 
+    def commits_each(self, commits: Sequence[Commit]) -> list[str | Exception]:
+        """`commits`, with an error reply as that commit's result (the others' are kept)."""
+        calls = [self._commit_call(c, self.consumer) for c in commits]
+        return [_text_or_error(x) for x in self._fcalls(calls, each=True)]
+
     def commit_stream(
         self, scope: str, ahead: ReadAhead | None = None, consumer: str | None = None
     ) -> CommitStream:
@@ -1053,15 +1065,18 @@ class Store:
             )
         )
 
-    def acks(self, scope: str, groups: Sequence[tuple[Sequence[str], str]]) -> list[str]:
+    def acks(
+        self, scope: str, groups: Sequence[tuple[Sequence[str], str]]
+    ) -> list[str | Exception]:
         """`ack` for each (ids, counter) group, in one pipeline: ok or gone for each (a group
-        with an entry no longer pending for this consumer writes nothing)."""
+        with an entry no longer pending for this consumer writes nothing), or the error
+        reply of that group's call."""
         who = self.consumer
         calls = [
             ("sfc1_ack", [keys.work(scope), keys.settings(scope)], [keys.GROUP, who, c, *ids])
             for ids, c in groups
         ]
-        return [_text(x) for x in self._fcalls(calls)]
+        return [_text_or_error(x) for x in self._fcalls(calls, each=True)]
 
     def count(self, scope: str, counter: str) -> None:
         """Count one in the scope's hash `sfc:scope:{S}`, where any process reads it (a
