@@ -774,7 +774,7 @@ def _order_wait_rows(v: jobs.JobView, now: int) -> list[dict[str, Any]]:
             }
         ]
     if top == "AllowedToStart":
-        at = max([o.stored_at, *(h.at for _, h in v.history)])  # stored, or allowed later
+        at = max(o.stored_at, v.last_change or 0)  # stored, or allowed later
         return [
             {
                 "for": "worker",

@@ -843,6 +843,9 @@ class JobView:
     dead: list[DeadEntry] = field(default_factory=list)
     """The dead entries naming the job among the last DEAD_SCAN of the scope, newest first."""
     paused_since: int | None = None
+    last_change: int | None = None
+    """When the last history entry of the job was written (of the SENT_SCAN read, however
+    few are shown): an order allowed to start has waited since then."""
     """When the order was paused (Interrupted), from the state's hold, else the history."""
     job: str = ""
     scope: str = ""
@@ -929,6 +932,7 @@ def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | Non
         equipment_groups=seen.equipment_groups,
         dead=[d for d in (_dead_entry(i, f, job) for i, f in seen.dead) if d is not None],
         paused_since=_paused_since(order, state, read),
+        last_change=read[-1][1].at if read else None,
         job=job,
         scope=scope,
         max_attempts=ScopeConfig.of(store.scope_settings(scope), Settings()).max_attempts,

@@ -218,3 +218,24 @@ def test_show_counts_attempts_against_the_scopes_max_attempts(host: Host) -> Non
     assert "attempt 1 of 5" in text and "of 3" not in text
     (wait,) = [w for w in show_doc(v, now)["waitingFor"] if w["for"] == "answer"]
     assert "attempt 1 of 5" in wait["text"]
+
+
+def test_allowed_to_start_since_does_not_depend_on_the_history_shown(host: Host) -> None:
+    """A job stored, then allowed to start later: it waits for a worker since the Start,
+    whatever --history shows (with none shown it said since it was stored)."""
+    from tests.hostkit import wait_for
+
+    scope = host.scope("allowed")
+    store = host.store()
+    stored = host.submit(scope, linear_recipe(1), job_id="j", start=False)
+    assert stored.ok
+    order_at = host.order(scope, "j").stored_at
+    wait_for(lambda: store.time_ms() > order_at, what="the server's clock to move on")
+    assert jobs.start(store, scope, "j").ok
+    (_, started), *_ = reversed(store.history(scope, "j"))
+    start_at = json.loads(started[b"data"])["at"]
+    assert start_at > order_at
+    for history in (0, 10):
+        v, now = _view(host, scope, history=history)
+        (w,) = show_doc(v, now)["waitingFor"]
+        assert (w["for"], w["since"]) == ("worker", start_at), history
