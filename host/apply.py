@@ -293,6 +293,11 @@ RECIPE_EVENTS = {"Pause": "hold", "Resume": "release", "Stop": "stopped", "Abort
 """What each method does to a running recipe: hold, release, or cancel with that reason."""
 
 
+UNREADABLE_SCAN = 100
+"""The matching waits' jobs read to find the one an event that goes dead was offered to
+(`Applier.unreadable_wait`)."""
+
+
 T = TypeVar("T")
 
 
@@ -1016,6 +1021,31 @@ class Applier:
                     alone.append(e)
         order = {e.id: i for i, e in enumerate(events)}
         return sorted(alone, key=lambda e: order[e.id])
+
+    def unreadable_wait(self, scope: str, entry: Entry) -> tuple[str, str] | None:
+        """(job, why) of the first wait the event matches (oldest first, as `offer` tries
+        them) whose job's stored order or state cannot be read, or None: what makes the
+        event fail at every delivery (`offer` raises UnreadableJob, and the event stays
+        pending), said again when it is buried. A readable job before it is passed over: it
+        did not take the event (it would have applied it), as a stale wait does not. Reads
+        the first UNREADABLE_SCAN matching jobs, in one round trip."""
+        data = _event(entry)
+        members, taken = self.store.waiting(scope, data.type_id, entry.ms, _seen_field(entry))
+        if taken:
+            return None
+        jobs = list(
+            dict.fromkeys(job for job, _ in _candidates(_parsed_members(members), entry.ms, data))
+        )
+        jobs = jobs[:UNREADABLE_SCAN]
+        if not jobs:
+            return None
+        _, records = self.store.load(scope, jobs)
+        for job in jobs:
+            record = records[job]
+            why = None if record is None else unreadable(record)
+            if why is not None:
+                return job, why
+        return None
 
     def offer(self, scope: str, entry: Entry, tally: Outcome) -> str:
         """Offer an event entry to the waits that match it, oldest first, until one takes it.

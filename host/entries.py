@@ -200,9 +200,19 @@ def job_mentioned(raw: Mapping[bytes, bytes]) -> str | None:
 
 
 def dead_job(entry_id: str, raw: Mapping[bytes, bytes]) -> str | None:
-    """The job a dead entry names: as a work entry, or, malformed, by the `job` its data
-    names, if any (for the reader: `sfc work dead`, `sfc job show`)."""
-    return job_named(entry_id, raw) or job_mentioned(raw)
+    """The job a dead entry names: as a work entry; else the job it was buried with (its
+    `job` field: an event, the job of the wait it was offered to, which could not be read);
+    else, malformed, the `job` its data names, if any (for the reader: `sfc work dead`,
+    `sfc job show`)."""
+    return job_named(entry_id, raw) or _buried_with(raw) or job_mentioned(raw)
+
+
+def _buried_with(raw: Mapping[bytes, bytes]) -> str | None:
+    """A dead entry's `job` field, if it is a valid job id."""
+    try:
+        return check_job(raw.get(b"job", b"").decode())
+    except (ValueError, UnicodeDecodeError):
+        return None
 
 
 __all__ = [

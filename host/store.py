@@ -69,6 +69,8 @@ _READS = frozenset({"TIME", "HGETALL", "HMGET"})
 """The commands of a round trip that may be sent again after a broken connection."""
 JOB_FIELDS = ("version", "state", "order", "due")
 """The fields of a job hash a load reads (HMGET), in this order."""
+DEAD_FIELDS = (b"reason", b"entry", b"deliveries", b"job")
+"""The fields a dead entry adds to the entry's own (`bury`; `requeue` removes them)."""
 
 
 @dataclass(frozen=True)
@@ -1431,12 +1433,17 @@ class Store:
         deliveries: int,
         fields: Mapping[bytes, bytes],
     ) -> str:
-        """`sfc1_bury`: ok, or gone when the entry is no longer pending."""
+        """`sfc1_bury`: ok, or gone when the entry is no longer pending. The dead entry has
+        the entry's fields, then `reason`, `entry` and `deliveries` (and before them `job`,
+        when there is one: for an event, the job of the wait it was offered to); an entry's
+        own field of such a name is kept as `original-NAME`."""
         flat: list[Any] = []
         for k, v in fields.items():
-            if k in (b"reason", b"entry", b"deliveries"):
+            if k in DEAD_FIELDS:
                 k = b"original-" + k
             flat += [k, v]
+        if job:
+            flat += [b"job", job]
         job_key = keys.job(scope, job) if job else keys.settings(scope)
         return _text(
             self._fcall(
@@ -1493,9 +1500,7 @@ class Store:
         rows: Any = self.client(scope).xrange(keys.dead(scope), entry_id, entry_id)
         if not rows:
             return None
-        fields = {
-            k: v for k, v in rows[0][1].items() if k not in (b"reason", b"entry", b"deliveries")
-        }
+        fields = {k: v for k, v in rows[0][1].items() if k not in DEAD_FIELDS}
         for k in list(fields):
             if k.startswith(b"original-"):
                 fields[k.removeprefix(b"original-")] = fields.pop(k)

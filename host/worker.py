@@ -969,8 +969,31 @@ class Worker:
                 f"; the job's stored order or state cannot be read: {problem} "
                 f"(`sfc job clear {job} --unreadable` removes it)"
             )
+        elif job is None:
+            offered = self._offered_to(scope, entry_id, fields)
+            if offered is not None:
+                # an event: the job of the wait it was offered to, buried with it (the dead
+                # entry's `job`, which `sfc work dead` and `sfc job show` read)
+                job, problem = offered
+                reason += (
+                    f"; it was offered to a wait of job {job}, whose stored order or state "
+                    f"cannot be read: {problem} (`sfc job clear {job} --unreadable` removes it)"
+                )
         self._bury(scope, entry_id, reason, job, deliveries, fields)
         return True
+
+    def _offered_to(
+        self, scope: str, entry_id: str, fields: dict[bytes, bytes]
+    ) -> tuple[str, str] | None:
+        """For an event: (job, why) of the first wait it matches whose job cannot be read
+        (`Applier.unreadable_wait`), which failed it at every delivery; else None."""
+        try:
+            entry = decode_work(entry_id, fields)
+        except EntryError:
+            return None
+        if job_of(entry) is not None:
+            return None
+        return self.applier.unreadable_wait(scope, entry)
 
     def _took_over(self, scope: str, ids: Sequence[str]) -> None:
         """The line of entries taken over with XAUTOCLAIM: another consumer left them (it

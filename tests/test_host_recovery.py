@@ -293,6 +293,64 @@ def test_an_event_whose_waiting_job_cannot_be_read_is_one_line_too(
     assert r.xpending(keys.work(scope), keys.GROUP)["pending"] == 1
 
 
+def test_an_event_buried_for_a_waiting_job_that_cannot_be_read_says_which_and_why(
+    host: Host, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Review r3: an event whose matching wait is a job whose stored state cannot be read
+    was buried as `failed N deliveries`, with no job, no reason and no way out (the job's
+    own tick got all three), and `sfc job show` did not count it. Now its reason names the
+    job its wait was offered to, why, and the way out; the dead entry records that job."""
+    from host import jobs
+    from host.entries import dead_job
+    from host.equipment import publish_event
+    from tests.test_host_events import QA, _start_waiting, wait_recipe
+
+    caplog.set_level(logging.WARNING, logger="sfc.host")
+    scope = host.scope("unreadable-dead")
+    recipe = wait_recipe({"Subject": "line1/{jobId}/qa"})
+    worker = _start_waiting(host, scope, ["w0", "w1"], recipe)
+    r = host.client()
+    state = r.hget(keys.job(scope, "w1"), "state")
+    assert state is not None
+    r.hset(keys.job(scope, "w1"), "state", state.replace(b'"activeSteps"', b'"activeStepz"'))
+    entry = publish_event(host.store(), scope, QA, subject="line1/w1/qa", outcome="good")
+    assert entry is not None
+
+    def step() -> None:
+        worker.read_once(block_ms=5)
+        worker.claim_once()
+
+    wait_for(
+        lambda: r.xlen(keys.dead(scope)) == 1, step=step, timeout=15, what="the event to go dead"
+    )
+    ((dead_id, dead),) = host.store().dead(scope)
+    reason = dead[b"reason"].decode()
+    assert reason.startswith("failed 3 deliveries (SFC_MAX_DELIVERIES is 3); "), reason
+    assert (
+        "; it was offered to a wait of job w1, whose stored order or state cannot be read: "
+        in reason
+    )
+    assert "`activeStepz`" in reason, reason
+    assert reason.endswith("(`sfc job clear w1 --unreadable` removes it)"), reason
+    assert dead[b"job"] == b"w1" and dead[b"kind"] == b"event"
+    assert dead_job(dead_id, dead) == "w1"
+    (buried,) = [x for x in caplog.records if "is dead" in x.getMessage()]
+    assert buried.getMessage().startswith(f"scope {scope}: entry {entry} of job w1 is dead: ")
+    assert buried.job == "w1", buried.__dict__  # type: ignore[attr-defined]
+    # `sfc job show w1` counts it; w0's does not
+    shown = jobs.view(host.store(), scope, "w1")
+    assert shown is not None and [d.id for d in shown.dead] == [dead_id], shown.dead
+    other = jobs.view(host.store(), scope, "w0")
+    assert other is not None and not other.dead
+    # requeued, it is the event again (without the fields the dead stream added)
+    new = host.store().requeue(scope, dead_id)
+    assert new is not None
+    ((_, again),) = r.xrange(keys.work(scope), new, new)
+    assert sorted(again) == sorted(
+        k for k in dead if k not in (b"reason", b"entry", b"deliveries", b"job")
+    )
+
+
 def test_an_answer_for_a_job_that_does_not_exist_is_dropped_and_counted(host: Host) -> None:
     from host.equipment import respond
 
