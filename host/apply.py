@@ -334,6 +334,26 @@ def _failed(
     tally.failed += [(x.id, f"{type(e).__name__}: {e}") for x in entries]
 
 
+def _unreadable_at_start(scope: str, job: str, why: str) -> None:
+    """The line of a job whose stored order or state cannot be read, found when a worker
+    takes its scope up (`repair_all`): why and the way out, in the words of the line of
+    each delivery of its entries (`Worker._cannot_read`)."""
+    log.error(
+        "scope %s: job %s cannot be evaluated: its stored order or state cannot be read (%s); "
+        "its indexes are left as they are; unless a newer sfc wrote it, `sfc job clear %s "
+        "--unreadable` removes the job",
+        scope,
+        job,
+        why,
+        job,
+        extra={
+            "scope": scope,
+            "job": job,
+            "reason": f"its stored order or state cannot be read: {why}",
+        },
+    )
+
+
 def unreadable(record: JobRecord) -> str | None:
     """Why a stored job's order or state cannot be read (written by another program, or by
     hand), or None: no worker can evaluate such a job."""
@@ -801,12 +821,8 @@ class Applier:
                 try:
                     state = state_decoder.decode(record.state)
                     order = decode_order(record.order)
-                except (msgspec.DecodeError, RecursionError):
-                    log.error(
-                        "scope %s: job %s has a state or order that does not decode; left as it is",
-                        scope,
-                        job,
-                    )
+                except (msgspec.DecodeError, RecursionError) as e:
+                    _unreadable_at_start(scope, job, str(e))
                     continue
                 running = state.status == "running" and not joborder.ended(order)
                 graph = self.graphs.get(order.recipe_hash, order.dataschema)

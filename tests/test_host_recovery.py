@@ -266,6 +266,41 @@ def test_a_job_whose_state_cannot_be_read_is_one_line_a_delivery_with_the_way_ou
     assert all(x.exc_info is None for x in caplog.records), caplog.text
 
 
+def test_a_worker_that_takes_up_a_scope_says_why_a_job_cannot_be_read_and_the_way_out(
+    host: Host, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Review r3: the repair at a worker's start logged `job J has a state or order that
+    does not decode; left as it is`, with no reason and no way out, in words found nowhere
+    in docs/metrics.md. Now the words of the line of each delivery, with why."""
+    from host.logs import JsonFormatter
+
+    scope = host.scope("unreadable-start")
+    job = host.submit(scope, linear_recipe(1, timeout_s=600), job_id="ax1").job
+    worker = host.worker([scope])
+    host.run([worker], [], lambda: _status(host, scope, job) == "running", sweep=False)
+    r = host.client()
+    state = r.hget(keys.job(scope, job), "state")
+    assert state is not None and b'"activeSteps"' in state
+    r.hset(keys.job(scope, job), "state", state.replace(b'"activeSteps"', b'"activeStepz"'))
+    caplog.set_level(logging.WARNING, logger="sfc.host")
+    caplog.clear()
+    assert host.worker([scope]).counters.repaired == 0
+    (line,) = [x for x in caplog.records if "ax1" in x.getMessage()]
+    assert line.levelno == logging.ERROR and line.exc_info is None, caplog.text
+    text = line.getMessage()
+    assert text.startswith(
+        f"scope {scope}: job ax1 cannot be evaluated: its stored order or state cannot be read ("
+    ), text
+    assert "`activeStepz`" in text, text
+    assert text.endswith(
+        "; its indexes are left as they are; unless a newer sfc wrote it, "
+        "`sfc job clear ax1 --unreadable` removes the job"
+    ), text
+    doc = json.loads(JsonFormatter().format(line))
+    assert (doc["scope"], doc["job"]) == (scope, job)
+    assert doc["reason"].startswith("its stored order or state cannot be read: "), doc
+
+
 def test_an_event_whose_waiting_job_cannot_be_read_is_one_line_too(
     host: Host, caplog: pytest.LogCaptureFixture
 ) -> None:
