@@ -147,17 +147,39 @@ def not_found(store: Store, scope: str, job: str, fix: str = "add --scope {scope
     return f"no such job order in scope {scope}{where_else(store, scope, job, fix)}"
 
 
+def not_found_many(
+    store: Store, scope: str, job_ids: list[str], fix: str = "add --scope {scope}"
+) -> dict[str, str]:
+    """`not_found` of each job, in one pass (`sfc job wait` of several)."""
+    return {
+        j: f"no such job order in scope {scope}{said}"
+        for j, said in where_else_many(store, scope, job_ids, fix).items()
+    }
+
+
 def where_else(store: Store, scope: str, job: str, fix: str = "add --scope {scope}") -> str:
     """What follows "no such job order in scope S": the other registered scopes that hold
     the id (`fix` says how to ask there), or that `scope` is not registered; "" when
-    neither. Asked only on that path (one EXISTS per registered scope)."""
+    neither. Asked only on that path (one EXISTS per registered scope, pipelined)."""
+    return where_else_many(store, scope, [job], fix)[job]
+
+
+def where_else_many(
+    store: Store, scope: str, job_ids: list[str], fix: str = "add --scope {scope}"
+) -> dict[str, str]:
+    """`where_else` of each job: the registry read once, and every EXISTS in one pipeline
+    per node (`host.jobs.elsewhere_many`)."""
     registered = store.scopes()
-    others = jobs.elsewhere(store, scope, job, registered)
-    if others:
-        where = "scope " + others[0] if len(others) == 1 else "scopes " + _named(others)
-        return f"; job {job} is in {where}: {fix.format(scope=others[0])}"
+    found = jobs.elsewhere_many(store, scope, job_ids, registered)
     warning = unregistered(store, scope, registered)
-    return "" if warning is None else f"; {warning}"
+    out: dict[str, str] = {}
+    for job, others in found.items():
+        if others:
+            where = "scope " + others[0] if len(others) == 1 else "scopes " + _named(others)
+            out[job] = f"; job {job} is in {where}: {fix.format(scope=others[0])}"
+        else:
+            out[job] = "" if warning is None else f"; {warning}"
+    return out
 
 
 @contextmanager

@@ -33,6 +33,7 @@ from cli.hostcommon import (
     connected,
     fail,
     not_found,
+    not_found_many,
     open_store,
     print_json,
     process_settings,
@@ -1023,9 +1024,8 @@ def wait(
         ends = _wait(store, scope, job_ids, deadline)
         left = [j for j in job_ids if j not in ends]
         why = jobs.unreadable_jobs(store, scope, left) if left else {}
-        missing = {
-            j: not_found(store, scope, j) for j in job_ids if ends.get(j) == "unknown job order"
-        }
+        unknown = [j for j in job_ids if ends.get(j) == "unknown job order"]
+        missing = not_found_many(store, scope, unknown) if unknown else {}
     store.close()
     bad = False
     for j in job_ids:

@@ -518,9 +518,20 @@ def elsewhere(
 ) -> list[str]:
     """The other registered scopes (`registered`, read when not given) that hold a job of
     this id, for the message of a job not found in `scope` (a scope left out or mistyped):
-    one EXISTS per registered scope, asked only on that path."""
+    one EXISTS per registered scope, asked only on that path (`elsewhere_many`)."""
+    return elsewhere_many(store, scope, [job], registered)[job]
+
+
+def elsewhere_many(
+    store: Store, scope: str, job_ids: Sequence[str], registered: Sequence[str] | None = None
+) -> dict[str, list[str]]:
+    """`elsewhere` for several jobs, in one pass: every EXISTS of every job in one
+    pipeline per node (`Store.held`)."""
     scopes = store.scopes() if registered is None else registered
-    return [s for s in scopes if s != scope and store.has_job(s, job)]
+    others = [s for s in scopes if s != scope]
+    unique = list(dict.fromkeys(job_ids))
+    found = store.held([(s, j) for j in unique for s in others])
+    return {j: [s for s in others if (s, j) in found] for j in unique}
 
 
 def orders(store: Store, scope: str, chunk: int = 500) -> list[JobOrder]:

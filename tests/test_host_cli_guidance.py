@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from cli.mcptools import build_server
+from host import keys
 from tests.clikit import processes
 from tests.hostkit import Host, linear_recipe
 
@@ -98,6 +99,45 @@ def test_a_job_not_found_in_its_scope_is_named_where_it_is(host: Host, valkey_ur
     assert error and f'job {e1} is in scope {home}: call it with scope "{home}"' in text, text
     error, text, _ = _mcp(valkey_url, "sfc_pause", {"job": e1, "scope": other})
     assert error and f"job {e1} is in scope {home}" in text, text
+
+
+def test_a_job_not_found_asks_the_registered_scopes_in_one_pass(tmp_path: Path) -> None:
+    """Review r3: a job not found asked each registered scope in a round trip of its own
+    (one EXISTS each): with 2,000 scopes `job show nosuch` made 2,015 round trips, and
+    `job wait` of 3 unknown jobs 6,016. Now one pipeline (per node) for every scope, and
+    for every unknown job of a `job wait`: the server's reads are counted, on a server of
+    the test's own (nothing else talks to it)."""
+    from host.server import EmbeddedServer
+
+    server = EmbeddedServer(tmp_path / "valkey").start()
+    h = Host(server.url)
+    try:
+        home = h.scope("home")
+        h.submit(home, linear_recipe(1), job_id="x1", start=False)
+        r = h.client()
+        r.sadd(keys.SCOPES, *[f"s{i}" for i in range(200)])
+        h.submit("s150", linear_recipe(1), job_id="there", start=False)
+        at = ["--scope", home, "--redis", server.url]
+
+        def reads() -> int:
+            return int(r.info("stats")["total_reads_processed"])
+
+        before = reads()
+        proc = sfc("job", "show", "nosuch", *at)
+        shown = reads() - before
+        assert proc.returncode == 1 and f"no such job order in scope {home}" in proc.stderr
+        assert shown < 30, shown  # 200 and more, one a scope
+        before = reads()
+        proc = sfc("job", "wait", "nosuch", "there", "none", "--timeout", "5", *at)
+        waited = reads() - before
+        assert proc.returncode == 1, proc.stdout
+        assert "there: unknown job order (no such job order in scope " in proc.stdout
+        assert "; job there is in scope s150: add --scope s150)" in proc.stdout, proc.stdout
+        assert proc.stdout.count("no such job order") == 3, proc.stdout
+        assert waited < 30, waited  # 600 and more
+    finally:
+        h.close()
+        server.stop()
 
 
 def test_equipment_on_a_scope_that_is_not_registered_says_so_at_start(

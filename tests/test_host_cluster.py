@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from redis.cluster import RedisCluster
 
 from host import jobs, keys
@@ -126,6 +127,35 @@ def test_a_worker_of_every_registered_scope_reads_each_scope_on_its_own(
         [chost.responder(s) for s in scopes],
         lambda: all(chost.ended(s, ["j"])() for s in scopes),
     )
+
+
+def test_a_job_not_found_is_looked_for_on_every_node_in_one_pipeline_each(
+    cluster: LocalCluster, chost: Host
+) -> None:
+    """`host.jobs.elsewhere_many` (a job not found: which other scopes hold it) asks each
+    node for its own scopes' jobs (a pipeline a node): each one's EXISTS went to its node."""
+    scopes = spread_scopes(cluster.url, "where")
+    chost.scopes += scopes
+    home, *others = scopes
+    for s in others:
+        chost.submit(s, linear_recipe(1), job_id="here", start=False)
+    chost.submit(others[0], linear_recipe(1), job_id="once", start=False)
+    store = chost.store()
+
+    def exists() -> dict[str, int]:
+        out = {}
+        for url in cluster.urls:
+            node = redis.Redis.from_url(url)
+            stats: Any = node.info("commandstats")
+            node.close()
+            out[url] = int(stats.get("cmdstat_exists", {}).get("calls", 0))
+        return out
+
+    before = exists()
+    found = jobs.elsewhere_many(store, home, ["here", "once", "nowhere"], scopes)
+    assert found == {"here": others, "once": [others[0]], "nowhere": []}
+    after = exists()
+    assert sorted(after[u] - before[u] for u in after) == [0, 3, 3], (before, after)
 
 
 def test_timeouts_and_redispatch_on_the_cluster(cluster: LocalCluster, chost: Host) -> None:
