@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -106,6 +106,18 @@ def check_scope(scope: str) -> str:
         return keys.check_scope(scope)
     except keys.KeyError_ as e:
         fail(f"--scope: {e}", 2)
+
+
+def check_jobs(job_ids: Sequence[str], what: str = "JOB") -> None:
+    """Every job id, as the CLI parses its arguments, before it connects: a malformed one
+    (`host.keys.check_job`: empty, too long, braces, spaces, control characters) is a usage
+    error, exit 2, in the same words in every command, and none is touched. A well-formed
+    id that is not stored is the server's answer: not found, exit 1."""
+    for job in job_ids:
+        try:
+            keys.check_job(job)
+        except keys.KeyError_ as e:
+            fail(f"{what}: {e}", 2)
 
 
 SHOWN_SCOPES = 10

@@ -29,6 +29,7 @@ from cli.hostcommon import (
     JsonOption,
     RedisOption,
     ScopeOption,
+    check_jobs,
     check_scope,
     connected,
     fail,
@@ -120,6 +121,7 @@ def submit(
         ids = [job_id]
     else:
         ids = [f"{job_id}-{i}" for i in range(1, count + 1)] if job_id else [None] * count
+    check_jobs([i for i in ids if i is not None], "--job-id")
     store = open_store(redis, data_dir)
     results = []
     interrupted = False
@@ -291,6 +293,7 @@ def _apply_each(
     one: Callable[[Store, str], jobs.MethodResult],
 ) -> None:
     check_scope(scope)
+    check_jobs(job_ids)
     results: list[jobs.MethodResult] = []
     with connected(redis, data_dir) as store:
         try:
@@ -392,6 +395,7 @@ def update(
 ) -> None:
     """Update: replace the order of a job that has not started."""
     check_scope(scope)
+    check_jobs([job_id])
     if (recipe, priority, description, work_master) == (None, None, None, None):
         # an Update that changes nothing was applied, and counted, as one that did
         fail("nothing to update: give --recipe, --priority, --description or --work-master", 2)
@@ -443,6 +447,7 @@ def redispatch(
     that the equipment may have lost. A push command sent again uses up an attempt; one on
     its last attempt is refused without --force."""
     check_scope(scope)
+    check_jobs([job_id])
     settings = process_settings()  # SFC_MAX_ATTEMPTS: what a push sent again costs
     store = open_store(redis, data_dir)
     with server_errors():
@@ -461,6 +466,7 @@ def response(
 ) -> None:
     """RequestJobResponseByJobOrderID: the job responses (JSON)."""
     check_scope(scope)
+    check_jobs(job_ids)
     store = open_store(redis, data_dir)
     out: list[Any] = []
     failed = False
@@ -642,6 +648,7 @@ def show(
     deadline, the job's dead entries, the last history entries, and the job response. A job
     whose stored order or state cannot be read is shown as far as it can be, and exits 2."""
     check_scope(scope)
+    check_jobs([job_id])
     store = open_store(redis, data_dir)
     with server_errors():
         v = jobs.view(store, scope, job_id, history)
@@ -1018,6 +1025,7 @@ def wait(
     on the timeout. A server that cannot be reached for a while (a restart) is waited out,
     within the timeout."""
     check_scope(scope)
+    check_jobs(job_ids)
     store = open_store(redis, data_dir)
     deadline = time.monotonic() + timeout
     with server_errors():

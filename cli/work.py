@@ -15,6 +15,7 @@ from cli.hostcommon import (
     JsonOption,
     RedisOption,
     ScopeOption,
+    check_jobs,
     check_scope,
     connected,
     fail,
@@ -26,7 +27,7 @@ from cli.hostcommon import (
 )
 from cli.main import app
 from generated.state_v1_4 import SfcState
-from host import jobs, keys
+from host import jobs
 from host.entries import EntryError, dead_job, decode_work, entry_ms
 from host.equipment import answer_data, publish_event
 from host.equipment import respond as respond_
@@ -85,10 +86,7 @@ def respond(
     if error is not None and not error.strip():
         # it faulted the job with "failure reported", as no equipment reports one
         fail("--error is empty: give the failure's text", 2)
-    try:
-        keys.check_job(job)
-    except keys.KeyError_ as e:
-        fail(f"JOB: {e}", 2)
+    check_jobs([job])
     with refused():  # the answer's own shape first (exit 2), then what the job has open
         answer_data(job, action, outcome=outcome, error=error, command_id=command_id, round=round_)
     store = open_store(redis, data_dir)

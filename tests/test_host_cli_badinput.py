@@ -50,18 +50,71 @@ def stored(host: Host) -> tuple[Host, str]:
 
 
 @pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize(
-    ("job", "status"),
-    [("a{b}", "invalid request (4294967296)"), ("nobody", "unknown job order id (2)")],
-)
-def test_every_method_refuses_a_bad_or_unknown_id_and_writes_nothing(
-    stored: tuple[Host, str], valkey_url: str, method: str, job: str, status: str
+def test_every_method_refuses_an_unknown_id_and_writes_nothing(
+    stored: tuple[Host, str], valkey_url: str, method: str
 ) -> None:
     host, scope = stored
     before = _written(host.client(), scope)
-    proc = sfc("job", method, job, "--scope", scope, "--redis", valkey_url)
+    proc = sfc("job", method, "nobody", "--scope", scope, "--redis", valkey_url)
     assert proc.returncode == 1, proc.stderr
-    assert f"{job}: {status}" in proc.stdout
+    assert "nobody: unknown job order id (2)" in proc.stdout
+    assert _written(host.client(), scope) == before
+
+
+MALFORMED = "a{b}"
+MALFORMED_SAID = (
+    "sfc: JOB: the job id 'a{b}' contains '{': braces, spaces and control characters are "
+    "not allowed\n"
+)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        *[["job", m, "j", MALFORMED] for m in METHODS],
+        ["job", "pause", MALFORMED, "--comment", "c"],
+        ["job", "update", MALFORMED, "--priority", "3"],
+        ["job", "redispatch", MALFORMED],
+        ["job", "response", "j", MALFORMED],
+        ["job", "show", MALFORMED],
+        ["job", "wait", "j", MALFORMED, "--timeout", "1"],
+        ["respond", MALFORMED, "a1", "ok"],
+    ],
+)
+def test_a_malformed_job_id_is_a_usage_error_in_every_command_before_it_connects(
+    stored: tuple[Host, str], valkey_url: str, args: list[str]
+) -> None:
+    """Review r3: a malformed job id (one `host.keys.check_job` refuses) exited 1 "unknown
+    job order" in `job show` and `job wait`, 1 "invalid request (4294967296)" in `job pause`,
+    and 2 in `respond`. The CLI contract: 2 is usage. Now 2 in the same words everywhere,
+    checked before connecting (no server is asked: none is there), and none is touched (a
+    good id before it too); a well-formed unknown id stays not found, exit 1 (above)."""
+    host, scope = stored
+    before = _written(host.client(), scope)
+    proc = sfc(*args, "--scope", scope, "--redis", valkey_url)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, MALFORMED_SAID, ""), proc
+    assert _written(host.client(), scope) == before
+    # before it connects: a server that is not there is not what it says
+    proc = sfc(*args, "--scope", scope, "--redis", "redis://127.0.0.1:9")
+    assert (proc.returncode, proc.stderr) == (2, MALFORMED_SAID), proc
+
+
+def test_a_malformed_job_id_to_submit_is_a_usage_error_too(
+    stored: tuple[Host, str], valkey_url: str, tmp_path: Path
+) -> None:
+    """`--job-id` (with --count, each id it makes) is checked as every JOB argument is."""
+    host, scope = stored
+    recipe = tmp_path / "r.json"
+    recipe.write_bytes(linear_recipe(1))
+    before = _written(host.client(), scope)
+    for extra in ([], ["--count", "3"]):
+        proc = sfc(
+            "job", "submit", str(recipe), "--job-id", "a b", *extra,
+            "--scope", scope, "--redis", valkey_url,
+        )  # fmt: skip
+        assert proc.returncode == 2, proc
+        assert proc.stderr.startswith("sfc: --job-id: the job id 'a b"), proc.stderr
+        assert "contains ' ': braces, spaces and control characters are not allowed" in proc.stderr
     assert _written(host.client(), scope) == before
 
 
