@@ -986,14 +986,24 @@ class Worker:
         self, scope: str, entry_id: str, fields: dict[bytes, bytes]
     ) -> tuple[str, str] | None:
         """For an event: (job, why) of the first wait it matches whose job cannot be read
-        (`Applier.unreadable_wait`), which failed it at every delivery; else None."""
+        (`Applier.unreadable_wait`), which failed it at every delivery; else None. The
+        burial does not hang on it: a look that raises (the offer's own bug, which failed
+        the event each time) buries the event without it."""
         try:
             entry = decode_work(entry_id, fields)
         except EntryError:
             return None
         if job_of(entry) is not None:
             return None
-        return self.applier.unreadable_wait(scope, entry)
+        try:
+            return self.applier.unreadable_wait(scope, entry)
+        except Exception as e:
+            if unreachable(e):
+                raise  # the loop reconnects; the entry stays pending
+            log.debug(
+                "scope %s: the waits of event %s could not be read", scope, entry_id, exc_info=True
+            )
+            return None
 
     def _took_over(self, scope: str, ids: Sequence[str]) -> None:
         """The line of entries taken over with XAUTOCLAIM: another consumer left them (it

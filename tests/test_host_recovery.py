@@ -386,6 +386,39 @@ def test_an_event_buried_for_a_waiting_job_that_cannot_be_read_says_which_and_wh
     )
 
 
+def test_an_event_whose_waiting_job_cannot_be_loaded_at_all_is_still_buried(
+    host: Host, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The look at the waits of an event that goes dead (which job could not be read) must
+    not keep it from the dead stream: here the waiting job's key is no hash (WRONGTYPE on
+    every load), which failed each offer and fails the look too. The event is buried, with
+    the plain reason, and the claim goes on."""
+    from host.equipment import publish_event
+    from tests.test_host_events import QA, _start_waiting, wait_recipe
+
+    caplog.set_level(logging.WARNING, logger="sfc.host")
+    scope = host.scope("wrongtype-dead")
+    worker = _start_waiting(host, scope, ["w1"], wait_recipe(None))
+    r = host.client()
+    r.delete(keys.job(scope, "w1"))
+    r.set(keys.job(scope, "w1"), b"not a hash")
+    entry = publish_event(host.store(), scope, QA, outcome="good")
+    assert entry is not None
+
+    def step() -> None:
+        worker.read_once(block_ms=5)
+        worker.claim_once()
+
+    wait_for(
+        lambda: r.xlen(keys.dead(scope)) == 1, step=step, timeout=15, what="the event to go dead"
+    )
+    ((_, dead),) = host.store().dead(scope)
+    assert dead[b"reason"] == b"failed 3 deliveries (SFC_MAX_DELIVERIES is 3)", dead
+    assert b"job" not in dead and dead[b"entry"].decode() == entry
+    assert r.xpending(keys.work(scope), keys.GROUP)["pending"] == 0
+    r.delete(keys.job(scope, "w1"))  # for the fixture's check at the end
+
+
 def test_an_answer_for_a_job_that_does_not_exist_is_dropped_and_counted(host: Host) -> None:
     from host.equipment import respond
 
