@@ -690,7 +690,7 @@ def show_doc(v: jobs.JobView, now: int) -> dict[str, Any]:
     return {
         "order": v.order,
         "state": v.state,
-        "version": int(v.version),
+        "version": _version(v.version),
         "due": v.due,
         "active": v.active,
         "history": [{"id": i, **_history_row(h)} for i, h in v.history],
@@ -701,6 +701,15 @@ def show_doc(v: jobs.JobView, now: int) -> dict[str, Any]:
         "response": v.response,
         **_facts(v, now),
     }
+
+
+def _version(stored: str) -> int | str:
+    """The job's version, a number as the host writes it; one that is not (written by
+    hand) as stored, not an error that hides the rest."""
+    try:
+        return int(stored)
+    except ValueError:
+        return stored
 
 
 def _facts(v: jobs.JobView, now: int) -> dict[str, Any]:
@@ -739,7 +748,7 @@ def _facts(v: jobs.JobView, now: int) -> dict[str, Any]:
         "waitingFor": waiting,
         "pausedSince": v.paused_since,
         "nextDeadline": deadline,
-        "outSince": [_out_row(c, now) for c in v.out],
+        "outSince": [_out_row(c, now, v.unread) for c in v.out],
         "equipmentGroups": v.equipment_groups,
         "dead": {
             "count": len(v.dead),
@@ -838,38 +847,61 @@ def _warnings(v: jobs.JobView, now: int, waiting: list[dict[str, Any]]) -> list[
     return out
 
 
-def _out_row(c: jobs.OutCommand, now: int) -> dict[str, Any]:
+def _out_row(c: jobs.OutCommand, now: int, unread: int) -> dict[str, Any]:
     return {
         "commandId": c.command_id,
         "since": c.since,
         "entry": c.entry_id,
+        "answer": c.answer,
         "reads": [
             {
                 "group": r.group,
                 "status": r.status,
                 "consumer": r.consumer,
                 "readAt": None if r.idle_ms is None else now - r.idle_ms,
+                "deliveries": r.deliveries,
+                "consumerIdleMs": r.consumer_idle_ms,
                 "waiting": r.waiting,
-                "text": _read_text(r, now),
+                "text": _read_text(r, c, now, unread),
             }
             for r in c.reads
         ],
     }
 
 
-def _read_text(r: jobs.GroupRead, now: int) -> str:
+def _read_text(r: jobs.GroupRead, c: jobs.OutCommand, now: int, unread: int) -> str:
     if r.status == "unread":
         n = "some" if r.waiting is None else str(r.waiting)
         return f"not read yet by group {r.group}: {n} command(s) wait unread"
     if r.status == "read":
         idle = r.idle_ms or 0
-        return (
+        times = "" if r.deliveries is None else f", delivered {r.deliveries} time(s)"
+        said = (
             f"read by group {r.group} (consumer {r.consumer}) at {when(now - idle)} "
-            f"({duration(idle)} ago), no answer yet"
+            f"({duration(idle)} ago{times}), no answer yet"
         )
+        if r.consumer_idle_ms is None:
+            return said
+        # a consumer that died looks like one that works on it, but for this
+        return f"{said}; {r.consumer} last read the stream {duration(r.consumer_idle_ms)} ago"
     if r.status == "done":
-        return f"read and acknowledged by group {r.group}, no answer yet"
-    return f"not found on the equipment stream (trimmed): group {r.group} cannot be told"
+        # `sfc equipment` acknowledges in the round trip that writes its answer, `sfc bridge
+        # mqtt` once it published the command: taken, either way
+        said = f"taken by group {r.group} (acknowledged); its answer is not applied yet"
+        if c.answer is not None:
+            return f"{said}: a worker holds it ({c.answer}, see Entries read but not yet committed)"
+        if unread:
+            return f"{said} (it may wait in the work stream: see Work stream)"
+        return f"{said}: none has come back yet"
+    if r.status == "trimmed":
+        return (
+            f"not on the equipment stream any more: acknowledged by every group (so by "
+            f"group {r.group}), and trimmed since"
+        )
+    return (
+        f"not found among the first {jobs.EQUIPMENT_SCAN} equipment entries of the "
+        f"millisecond it went out: group {r.group} cannot be told"
+    )
 
 
 def _print_styled(text: str) -> None:

@@ -39,7 +39,7 @@ from host.entries import (
 from host.joborder import ReturnStatus
 from host.outbox import command_number
 from host.settings import HISTORY_LIMIT_MAX, Settings
-from host.store import JobRecord, Store
+from host.store import JobRecord, Store, id_tuple
 from sfc.builder import RECIPE_V1_1_0, BuildError, BuildResult, build
 from sfc.codec import capabilities_decoder, state_decoder
 from sfc.evolution import DEFAULT_MAX_ATTEMPTS, new_state
@@ -788,14 +788,20 @@ class GroupRead:
     """How far one consumer group of the equipment stream (an adapter: `sfc equipment`,
     `sfc bridge mqtt`) has read one command: `unread` (not delivered to it yet; `waiting`
     entries of the stream are, when the server can tell), `read` (delivered to `consumer`
-    `idle_ms` ago and not acknowledged: no answer yet), `done` (acknowledged: the adapter
-    is done with it) or `unknown` (the command's entry was not found: trimmed)."""
+    `idle_ms` ago, `deliveries` times, and not acknowledged: the consumer last read the
+    stream `consumer_idle_ms` ago), `done` (acknowledged: taken; `sfc equipment` acknowledges
+    in the round trip that writes its answer, `sfc bridge mqtt` once it published the
+    command), `trimmed` (the command's entry is not on the stream any more: a trim removes
+    only entries every group acknowledged) or `unknown` (not found among the first
+    EQUIPMENT_SCAN entries of the millisecond it went out)."""
 
     group: str
     status: str
     consumer: str | None = None
     idle_ms: int | None = None
     waiting: int | None = None
+    deliveries: int | None = None
+    consumer_idle_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -805,8 +811,11 @@ class OutCommand:
     command_id: str
     since: int
     entry_id: str | None
-    """Its equipment stream entry (None when it was not found: trimmed)."""
+    """Its equipment stream entry (None when it was not found: trimmed, or past
+    EQUIPMENT_SCAN)."""
     reads: list[GroupRead] = field(default_factory=list)
+    answer: str | None = None
+    """A work entry of the job, pending with a worker, that answers it (not applied yet)."""
 
 
 @dataclass(frozen=True)
@@ -868,8 +877,13 @@ class JobView:
 DEAD_SCAN = 1_000
 """The last dead entries of the scope `view` reads for those naming the job."""
 EQUIPMENT_PROBE = 50
-"""The equipment entries `view` reads from the millisecond a command went out, to find its
-entry (the commit's commands are the first of that millisecond, but for other commits')."""
+"""The equipment entries `view` reads first from the millisecond a command went out, to find
+its entry (the commit's commands are among the first of that millisecond, after other
+commits' of the same millisecond: a sweep that retries many jobs at once writes more)."""
+EQUIPMENT_SCAN = 5_000
+"""The most equipment entries of one millisecond `view` reads for a command's entry, in
+pages of EQUIPMENT_PAGE: past them the command's read status is `unknown`."""
+EQUIPMENT_PAGE = 500
 
 
 def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | None:
@@ -920,11 +934,19 @@ def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | Non
         p for p in store.pending_entries(scope, 1000) if job_named(p["id"], p["fields"]) == job
     ]
     open_ids = [c for c in _open_commands(state) if c in sent_at]
-    seen = store.streams_of_show(
-        scope, [entry_ms(sent_in[c]) for c in open_ids], DEAD_SCAN, EQUIPMENT_PROBE
+    ms_of = {c: entry_ms(sent_in[c]) for c in open_ids}
+    times = sorted(set(ms_of.values()))
+    seen = store.streams_of_show(scope, times, DEAD_SCAN, EQUIPMENT_PROBE)
+    found = _find_entries(store, scope, ms_of, dict(zip(times, seen.equipment, strict=True)))
+    out = _reads(
+        store,
+        scope,
+        [(c, *found[c]) for c in open_ids],
+        sent_at,
+        seen.equipment_groups,
+        seen.group_names,
+        _answers(pending),
     )
-    found = [_command_entry(c, rows) for c, rows in zip(open_ids, seen.equipment, strict=True)]
-    out = _reads(store, scope, open_ids, found, sent_at, seen.equipment_groups)
     return JobView(
         order=order,
         state=state,
@@ -952,63 +974,118 @@ def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | Non
 
 def _open_commands(state: SfcState | None) -> list[str]:
     """The job's open command ids, work and hold: none once it ended (the core leaves the
-    records of work it withdrew as they were), none of work the equipment held."""
+    records of work it withdrew as they were), none of work the equipment held, and none
+    of an await's notice: no adapter answers it, an event does (the explainer shows what
+    it waits for)."""
     if state is None or state.status != "running":
         return []
     return [
         cid
         for rec in state.actions.values()
         if rec.status == "open" and rec.hold != "held"  # held work was withdrawn
-        for cid in (rec.command_id, rec.hold_command_id if rec.hold == "open" else None)
+        for cid in (
+            rec.command_id if rec.work != "await" else None,
+            rec.hold_command_id if rec.hold == "open" else None,
+        )
         if cid
     ]
 
 
-def _command_entry(
-    command_id: str, rows: Sequence[tuple[str, Mapping[bytes, bytes]]]
-) -> str | None:
-    """The equipment entry among `rows` that carries `command_id`, or None."""
-    for entry_id, f in rows:
-        try:
-            data = msgspec.json.decode(f.get(b"data", b"{}"))
-        except (msgspec.DecodeError, RecursionError):
-            continue
-        if isinstance(data, dict) and data.get("commandId") == command_id:
-            return entry_id
-    return None
+def _find_entries(
+    store: Store,
+    scope: str,
+    ms_of: Mapping[str, int],
+    first: Mapping[int, Sequence[tuple[str, Mapping[bytes, bytes]]]],
+) -> dict[str, tuple[str | None, str]]:
+    """Each command's equipment entry, of the millisecond it went out (`ms_of`), and, where
+    none is found, why: `trimmed` (every entry of that millisecond was read) or `unknown`
+    (EQUIPMENT_SCAN entries of it were read, and more are there). `first` is the first
+    page read of each millisecond; the rest is read on, in pages, while the pages are full
+    and still of that millisecond."""
+    found: dict[str, tuple[str | None, str]] = {}
+    pages = dict(first)
+    read = {ms: len(rows) for ms, rows in pages.items()}
+    full = {ms: len(rows) >= EQUIPMENT_PROBE for ms, rows in pages.items()}
+    while True:
+        wanted = {c: ms for c, ms in ms_of.items() if c not in found}
+        for ms, rows in pages.items():
+            for entry_id, f in rows:
+                c = _command_of(f)
+                if c is not None and wanted.get(c) == ms:
+                    found[c] = (entry_id, "")
+        more: list[tuple[str, int]] = []
+        for ms, rows in pages.items():
+            open_here = [c for c, at in ms_of.items() if at == ms and c not in found]
+            if not open_here:
+                continue
+            on = full[ms] and rows and entry_ms(rows[-1][0]) == ms
+            if on and read[ms] < EQUIPMENT_SCAN:
+                more.append((rows[-1][0], ms))
+            else:
+                why = "unknown" if on else "trimmed"
+                found.update((c, (None, why)) for c in open_here)
+        if not more:
+            return found
+        got = store.equipment_after(scope, more, EQUIPMENT_PAGE)
+        pages = {ms: rows for (_, ms), rows in zip(more, got, strict=True)}
+        for ms, rows in pages.items():
+            read[ms] += len(rows)
+            full[ms] = len(rows) >= EQUIPMENT_PAGE
 
 
-def _id(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
+def _command_of(f: Mapping[bytes, bytes]) -> str | None:
+    """The command id an equipment entry (or a work entry's answer) carries, or None."""
+    try:
+        data = msgspec.json.decode(f.get(b"data", b"{}"))
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    c = data.get("commandId") if isinstance(data, dict) else None
+    return c if isinstance(c, str) else None
+
+
+def _answers(pending: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The job's pending work entries that answer a command (a `kind` of `answer`), by the
+    command id they answer: read by a worker, not applied yet."""
+    out: dict[str, str] = {}
+    for p in pending:
+        f = p["fields"]
+        c = _command_of(f) if f.get(b"kind") == b"answer" else None
+        if c is not None:
+            out.setdefault(c, p["id"])
+    return out
 
 
 def _reads(
     store: Store,
     scope: str,
-    open_ids: Sequence[str],
-    found: Sequence[str | None],
+    commands: Sequence[tuple[str, str | None, str]],
     sent_at: Mapping[str, int],
     groups: Sequence[Mapping[str, Any]],
+    names: Sequence[bytes],
+    answers: Mapping[str, str],
 ) -> list[OutCommand]:
-    """How far each group of the equipment stream read each open command: a command past a
-    group's last delivered id is unread by it; one delivered is pending with a consumer (one
-    more round trip, for those only) or acknowledged."""
+    """How far each group of the equipment stream read each open command (id, entry, why
+    its entry was not found): a command past a group's last delivered id is unread by it;
+    one delivered is pending with a consumer (one more round trip, for those only) or
+    acknowledged. `names` are the groups' names as stored (a name shown may be decoded
+    with replacement)."""
+    raw = dict(zip((g["name"] for g in groups), names, strict=True))
     delivered = [
         (g["name"], entry)
-        for entry in found
+        for _, entry, _ in commands
         if entry is not None
         for g in groups
-        if _id(entry) <= _id(g["lastDelivered"])
+        if id_tuple(entry) <= id_tuple(g["lastDelivered"])
     ]
-    held = dict(zip(delivered, store.equipment_pending(scope, delivered), strict=True))
+    asked = [(raw[name], entry) for name, entry in delivered]
+    held = dict(zip(delivered, store.equipment_pending(scope, asked), strict=True))
     out = []
-    for cid, entry in zip(open_ids, found, strict=True):
+    for cid, entry, why in commands:
         reads = []
         for g in groups:
             name = g["name"]
             if entry is None:
-                reads.append(GroupRead(name, "unknown"))
+                reads.append(GroupRead(name, why))
             elif (name, entry) not in held:
                 reads.append(GroupRead(name, "unread", waiting=g["lag"]))
             else:
@@ -1016,8 +1093,17 @@ def _reads(
                 if p is None:
                     reads.append(GroupRead(name, "done"))
                 else:
-                    reads.append(GroupRead(name, "read", p["consumer"], p["idleMs"]))
-        out.append(OutCommand(cid, sent_at[cid], entry, reads))
+                    reads.append(
+                        GroupRead(
+                            name,
+                            "read",
+                            p["consumer"],
+                            p["idleMs"],
+                            deliveries=p["deliveries"],
+                            consumer_idle_ms=p.get("consumerIdleMs"),
+                        )
+                    )
+        out.append(OutCommand(cid, sent_at[cid], entry, reads, answers.get(cid)))
     return sorted(out, key=lambda o: o.since)
 
 

@@ -29,7 +29,7 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
 from host.apply import METHODS_APPLIED, METHODS_REFUSED, Outcome
-from host.store import ScopeGauges, Store
+from host.store import ScopeGauges, Store, unreachable
 
 log = logging.getLogger("sfc.host.metrics")
 
@@ -243,8 +243,24 @@ class ScopeCollector(Collector):
         workers: Callable[[], int] | None = None,
     ) -> None:
         self.store = store
+        self.failed: set[str] = set()
         self.scopes = None if scopes is None else list(scopes)
         self.workers = workers
+
+    def _failed(self, scope: str, error: Exception) -> None:
+        """A scope whose gauges cannot be read (a key of another type, made by hand) has no
+        samples; the scrape serves the others. Logged once a scope and error, not at every
+        scrape."""
+        said = f"{scope}: {type(error).__name__}: {error}"
+        if said in self.failed:
+            return
+        self.failed.add(said)
+        log.warning(
+            "metrics: scope %s cannot be read, and has no samples: %s",
+            scope,
+            error,
+            extra={"scope": scope, "reason": str(error)},
+        )
 
     def collect(self) -> Iterator[Metric]:
         up = GaugeMetricFamily("sfc_server_up", "1 when the scrape could read the server.")
@@ -254,7 +270,14 @@ class ScopeCollector(Collector):
             yield alive
         try:
             scopes = self.scopes if self.scopes is not None else self.store.scopes()
-            read = {s: self.store.scope_gauges(s) for s in scopes}
+            read = {}
+            for s in scopes:
+                try:
+                    read[s] = self.store.scope_gauges(s)
+                except Exception as e:
+                    if unreachable(e):
+                        raise
+                    self._failed(s, e)  # the others are read and served
         except Exception as e:  # the server is gone: say so, and serve the rest
             log.warning("metrics: cannot read the server: %s", e, extra={"reason": str(e)})
             up.add_metric([], 0)

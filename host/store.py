@@ -65,6 +65,34 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _name(value: Any) -> str:
+    """A name the server holds that is shown (a consumer group's, a consumer's): one that
+    is not UTF-8 (made by hand, `XGROUP CREATE ... "bad\\xffname"`) with replacement
+    characters, not an error that fails the whole view."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def work_unread(group: Mapping[str, Any], length: int) -> int:
+    """The work stream's entries no worker has read yet, of its group `group` (XINFO
+    GROUPS) and the stream's `length` (XLEN): the group's lag; where the server cannot tell
+    it (entries were deleted), the length less the entries pending, which is exact, since
+    every entry a worker acknowledges it deletes in the same call (commit, ack, bury): the
+    stream holds the pending entries and the unread ones. The one count `sfc job show`,
+    `sfc work pending` and the metric `sfc_work_unread` give."""
+    lag = group.get("lag")
+    return int(lag) if lag is not None else max(0, length - int(group["pending"]))
+
+
+def _work_group(groups: Any) -> Mapping[str, Any] | None:
+    """The workers' group among a reply of XINFO GROUPS (an error: no stream yet), or None."""
+    if isinstance(groups, Exception):
+        return None
+    for g in groups:
+        if g["name"] in (keys.GROUP, keys.GROUP.encode()):
+            return dict(g)
+    return None
+
+
 _READS = frozenset({"TIME", "HGETALL", "HMGET"})
 """The commands of a round trip that may be sent again after a broken connection."""
 JOB_FIELDS = ("version", "state", "order", "due")
@@ -83,6 +111,9 @@ class StreamsSeen:
     equipment_groups: list[dict[str, Any]]
     """The equipment stream's consumer groups: name, consumers, pending, lastDelivered, lag
     (None when the server cannot tell it)."""
+    group_names: list[bytes]
+    """The groups' names as the server holds them (for the next calls), in the same order:
+    a name shown is decoded with replacement."""
     equipment: list[list[tuple[str, dict[bytes, bytes]]]]
     dead: list[tuple[str, dict[bytes, bytes]]]
 
@@ -1288,18 +1319,17 @@ class Store:
         )
         return {_text(row["message_id"]): int(row["times_delivered"]) for row in rows}
 
-    def unread(self, scope: str, limit: int = 10_000) -> int:
-        """Work entries no worker has read yet (the group's lag; counted up to `limit` when
-        the server cannot tell it, after deletions), 0 for a scope without a group."""
-        r = self.client(scope)
-        try:
-            groups: Any = r.xinfo_groups(keys.work(scope))
-        except redis.ResponseError:
-            return 0  # no such stream yet
-        for g in groups:
-            if _text(g["name"]) == keys.GROUP:
-                return self._lag(scope, g, limit)
-        return 0
+    def unread(self, scope: str) -> int:
+        """Work entries no worker has read yet (`work_unread`), 0 for a scope without a
+        group; one round trip."""
+        pipe = self.client(scope).pipeline(transaction=False)
+        pipe.xinfo_groups(keys.work(scope))
+        pipe.xlen(keys.work(scope))
+        groups, length = pipe.execute(raise_on_error=False)
+        if isinstance(length, Exception):
+            raise length
+        group = _work_group(groups)
+        return 0 if group is None else work_unread(group, int(length))
 
     def streams_of_show(
         self, scope: str, sent_ms: Sequence[int], dead_tail: int, probe: int = 50
@@ -1311,25 +1341,25 @@ class Store:
         dead entries, newest first."""
         pipe = self.client(scope).pipeline(transaction=False)
         pipe.xinfo_groups(keys.work(scope))
+        pipe.xlen(keys.work(scope))
         pipe.xinfo_groups(keys.equipment(scope))
         for ms in sent_ms:
             pipe.xrange(keys.equipment(scope), str(ms), "+", count=probe)
         pipe.xrevrange(keys.dead(scope), count=dead_tail)
         reply: Any = pipe.execute(raise_on_error=False)
-        work_groups, equipment_groups, *probes, dead = reply
-        for x in [*probes, dead]:
+        work_groups, length, equipment_groups, *probes, dead = reply
+        for x in [length, *probes, dead]:
             if isinstance(x, Exception):
                 raise x
-        unread = 0
-        if not isinstance(work_groups, Exception):  # an error: no work stream yet
-            for g in work_groups:
-                if _text(g["name"]) == keys.GROUP:
-                    unread = self._lag(scope, g)
+        work_group = _work_group(work_groups)  # none: no work stream or group yet
+        unread = 0 if work_group is None else work_unread(work_group, int(length))
         groups = []
+        names: list[bytes] = []
         if not isinstance(equipment_groups, Exception):  # no equipment stream yet
+            names = [_raw(g["name"]) for g in equipment_groups]
             groups = [
                 {
-                    "name": _text(g["name"]),
+                    "name": _name(g["name"]),
                     "consumers": int(g["consumers"]),
                     "pending": int(g["pending"]),
                     "lastDelivered": _text(g["last-delivered-id"]),
@@ -1340,37 +1370,54 @@ class Store:
         return StreamsSeen(
             unread=unread,
             equipment_groups=groups,
+            group_names=names,
             equipment=[[(_text(i), f) for i, f in rows] for rows in probes],
             dead=[(_text(i), f) for i, f in dead],
         )
 
-    def _lag(self, scope: str, group: Mapping[str, Any], limit: int = 10_000) -> int:
-        """The work group's unread entries (counted up to `limit` when the server cannot
-        tell them, after deletions)."""
-        if group.get("lag") is not None:
-            return int(group["lag"])
-        after = "(" + _text(group["last-delivered-id"])
-        rows: Any = self.client(scope).xrange(keys.work(scope), after, "+", count=limit)
-        return len(rows)
+    def equipment_after(
+        self, scope: str, reads: Sequence[tuple[str, int]], count: int
+    ) -> list[list[tuple[str, dict[bytes, bytes]]]]:
+        """For each (entry id, ms) of `reads`, up to `count` equipment entries after that id
+        and of that millisecond (`ms` ends the range: its last sequence), in one pipeline:
+        the rest of a millisecond that `streams_of_show` read the first entries of."""
+        if not reads:
+            return []
+        pipe = self.client(scope).pipeline(transaction=False)
+        for after, ms in reads:
+            pipe.xrange(keys.equipment(scope), "(" + after, str(ms), count=count)
+        replies: Any = pipe.execute()
+        return [[(_text(i), f) for i, f in rows] for rows in replies]
 
     def equipment_pending(
-        self, scope: str, wanted: Sequence[tuple[str, str]]
+        self, scope: str, wanted: Sequence[tuple[str | bytes, str]]
     ) -> list[dict[str, Any] | None]:
         """For each (group, entry id) of the equipment stream, who of the group holds the
-        entry unacknowledged (consumer, idle ms, deliveries), or None when the group has
-        acknowledged it; one pipeline."""
+        entry unacknowledged (consumer, idle ms, deliveries, and how long ago the consumer
+        last read the stream: `consumerIdleMs`, XINFO CONSUMERS' idle), or None when the
+        group has acknowledged it; one pipeline."""
         if not wanted:
             return []
+        groups = list(dict.fromkeys(g for g, _ in wanted))
         pipe = self.client(scope).pipeline(transaction=False)
         for group, entry_id in wanted:
             pipe.xpending_range(keys.equipment(scope), group, entry_id, entry_id, 1)
+        for group in groups:
+            pipe.xinfo_consumers(keys.equipment(scope), group)
+        replies: Any = pipe.execute()
+        idle = {
+            (group, _raw(c["name"])): int(c["idle"])
+            for group, consumers in zip(groups, replies[len(wanted) :], strict=True)
+            for c in consumers
+        }
         out: list[dict[str, Any] | None] = []
-        for rows in pipe.execute():
+        for (group, _), rows in zip(wanted, replies[: len(wanted)], strict=True):
             out.append(
                 {
-                    "consumer": _text(rows[0]["consumer"]),
+                    "consumer": _name(rows[0]["consumer"]),
                     "idleMs": int(rows[0]["time_since_delivered"]),
                     "deliveries": int(rows[0]["times_delivered"]),
+                    "consumerIdleMs": idle.get((group, _raw(rows[0]["consumer"]))),
                 }
                 if rows
                 else None
@@ -1410,15 +1457,9 @@ class Store:
             "pending": 0 if isinstance(pending, Exception) else int(pending["pending"]),
             "unread": 0,
         }
-        for g in [] if isinstance(groups, Exception) else groups:  # no stream yet: none
-            if _text(g["name"]) == keys.GROUP:
-                # every entry a worker acks it deletes in the same call (commit, ack,
-                # bury): without the server's lag, the stream holds the pending entries
-                # and the unread ones
-                lag = g.get("lag")
-                out["unread"] = (
-                    int(lag) if lag is not None else max(0, out["work"] - out["pending"])
-                )
+        work_group = _work_group(groups)  # none: no stream or group yet
+        if work_group is not None:
+            out["unread"] = work_unread(work_group, out["work"])
         for k, v in settings.items():
             with contextlib.suppress(ValueError):
                 out[_text(k)] = int(v)
@@ -1434,7 +1475,7 @@ class Store:
         counted: list[str] = []
         pipe = self.client(scope).pipeline(transaction=False)
         for g in groups:
-            name = _text(g["name"])
+            name = _name(g["name"])
             if g.get("lag") is not None:
                 out[name] = int(g["lag"])
             else:
@@ -1662,7 +1703,7 @@ class Store:
                 break
             stop = False
             for entry_id, fields in rows:
-                eid = _id_tuple(_text(entry_id))
+                eid = id_tuple(_text(entry_id))
                 if bound is not None and eid >= bound:
                     stop = True
                     break
@@ -1673,11 +1714,11 @@ class Store:
                 removed += 1
             if stop or len(rows) < 100:
                 break
-            last = _id_tuple(_text(rows[-1][0]))
+            last = id_tuple(_text(rows[-1][0]))
             start = f"{last[0]}-{last[1] + 1}"
         if cut is None:
             return 0
-        last = _id_tuple(cut)
+        last = id_tuple(cut)
         self.client(scope).xtrim(key, minid=f"{last[0]}-{last[1] + 1}", approximate=False)
         return removed
 
@@ -1739,7 +1780,11 @@ class Store:
         return _text(reply[0]), entries
 
 
-def _id_tuple(entry_id: str) -> tuple[int, int]:
+def _raw(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def id_tuple(entry_id: str) -> tuple[int, int]:
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
 
@@ -1759,6 +1804,6 @@ def _first_unacked(r: redis.Redis, key: str, group: Any, last_delivered: str) ->
     the entry after the last one delivered to it."""
     summary: Any = r.xpending(key, group)
     if summary and summary.get("pending"):
-        return _id_tuple(_text(summary["min"]))
-    last = _id_tuple(last_delivered)
+        return id_tuple(_text(summary["min"]))
+    last = id_tuple(last_delivered)
     return last[0], last[1] + 1

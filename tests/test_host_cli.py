@@ -189,13 +189,16 @@ SHOW_FACTS = {
                 "commandId": STR,
                 "since": INT,
                 "entry": STR_OR_NULL,
+                "answer": STR_OR_NULL,
                 "reads": array(
                     obj(
                         {
                             "group": STR,
-                            "status": {"enum": ["unread", "read", "done", "unknown"]},
+                            "status": {"enum": ["unread", "read", "done", "trimmed", "unknown"]},
                             "consumer": STR_OR_NULL,
                             "readAt": MS_OR_NULL,
+                            "deliveries": INT_OR_NULL,
+                            "consumerIdleMs": INT_OR_NULL,
                             "waiting": INT_OR_NULL,
                             "text": STR,
                         }
@@ -247,7 +250,7 @@ SHOW = obj(
             "type": "object",
             "required": ["format", "jobId", "scope", "status", "activeSteps", "actions"],
         },
-        "version": INT,
+        "version": {"type": ["integer", "string"]},
         "due": MS_OR_NULL,
         "active": BOOL,
         "history": array(

@@ -74,14 +74,26 @@ def test_show_says_whether_an_adapter_reads_the_jobs_open_command(
     assert read["readAt"] <= now and read["text"].startswith(
         "read by group line-a (consumer press-3) at "
     ), read
-    assert read["text"].endswith(" ago), no answer yet"), read
+    assert (
+        " ago, delivered 1 time(s)), no answer yet; press-3 last read the stream " in (read["text"])
+    ), read
+    assert (read["deliveries"], type(read["consumerIdleMs"])) == (1, int), read
 
-    # acknowledged (the adapter is done with it), and still no answer
+    # acknowledged (the adapter took it): no answer has come back
     store.ack_equipment(scope, "line-a", [row[0]])
     v, now = _view(host, scope)
     (read,) = show_doc(v, now)["outSince"][0]["reads"]
     assert read["status"] == "done"
-    assert "\n    read and acknowledged by group line-a, no answer yet\n" in _show_text(v, now)
+    taken = "taken by group line-a (acknowledged); its answer is not applied yet"
+    assert f"\n    {taken}: none has come back yet\n" in _show_text(v, now)
+
+    # `sfc equipment` acknowledges as it writes the answer: the answer waits unread
+    answer = b'{"job":"j","commandId":"j:a1#1"}'
+    store.add_work(scope, {"v": b"1", "kind": b"answer", "data": answer})
+    v, now = _view(host, scope)
+    shown = _show_text(v, now)
+    assert f"\n    {taken} (it may wait in the work stream: see Work stream)\n" in shown
+    assert f"\nWork stream: 1 entry of scope {scope} not read by any worker yet" in shown
 
 
 def _shape(doc: Any) -> Any:
@@ -239,3 +251,121 @@ def test_allowed_to_start_since_does_not_depend_on_the_history_shown(host: Host)
         v, now = _view(host, scope, history=history)
         (w,) = show_doc(v, now)["waitingFor"]
         assert (w["for"], w["since"]) == ("worker", start_at), history
+
+
+def test_show_finds_a_command_past_the_first_entries_of_its_millisecond(host: Host) -> None:
+    """A sweep that retries many jobs at once writes more equipment entries in one
+    millisecond than the first page the show reads (64 were seen): the entry is found
+    further on; one that is gone is said trimmed, with why that is safe to say. The
+    millisecond is made full by hand: entries of an id ahead of the clock, on the history
+    and the equipment stream, so that the commit's entries are of that millisecond too."""
+    scope = host.scope("crowded")
+    host.submit(scope, linear_recipe(2), job_id="j")
+    store = host.store()
+    r = store.client(scope)
+    ahead = store.time_ms() + 3_600_000
+    r.xadd(keys.history(scope, "j"), {"v": b"1"}, id=f"{ahead}-0")  # read, and passed over
+    for seq in range(jobs.EQUIPMENT_PROBE + 10):  # other jobs' commands
+        data = f'{{"commandId":"o{seq}:a#1","actionKey":"o{seq}:a","job":"o{seq}",'
+        data += '"typeId":"t","reason":"teardown"}'
+        fields = {"v": b"1", "kind": b"withdraw", "data": data.encode()}
+        r.xadd(keys.equipment(scope), fields, id=f"{ahead}-{seq}")  # type: ignore[arg-type]
+    worker = host.worker([scope])
+    full = jobs.EQUIPMENT_PROBE + 11
+    host.run([worker], [], lambda: r.xlen(keys.equipment(scope)) == full, what="the push")
+    store.equipment_group(scope, "line-a")
+    v, now = _view(host, scope)
+    (out,) = v.out
+    assert out.entry_id == f"{ahead}-{jobs.EQUIPMENT_PROBE + 10}", out
+    (read,) = show_doc(v, now)["outSince"][0]["reads"]
+    assert (read["status"], read["waiting"]) == ("unread", full), read
+
+    # gone from the stream (a trim removes only what every group acknowledged)
+    assert out.entry_id is not None and r.xdel(keys.equipment(scope), out.entry_id) == 1
+    v, now = _view(host, scope)
+    (read,) = show_doc(v, now)["outSince"][0]["reads"]
+    assert read["status"] == "trimmed", read
+    said = (
+        "not on the equipment stream any more: acknowledged by every group (so by group "
+        "line-a), and trimmed since"
+    )
+    assert f"\n    {said}\n" in _show_text(v, now)
+
+
+def test_an_await_is_shown_as_a_wait_for_an_event_not_as_a_command_out(host: Host) -> None:
+    """An await's notice goes to the equipment stream, but no adapter answers it: an event
+    does. The show says what it waits for (the explainer), not how far adapters read it."""
+    qa = {
+        "Name": "qa",
+        "Step": "Qa",
+        "Qualifier": "N",
+        "Interaction": "pull_event",
+        "TypeId": "com.example.qa.v1",
+        "TimeoutSeconds": 60,
+    }
+    recipe = {"Steps": [{"Name": "Qa", "Initial": True}], "Transitions": [], "Actions": [qa]}
+    scope = host.scope("await")
+    host.submit(scope, json.dumps(recipe).encode(), job_id="j")
+    worker = host.worker([scope])
+    host.run([worker], [], lambda: any(k == "await" for _, k, _ in host.equipment(scope)))
+    host.store().equipment_group(scope, "line-a")
+    v, now = _view(host, scope)
+    assert v.out == [], v.out
+    doc = show_doc(v, now)
+    (wait,) = [w for w in doc["waitingFor"] if "action" in w]
+    assert (wait["for"], wait["action"]) == ("event", "qa"), wait
+    assert doc["outSince"] == [] and "Out since" not in _show_text(v, now)
+
+
+def test_a_group_name_that_is_not_utf8_is_shown_not_a_crash(host: Host, tmp_path: Path) -> None:
+    scope, _ = _pushed(host, "badname")
+    host.client().xgroup_create(keys.equipment(scope), b"bad\xffname", id="0")
+    r = sfc("job", "show", "j", "--scope", scope, "--redis", host.url, cwd=tmp_path)
+    assert r.code == 0, r
+    assert "\n    not read yet by group bad\ufffdname: 1 command(s) wait unread\n" in r.out, r
+    # and one that read it: the query goes to the group as stored
+    host.client().xreadgroup(b"bad\xffname", b"press\xff", {keys.equipment(scope): ">"})
+    v, now = _view(host, scope)
+    (read,) = show_doc(v, now)["outSince"][0]["reads"]
+    assert (read["status"], read["consumer"]) == ("read", "press\ufffd"), read
+
+
+def test_the_unread_count_is_exact_where_the_server_cannot_tell_it(
+    host: Host, tmp_path: Path
+) -> None:
+    """Where the server cannot tell the work group's lag (an entry was deleted), `job show`,
+    `work pending` and the metric give the one count: the stream's length less the entries
+    pending (no whole entries fetched, no cap)."""
+    from host.metrics import ScopeCollector
+
+    scope, _ = _pushed(host, "lagless")
+    store = host.store()
+    r = store.client(scope)
+    pipe = r.pipeline(transaction=False)
+    n = 10_010
+    for _ in range(n):
+        pipe.xadd(keys.work(scope), {"v": b"1", "kind": b"resume", "data": b'{"job":"k"}'})
+    ids = pipe.execute()
+    r.xdel(keys.work(scope), ids[5])
+    (group,) = [g for g in r.xinfo_groups(keys.work(scope)) if g["name"] == keys.GROUP.encode()]
+    assert group["lag"] is None
+    v, now = _view(host, scope)
+    assert v.unread == n - 1 == store.unread(scope)
+    assert f"\nWork stream: {n - 1} entries of scope {scope} not read" in _show_text(v, now)
+    pending = sfc("work", "pending", "--json", "--scope", scope, "--redis", host.url, cwd=tmp_path)
+    assert pending.json()["unread"] == n - 1, pending
+    samples = [
+        x.value
+        for family in ScopeCollector(store, [scope]).collect()
+        for x in family.samples
+        if x.name == "sfc_work_unread"
+    ]
+    assert samples == [n - 1]
+
+
+def test_show_json_says_a_version_that_is_not_a_number(host: Host, tmp_path: Path) -> None:
+    scope, _ = _pushed(host, "version")
+    host.client().hset(keys.job(scope, "j"), "version", "abc")
+    r = sfc("job", "show", "j", "--json", "--scope", scope, "--redis", host.url, cwd=tmp_path)
+    assert r.code == 0, r
+    assert check(r.json(), SHOW)["version"] == "abc"

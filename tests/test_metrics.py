@@ -434,3 +434,30 @@ def test_the_unread_gauges_show_a_scope_no_worker_reads_and_an_adapter_that_is_d
     got = _gauges(store, scope)
     assert value(got, "sfc_equipment_unread", scope=scope, group="down") == pushes - 1
     assert value(got, "sfc_equipment_unread", scope=scope, group="sfc-responder") == 0
+
+
+def test_a_scope_that_cannot_be_read_does_not_blank_the_others(
+    host: Host, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A group name that is not UTF-8 (made by hand) is shown with replacement characters;
+    a scope whose gauges fail (its work stream a key of another type) has no samples, is
+    logged once, and the scrape serves the other scopes, with `sfc_server_up 1`."""
+    from host.metrics import ScopeCollector
+
+    good, bad = host.scope("good"), host.scope("bad")
+    host.submit(good, linear_recipe(1), job_id="j")
+    host.client().xgroup_create(keys.equipment(good), b"bad\xffname", id="0", mkstream=True)
+    host.client().set(keys.work(bad), "not a stream")
+    collector = ScopeCollector(host.store(), [bad, good])
+    for _ in range(2):
+        got: Samples = {}
+        for family in collector.collect():
+            for x in family.samples:
+                got[x.name, frozenset(x.labels.items())] = x.value
+        assert value(got, "sfc_server_up") == 1, got
+        assert value(got, "sfc_work_unread", scope=good) == 1, got
+        assert ("sfc_work_unread", frozenset({("scope", bad)})) not in got
+        labels = frozenset({("scope", good), ("group", "bad\ufffdname")})
+        assert got[("sfc_equipment_unread", labels)] == 0, got
+    said = [r for r in caplog.records if f"scope {bad} cannot be read" in r.getMessage()]
+    assert len(said) == 1, caplog.records
