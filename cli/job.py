@@ -552,13 +552,16 @@ def _list_table(listed: list[jobs.Listed]) -> None:
 def _list_lines(listed: list[jobs.Listed]) -> None:
     """One line a job. The ids are padded to the longest of at most ID_WIDTH characters: a
     longer one is written whole (it stays one word to grep or copy) and shifts the rest of
-    its own line only."""
+    its own line only. The states are padded to the longest shown ("Aborted (faulted
+    timeout)" has 25 characters), so that the times line up."""
     width = max((len(j.job) for j in listed if len(j.job) <= ID_WIDTH), default=0)
-    for j in listed:
+    states = [_listed_state(j) for j in listed]
+    state_width = max((len(s) for s in states), default=0)
+    for j, state in zip(listed, states, strict=True):
         o = j.order
         stored = "" if o is None else f" stored {when(o.stored_at)}"
         ended = "" if o is None or o.ended_at is None else f"  ended {when(o.ended_at)}"
-        typer.echo(f"{j.job:<{width}}  {_listed_state(j):<24}{stored}{ended}".rstrip())
+        typer.echo(f"{j.job:<{width}}  {state:<{state_width}}{stored}{ended}".rstrip())
 
 
 def _listed_state(j: jobs.Listed) -> str:

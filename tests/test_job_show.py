@@ -369,3 +369,25 @@ def test_show_json_says_a_version_that_is_not_a_number(host: Host, tmp_path: Pat
     r = sfc("job", "show", "j", "--json", "--scope", scope, "--redis", host.url, cwd=tmp_path)
     assert r.code == 0, r
     assert check(r.json(), SHOW)["version"] == "abc"
+
+
+def test_job_list_lines_up_the_times_after_the_longest_state(host: Host, tmp_path: Path) -> None:
+    """`Aborted (faulted timeout)` has 25 characters: the states are padded to the longest
+    shown, and each `stored` time starts in the same column."""
+    from host.equipment import Answer
+
+    scope = host.scope("columns")
+    faulted = host.submit(scope, linear_recipe(1, max_attempts=1), job_id="f").job
+    host.submit(scope, linear_recipe(1), job_id="s", start=False)
+    jammed = host.responder(scope, lambda kind, data: Answer(error="jammed"))
+    host.run([host.worker([scope])], [jammed], host.ended(scope, [faulted]))
+    # the fault's code as a timeout writes it (the longest state there is)
+    r = host.client()
+    raw = json.loads(r.hget(keys.job(scope, faulted), "order"))
+    raw["result"]["faultCode"] = "timeout"
+    r.hset(keys.job(scope, faulted), "order", json.dumps(raw))
+    text = sfc("job", "list", "--scope", scope, "--redis", host.url, cwd=tmp_path)
+    assert text.code == 0, text
+    lines = text.out.splitlines()
+    assert any("  Aborted (faulted timeout) stored " in line for line in lines), lines
+    assert len({line.index(" stored ") for line in lines}) == 1, lines
