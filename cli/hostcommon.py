@@ -194,6 +194,22 @@ def where_else_many(
     return out
 
 
+def unreadable_job(job: str | None, why: object, part: str = "order or state") -> str:
+    """What every command (and `sfc mcp` tool) says of a job whose stored order or state
+    cannot be read: what it is, why, and the way out, naming the job; where the error does
+    not say which job (a decode failed on the way), how to find it."""
+    said = f"cannot be read (was it written by another program, or by hand?): {why}"
+    if job is None:
+        return (
+            f"a job's stored {part} {said}; unless a newer sfc wrote it, `sfc job list` "
+            "marks such a job, and `sfc job clear` with its id and --unreadable removes it"
+        )
+    return (
+        f"{job}: its stored {part} {said}; unless a newer sfc wrote it, "
+        f"`sfc job clear {job} --unreadable` removes it"
+    )
+
+
 @contextmanager
 def server_errors() -> Iterator[None]:
     """Turn an unreachable server into a message and exit 2."""
@@ -208,12 +224,7 @@ def server_errors() -> Iterator[None]:
     except OSError as e:  # the connection dropped mid-command
         fail(f"the server went away: {e}", 2)
     except msgspec.DecodeError as e:  # ValidationError too: what this host wrote reads back
-        fail(
-            "a job's stored order or state cannot be read (was it written by another program, "
-            f"or by hand?): {e}; unless a newer sfc wrote it, `sfc job clear JOB --unreadable` "
-            "removes such a job",
-            2,
-        )
+        fail(unreadable_job(None, e), 2)
     except Exception as e:
         import redis
 

@@ -40,6 +40,7 @@ from cli.hostcommon import (
     process_settings,
     server_errors,
     server_gone,
+    unreadable_job,
     warn_unregistered,
 )
 from cli.main import app
@@ -561,7 +562,7 @@ def _list_lines(listed: list[jobs.Listed]) -> None:
         o = j.order
         stored = "" if o is None else f" stored {when(o.stored_at)}"
         ended = "" if o is None or o.ended_at is None else f"  ended {when(o.ended_at)}"
-        typer.echo(f"{j.job:<{width}}  {state:<{state_width}}{stored}{ended}".rstrip())
+        typer.echo(f"{j.job:<{width}}  {state:<{state_width}} {stored}{ended}".rstrip())
 
 
 def _listed_state(j: jobs.Listed) -> str:
@@ -584,21 +585,13 @@ def _say_unreadable(listed: list[jobs.Listed], hidden: int) -> None:
     """On stderr, why each listed job cannot be read (--json has it in the rows), and the
     way out; and how many such jobs a --state filter left out (their order cannot be read,
     so no state matches)."""
-    shown = [j for j in listed if j.unreadable is not None]
-    for j in shown:
-        typer.echo(
-            f"sfc: {j.job}: its stored order or state cannot be read: {visible(j.unreadable or '')}",
-            err=True,
-        )
+    for j in listed:
+        if j.unreadable is not None:
+            typer.echo(f"sfc: {unreadable_job(j.job, visible(j.unreadable))}", err=True)
     if hidden:
         typer.echo(
             f"sfc: {hidden} job(s) whose stored order cannot be read are not shown: "
             "`sfc job list` without --state shows them",
-            err=True,
-        )
-    if shown:
-        typer.echo(
-            "sfc: unless a newer sfc wrote it, `sfc job clear JOB --unreadable` removes such a job",
             err=True,
         )
 
@@ -667,13 +660,8 @@ def show(
         _print_styled(_show_text(v, now))
     if v.unreadable is not None:
         # as every command says of such a job (docs/host.md): what it is, the way out
-        typer.echo(
-            f"sfc: {job_id}: its stored order or state cannot be read (the "
-            f"{_unreadable_part(v)}; was it written by another program, or by hand?): "
-            f"{visible(v.unreadable)}; unless a newer sfc wrote it, `sfc job clear JOB "
-            "--unreadable` removes such a job",
-            err=True,
-        )
+        said = unreadable_job(job_id, visible(v.unreadable), _unreadable_part(v))
+        typer.echo(f"sfc: {said}", err=True)
         raise typer.Exit(2)
 
 
@@ -938,14 +926,6 @@ def _history_row(h: Any) -> dict[str, Any]:
         "order": h.order,
     }
     return {k: v for k, v in row.items() if v is not None}
-
-
-def _order_waits(v: jobs.JobView, now: int) -> list[str]:
-    """The order's waits and their warnings, as the text says them."""
-    facts = _facts(v, now)
-    said = [f"  {w['text']}" for w in facts["waitingFor"] if "action" not in w]
-    said += [f"  WARNING: {w['text']}" for w in facts["warnings"] if w["kind"] == "notStarted"]
-    return said
 
 
 def _show_text(v: jobs.JobView, now: int) -> str:

@@ -39,7 +39,7 @@ from cli.files import (
     format_error,
     syntax_error,
 )
-from cli.hostcommon import not_found, unregistered
+from cli.hostcommon import not_found, unreadable_job, unregistered
 from cli.job import _listed_row, _show_text, show_doc
 from cli.work import pending_row
 from generated.capabilities_v1_0 import Capabilities
@@ -321,11 +321,7 @@ def _server(conn: Connection) -> Iterator[Store]:
         if isinstance(e, redis.ResponseError):
             raise ToolError(f"the server refused a command: {e}") from None
         if isinstance(e, msgspec.DecodeError):  # as `sfc job` says it (cli.hostcommon)
-            raise ToolError(
-                "the job's stored order or state cannot be read (was it written by another "
-                f"program, or by hand?): {e}; unless a newer sfc wrote it, "
-                "`sfc job clear JOB --unreadable` removes such a job"
-            ) from None
+            raise ToolError(unreadable_job(None, e)) from None
         raise
 
 
@@ -373,11 +369,7 @@ def server_tools(conn: Connection) -> list[Callable[..., Any]]:
         text = _show_text(v, now)
         if v.unreadable is not None:
             # an error, as every tool says of such a job, with what can be read of it
-            raise ToolError(
-                "the job's stored order or state cannot be read (was it written by another "
-                f"program, or by hand?): {v.unreadable}; unless a newer sfc wrote it, "
-                f"`sfc job clear JOB --unreadable` removes such a job. What can be read:\n{text}"
-            )
+            raise ToolError(f"{unreadable_job(job, v.unreadable)}. What can be read:\n{text}")
         doc = msgspec.json.encode(show_doc(v, now))
         return CallToolResult(
             content=[

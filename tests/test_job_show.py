@@ -13,9 +13,10 @@ from typing import Any
 
 from syrupy.assertion import SnapshotAssertion
 
-from cli.job import _order_waits, _show_text, show_doc
+from cli.job import _show_text, show_doc
 from host import jobs, keys
 from host.jobs import JobView
+from sfc.explain import when
 from tests.clikit import check, sfc
 from tests.hostkit import Host, linear_recipe
 from tests.test_host_cli import SHOW
@@ -170,8 +171,8 @@ def test_paused_since_does_not_depend_on_the_history_shown(host: Host) -> None:
     assert jobs.pause(host.store(), scope, "j").ok
     v, now = _view(host, scope, history=0)
     assert v.state is not None and v.state.held_at is not None
-    (said,) = _order_waits(v, now)
-    assert said.startswith("  paused since "), said
+    shown = _show_text(v, now)
+    assert f"\n  paused since {when(v.state.held_at)} (" in shown, shown
     assert show_doc(v, now)["pausedSince"] == v.state.held_at
     (resume,) = show_doc(v, now)["waitingFor"][:1]
     assert (resume["for"], resume["since"]) == ("resume", v.state.held_at)
@@ -188,7 +189,8 @@ def test_a_job_whose_state_cannot_be_read_is_shown_as_far_as_it_can(
     assert text.out.startswith(f"Job order j (scope {scope}): Running\n"), text
     assert "  start -> applied: job started in step S1\n" in text.out, text  # the history
     assert "\nThe recipe: WARNING: its stored state cannot be read (" in text.out, text
-    assert "sfc: j: its stored order or state cannot be read (the state; " in text.err, text
+    assert "sfc: j: its stored state cannot be read (was it written by another" in text.err
+    assert text.err.rstrip().endswith("`sfc job clear j --unreadable` removes it"), text
     assert "`sfc job clear j --unreadable` removes it" in text.out, text
     r = sfc("job", "show", "j", "--json", *args, cwd=tmp_path)
     assert r.code == 2, r
@@ -389,5 +391,5 @@ def test_job_list_lines_up_the_times_after_the_longest_state(host: Host, tmp_pat
     text = sfc("job", "list", "--scope", scope, "--redis", host.url, cwd=tmp_path)
     assert text.code == 0, text
     lines = text.out.splitlines()
-    assert any("  Aborted (faulted timeout) stored " in line for line in lines), lines
+    assert any("  Aborted (faulted timeout)  stored " in line for line in lines), lines
     assert len({line.index(" stored ") for line in lines}) == 1, lines
