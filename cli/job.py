@@ -648,7 +648,7 @@ def show(
     store = open_store(redis, data_dir)
     with server_errors():
         v = jobs.view(store, scope, job_id, history)
-        now = store.time_ms()
+        now = 0 if v is None else v.now
         missing = not_found(store, scope, job_id) if v is None else ""
     store.close()
     if v is None:
@@ -743,7 +743,7 @@ def _facts(v: jobs.JobView, now: int) -> dict[str, Any]:
         "equipmentGroups": v.equipment_groups,
         "dead": {
             "count": len(v.dead),
-            "scanned": jobs.DEAD_SCAN,
+            "scanned": v.scanned,
             "latest": None if not v.dead else _dead_entry_row(v.dead[0]),
         },
         "warnings": warnings,

@@ -363,9 +363,9 @@ def server_tools(conn: Connection) -> list[Callable[..., Any]]:
             raise ToolError("history: 0 to 1000 entries")
         with _server(conn) as store:
             v = jobs.view(store, scope, job, history)
-            now = store.time_ms()
             if v is None:
                 raise _missing(store, scope, job)
+            now = v.now
         text = _show_text(v, now)
         if v.unreadable is not None:
             # an error, as every tool says of such a job, with what can be read of it

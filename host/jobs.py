@@ -858,10 +858,10 @@ class JobView:
     out: list[OutCommand] = field(default_factory=list)
     """The job's open commands (none once it ended), oldest first."""
     equipment_groups: list[dict[str, Any]] = field(default_factory=list)
-    """The consumer groups of the scope's equipment stream (`Store.streams_of_show`): none,
+    """The consumer groups of the scope's equipment stream (`Store.show_reads`): none,
     and no adapter has ever read the scope's commands."""
     dead: list[DeadEntry] = field(default_factory=list)
-    """The dead entries naming the job among the last DEAD_SCAN of the scope, newest first."""
+    """The dead entries naming the job among the last `scanned` of the scope, newest first."""
     paused_since: int | None = None
     last_change: int | None = None
     """When the last history entry of the job was written (of the SENT_SCAN read, however
@@ -872,10 +872,16 @@ class JobView:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     """The scope's attempts of an action that sets none (its `maxAttempts`, else the
     default), as the workers evolve it: the explainer's "attempt N of M"."""
+    now: int = 0
+    """The server's time when the job was read, ms."""
+    scanned: int = 0
+    """How many of the scope's last dead entries were read for those naming the job (at
+    most DEAD_SCAN)."""
 
 
-DEAD_SCAN = 1_000
-"""The last dead entries of the scope `view` reads for those naming the job."""
+DEAD_SCAN = 200
+"""The last dead entries of the scope `view` reads for those naming the job (each is read
+whole: a dead entry may carry 64 KiB of parameters)."""
 EQUIPMENT_PROBE = 50
 """The equipment entries `view` reads first from the millisecond a command went out, to find
 its entry (the commit's commands are among the first of that millisecond, after other
@@ -889,8 +895,13 @@ EQUIPMENT_PAGE = 500
 def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | None:
     """The job's order, state, indexes, last history entries and pending entries; its open
     commands with how far the scope's adapters read them, and the dead entries naming it.
-    A stored order or state that cannot be read is None, with why: the rest is shown."""
-    record = store.job(scope, job)
+    A stored order or state that cannot be read is None, with why: the rest is shown.
+
+    Two round trips on the scope's slot (`Store.show_reads`, then the equipment entries
+    of the millisecond each open command went out), the recipe, the pending entries, and
+    the reads that only some jobs need (a crowded millisecond, the commands delivered)."""
+    seen = store.show_reads(scope, job, max(history, SENT_SCAN), DEAD_SCAN)
+    record = seen.record
     if record is None:
         return None
     why = why_unreadable(record)
@@ -913,7 +924,7 @@ def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | Non
             if built.graph is None:
                 problem = f"recipe {order.recipe_hash[:12]} does not build"
             graph = built.graph
-    rows = store.history(scope, job, max(history, SENT_SCAN))
+    rows = seen.history
     read: list[tuple[str, HistoryEntry]] = []
     for entry_id, raw in rows:
         try:
@@ -929,15 +940,14 @@ def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | Non
             if kind in ("push", "hold", "restart", "await"):
                 sent_at[command_id] = h.at
                 sent_in[command_id] = entry_id
-    due, active = store.job_indexes(scope, job)
     pending = [
         p for p in store.pending_entries(scope, 1000) if job_named(p["id"], p["fields"]) == job
     ]
     open_ids = [c for c in _open_commands(state) if c in sent_at]
     ms_of = {c: entry_ms(sent_in[c]) for c in open_ids}
     times = sorted(set(ms_of.values()))
-    seen = store.streams_of_show(scope, times, DEAD_SCAN, EQUIPMENT_PROBE)
-    found = _find_entries(store, scope, ms_of, dict(zip(times, seen.equipment, strict=True)))
+    first = store.equipment_from(scope, times, EQUIPMENT_PROBE)
+    found = _find_entries(store, scope, ms_of, dict(zip(times, first, strict=True)))
     out = _reads(
         store,
         scope,
@@ -953,8 +963,8 @@ def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | Non
         graph=graph,
         graph_problem=problem,
         version=record.version,
-        due=due,
-        active=active,
+        due=seen.due,
+        active=seen.active,
         history=entries,
         pending=pending,
         response=None if order is None else joborder.job_response(order),
@@ -968,7 +978,9 @@ def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | Non
         last_change=read[-1][1].at if read else None,
         job=job,
         scope=scope,
-        max_attempts=ScopeConfig.of(store.scope_settings(scope), Settings()).max_attempts,
+        max_attempts=ScopeConfig.of(seen.settings, Settings()).max_attempts,
+        now=seen.now,
+        scanned=len(seen.dead),
     )
 
 

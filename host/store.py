@@ -104,9 +104,17 @@ DEAD_FIELDS = (b"reason", b"entry", b"deliveries", b"job")
 
 
 @dataclass(frozen=True)
-class StreamsSeen:
-    """What `Store.streams_of_show` read of a scope's streams."""
+class ShowReads:
+    """What `Store.show_reads` read for `sfc job show`, in one round trip."""
 
+    now: int
+    """The server's TIME, ms."""
+    record: JobRecord | None
+    history: list[tuple[str, dict[bytes, bytes]]]
+    """The job's last history entries, oldest first."""
+    due: int | None
+    active: bool
+    settings: dict[str, str]
     unread: int
     equipment_groups: list[dict[str, Any]]
     """The equipment stream's consumer groups: name, consumers, pending, lastDelivered, lag
@@ -114,8 +122,8 @@ class StreamsSeen:
     group_names: list[bytes]
     """The groups' names as the server holds them (for the next calls), in the same order:
     a name shown is decoded with replacement."""
-    equipment: list[list[tuple[str, dict[bytes, bytes]]]]
     dead: list[tuple[str, dict[bytes, bytes]]]
+    """The scope's last dead entries, newest first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1215,14 +1223,6 @@ class Store:
         )
         return None if result == "dropped" else result
 
-    def job_indexes(self, scope: str, job: str) -> tuple[int | None, bool]:
-        """The job's due index entry (None when it has none) and whether it is active."""
-        pipe = self.client(scope).pipeline(transaction=False)
-        pipe.zscore(keys.due(scope), job)
-        pipe.sismember(keys.active(scope), job)
-        due, active = pipe.execute()
-        return (None if due is None else int(due)), bool(active)
-
     def order_ids(self, scope: str) -> list[str]:
         """Every stored job id of the scope, oldest order first."""
         return [_text(j) for j in self.client(scope).zrange(keys.orders(scope), 0, -1)]
@@ -1331,28 +1331,31 @@ class Store:
         group = _work_group(groups)
         return 0 if group is None else work_unread(group, int(length))
 
-    def streams_of_show(
-        self, scope: str, sent_ms: Sequence[int], dead_tail: int, probe: int = 50
-    ) -> StreamsSeen:
-        """What `sfc job show` reads of the scope's streams, in one pipeline: the work
-        stream's unread entries (as `unread`), the equipment stream's consumer groups
-        (XINFO GROUPS), for each time in `sent_ms` the first `probe` equipment entries from
-        that millisecond on (a commit's commands are among them), and the last `dead_tail`
-        dead entries, newest first."""
+    def show_reads(self, scope: str, job: str, history: int, dead_tail: int) -> ShowReads:
+        """What `sfc job show` reads first, in one pipeline (one round trip, one slot): the
+        server's TIME, the job's hash, its last `history` entries, its due and active index
+        entries, the scope's settings, the work stream's unread entries (`work_unread`),
+        the equipment stream's consumer groups (XINFO GROUPS), and the last `dead_tail`
+        dead entries."""
         pipe = self.client(scope).pipeline(transaction=False)
+        pipe.time()
+        pipe.hmget(keys.job(scope, job), list(JOB_FIELDS))
+        pipe.xrevrange(keys.history(scope, job), count=max(1, history))
+        pipe.zscore(keys.due(scope), job)
+        pipe.sismember(keys.active(scope), job)
+        pipe.hgetall(keys.settings(scope))
         pipe.xinfo_groups(keys.work(scope))
         pipe.xlen(keys.work(scope))
         pipe.xinfo_groups(keys.equipment(scope))
-        for ms in sent_ms:
-            pipe.xrange(keys.equipment(scope), str(ms), "+", count=probe)
         pipe.xrevrange(keys.dead(scope), count=dead_tail)
         reply: Any = pipe.execute(raise_on_error=False)
-        work_groups, length, equipment_groups, *probes, dead = reply
-        for x in [length, *probes, dead]:
+        now, fields, rows, due, active, settings, work_groups, length, equipment_groups, dead = (
+            reply
+        )
+        for x in [now, fields, rows, due, active, settings, length, dead]:
             if isinstance(x, Exception):
                 raise x
         work_group = _work_group(work_groups)  # none: no work stream or group yet
-        unread = 0 if work_group is None else work_unread(work_group, int(length))
         groups = []
         names: list[bytes] = []
         if not isinstance(equipment_groups, Exception):  # no equipment stream yet
@@ -1367,13 +1370,31 @@ class Store:
                 }
                 for g in equipment_groups
             ]
-        return StreamsSeen(
-            unread=unread,
+        return ShowReads(
+            now=now[0] * 1000 + now[1] // 1000,
+            record=_records([fields], [job])[job],
+            history=[(_text(i), f) for i, f in reversed(rows)] if history > 0 else [],
+            due=None if due is None else int(due),
+            active=bool(active),
+            settings={_text(k): _text(v) for k, v in settings.items()},
+            unread=0 if work_group is None else work_unread(work_group, int(length)),
             equipment_groups=groups,
             group_names=names,
-            equipment=[[(_text(i), f) for i, f in rows] for rows in probes],
             dead=[(_text(i), f) for i, f in dead],
         )
+
+    def equipment_from(
+        self, scope: str, times: Sequence[int], count: int
+    ) -> list[list[tuple[str, dict[bytes, bytes]]]]:
+        """For each time in `times`, the first `count` equipment entries from that
+        millisecond on (a commit's commands are among them), in one pipeline."""
+        if not times:
+            return []
+        pipe = self.client(scope).pipeline(transaction=False)
+        for ms in times:
+            pipe.xrange(keys.equipment(scope), str(ms), "+", count=count)
+        replies: Any = pipe.execute()
+        return [[(_text(i), f) for i, f in rows] for rows in replies]
 
     def equipment_after(
         self, scope: str, reads: Sequence[tuple[str, int]], count: int

@@ -149,7 +149,7 @@ def test_show_counts_the_dead_entries_that_name_the_job(host: Host) -> None:
     assert dead["latest"]["reason"], dead
     shown = _show_text(v, now)
     assert (
-        f"\nDead entries naming this job: 1 (of the last 1000 of the scope); the latest {latest} (answer, was "
+        f"\nDead entries naming this job: 1 (of the last 2 of the scope); the latest {latest} (answer, was "
         in shown
     ), shown
     assert "(`sfc work dead` lists them, `sfc work requeue ID` sends one again)\n" in shown
@@ -393,3 +393,25 @@ def test_job_list_lines_up_the_times_after_the_longest_state(host: Host, tmp_pat
     lines = text.out.splitlines()
     assert any("  Aborted (faulted timeout)  stored " in line for line in lines), lines
     assert len({line.index(" stored ") for line in lines}) == 1, lines
+
+
+def test_show_reads_the_last_dead_entries_only_and_says_how_many(
+    host: Host, tmp_path: Path
+) -> None:
+    """Each dead entry is read whole (it may carry 64 KiB of parameters): the show reads the
+    scope's last DEAD_SCAN, and says how many it read."""
+    scope, _ = _pushed(host, "deadscan")
+    r = host.client()
+    old = {"v": b"1", "kind": b"answer", "data": b'{"job":"j"}', "reason": b"old"}
+    r.xadd(keys.dead(scope), old)  # past the scan: not counted
+    other = {"v": b"1", "kind": b"answer", "data": b'{"job":"k"}', "reason": b"r"}
+    for _ in range(jobs.DEAD_SCAN):
+        r.xadd(keys.dead(scope), other)
+    v, now = _view(host, scope)
+    assert (v.scanned, v.dead) == (jobs.DEAD_SCAN, []), v.dead
+    r.xadd(keys.dead(scope), {**old, "reason": b"new"})
+    v, now = _view(host, scope)
+    dead = show_doc(v, now)["dead"]
+    assert (dead["count"], dead["scanned"], dead["latest"]["reason"]) == (1, 200, "new"), dead
+    said = f"\nDead entries naming this job: 1 (of the last {jobs.DEAD_SCAN} of the scope); "
+    assert said in _show_text(v, now)
