@@ -853,6 +853,7 @@ def _out_row(c: jobs.OutCommand, now: int, unread: int) -> dict[str, Any]:
                 "deliveries": r.deliveries,
                 "consumerIdleMs": r.consumer_idle_ms,
                 "waiting": r.waiting,
+                "waitingAtLeast": r.at_least,
                 "text": _read_text(r, c, now, unread),
             }
             for r in c.reads
@@ -863,6 +864,8 @@ def _out_row(c: jobs.OutCommand, now: int, unread: int) -> dict[str, Any]:
 def _read_text(r: jobs.GroupRead, c: jobs.OutCommand, now: int, unread: int) -> str:
     if r.status == "unread":
         n = "some" if r.waiting is None else str(r.waiting)
+        if r.at_least:
+            n = f"at least {n}"  # counted up to a cap: the server cannot tell the lag
         return f"not read yet by group {r.group}: {n} command(s) wait unread"
     if r.status == "read":
         idle = r.idle_ms or 0

@@ -802,6 +802,8 @@ class GroupRead:
     waiting: int | None = None
     deliveries: int | None = None
     consumer_idle_ms: int | None = None
+    at_least: bool = False
+    """`waiting` is a count that stopped at UNREAD_COUNT: at least that many wait."""
 
 
 @dataclass(frozen=True)
@@ -890,6 +892,9 @@ EQUIPMENT_SCAN = 5_000
 """The most equipment entries of one millisecond `view` reads for a command's entry, in
 pages of EQUIPMENT_PAGE: past them the command's read status is `unknown`."""
 EQUIPMENT_PAGE = 500
+UNREAD_COUNT = 100
+"""The most equipment entries `view` counts after a group's last delivered one, where the
+server cannot tell the group's lag (an entry was deleted by hand)."""
 
 
 def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | None:
@@ -1091,6 +1096,16 @@ def _reads(
     ]
     asked = [(raw[name], entry) for name, entry in delivered]
     held = dict(zip(delivered, store.equipment_pending(scope, asked), strict=True))
+    # where the server cannot tell a group's lag (an entry deleted by hand), the commands
+    # after its last delivered one are counted, up to UNREAD_COUNT, for those that wait
+    waiting = {g["name"]: g["lag"] for g in groups}
+    unknown = [
+        {"name": raw[g["name"]], "lag": None, "last-delivered-id": g["lastDelivered"]}
+        for g in groups
+        if g["lag"] is None
+        and any(e is not None and (g["name"], e) not in held for _, e, _ in commands)
+    ]
+    waiting.update(store.unread_of(scope, unknown, UNREAD_COUNT) if unknown else {})
     out = []
     for cid, entry, why in commands:
         reads = []
@@ -1099,7 +1114,9 @@ def _reads(
             if entry is None:
                 reads.append(GroupRead(name, why))
             elif (name, entry) not in held:
-                reads.append(GroupRead(name, "unread", waiting=g["lag"]))
+                n = waiting[name]
+                capped = g["lag"] is None and n is not None and n >= UNREAD_COUNT
+                reads.append(GroupRead(name, "unread", waiting=n, at_least=capped))
             else:
                 p = held[(name, entry)]
                 if p is None:

@@ -200,6 +200,7 @@ SHOW_FACTS = {
                             "deliveries": INT_OR_NULL,
                             "consumerIdleMs": INT_OR_NULL,
                             "waiting": INT_OR_NULL,
+                            "waitingAtLeast": BOOL,
                             "text": STR,
                         }
                     )

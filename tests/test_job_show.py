@@ -415,3 +415,36 @@ def test_show_reads_the_last_dead_entries_only_and_says_how_many(
     assert (dead["count"], dead["scanned"], dead["latest"]["reason"]) == (1, 200, "new"), dead
     said = f"\nDead entries naming this job: 1 (of the last {jobs.DEAD_SCAN} of the scope); "
     assert said in _show_text(v, now)
+
+
+def test_a_groups_unread_count_that_the_server_cannot_tell_is_counted_or_at_least(
+    host: Host,
+) -> None:
+    """An equipment entry deleted by hand: the server cannot tell the group's lag. The
+    show counts the commands after its last delivered one, and says "at least" where the
+    count stopped at its cap."""
+    scope, _ = _pushed(host, "atleast")
+    store = host.store()
+    store.equipment_group(scope, "line-a")
+    r = host.client()
+
+    def withdraws(n: int) -> list[bytes]:
+        ids = []
+        for seq in range(n):
+            data = f'{{"commandId":"o{seq}:a#1","actionKey":"o{seq}:a","job":"o{seq}",'
+            data += '"typeId":"t","reason":"teardown"}'
+            fields = {"v": b"1", "kind": b"withdraw", "data": data.encode()}
+            ids.append(r.xadd(keys.equipment(scope), fields))  # type: ignore[arg-type]
+        return ids
+
+    r.xdel(keys.equipment(scope), *withdraws(1))
+    assert [g["lag"] for g in r.xinfo_groups(keys.equipment(scope))] == [None]
+    v, now = _view(host, scope)
+    (read,) = show_doc(v, now)["outSince"][0]["reads"]
+    assert (read["waiting"], read["waitingAtLeast"]) == (1, False), read
+    withdraws(jobs.UNREAD_COUNT + 50)
+    v, now = _view(host, scope)
+    (read,) = show_doc(v, now)["outSince"][0]["reads"]
+    assert (read["waiting"], read["waitingAtLeast"]) == (jobs.UNREAD_COUNT, True), read
+    said = f"not read yet by group line-a: at least {jobs.UNREAD_COUNT} command(s) wait unread"
+    assert f"\n    {said}\n" in _show_text(v, now)
