@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from syrupy.assertion import SnapshotAssertion
 
 from cli.job import _show_text, show_doc
@@ -89,12 +90,19 @@ def test_show_says_whether_an_adapter_reads_the_jobs_open_command(
     assert f"\n    {taken}: none has come back yet\n" in _show_text(v, now)
 
     # `sfc equipment` acknowledges as it writes the answer: the answer waits unread
-    answer = b'{"job":"j","commandId":"j:a1#1"}'
+    answer = b'{"job":"j","actionKey":"j:a1","commandId":"j:a1#1"}'
     store.add_work(scope, {"v": b"1", "kind": b"answer", "data": answer})
     v, now = _view(host, scope)
     shown = _show_text(v, now)
     assert f"\n    {taken} (it may wait in the work stream: see Work stream)\n" in shown
     assert f"\nWork stream: 1 entry of scope {scope} not read by any worker yet" in shown
+
+    # a worker read the answer and has not applied it yet
+    ((_, entry_id, _),) = host.store("stalled").read([scope], 1, None)
+    v, now = _view(host, scope)
+    assert show_doc(v, now)["outSince"][0]["answer"] == entry_id
+    said = f"{taken}: a worker holds it ({entry_id}, see Entries read but not yet committed)"
+    assert f"\n    {said}\n" in _show_text(v, now)
 
 
 def _shape(doc: Any) -> Any:
@@ -255,7 +263,9 @@ def test_allowed_to_start_since_does_not_depend_on_the_history_shown(host: Host)
         assert (w["for"], w["since"]) == ("worker", start_at), history
 
 
-def test_show_finds_a_command_past_the_first_entries_of_its_millisecond(host: Host) -> None:
+def test_show_finds_a_command_past_the_first_entries_of_its_millisecond(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A sweep that retries many jobs at once writes more equipment entries in one
     millisecond than the first page the show reads (64 were seen): the entry is found
     further on; one that is gone is said trimmed, with why that is safe to say. The
@@ -281,6 +291,18 @@ def test_show_finds_a_command_past_the_first_entries_of_its_millisecond(host: Ho
     assert out.entry_id == f"{ahead}-{jobs.EQUIPMENT_PROBE + 10}", out
     (read,) = show_doc(v, now)["outSince"][0]["reads"]
     assert (read["status"], read["waiting"]) == ("unread", full), read
+
+    # past the most entries of a millisecond the show reads: it cannot tell
+    monkeypatch.setattr(jobs, "EQUIPMENT_SCAN", jobs.EQUIPMENT_PROBE)
+    v, now = _view(host, scope)
+    (read,) = show_doc(v, now)["outSince"][0]["reads"]
+    assert read["status"] == "unknown", read
+    said = (
+        f"not found among the first {jobs.EQUIPMENT_PROBE} equipment entries of the "
+        "millisecond it went out: group line-a cannot be told"
+    )
+    assert f"\n    {said}\n" in _show_text(v, now)
+    monkeypatch.undo()
 
     # gone from the stream (a trim removes only what every group acknowledged)
     assert out.entry_id is not None and r.xdel(keys.equipment(scope), out.entry_id) == 1
