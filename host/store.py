@@ -1570,7 +1570,7 @@ class Store:
             out.append(
                 {
                     "id": _text(row["message_id"]),
-                    "consumer": _text(row["consumer"]),
+                    "consumer": _name(row["consumer"]),
                     "idleMs": int(row["time_since_delivered"]),
                     "deliveries": int(row["times_delivered"]),
                     "fields": got[0][1] if got else {},

@@ -352,6 +352,14 @@ def test_a_group_name_that_is_not_utf8_is_shown_not_a_crash(host: Host, tmp_path
     v, now = _view(host, scope)
     (read,) = show_doc(v, now)["outSince"][0]["reads"]
     assert (read["status"], read["consumer"]) == ("read", "press\ufffd"), read
+    # a work entry of the job read by a worker named so: `job show` and `work pending`
+    answer = b'{"job":"j","actionKey":"j:a1","commandId":"j:a1#1"}'
+    host.store().add_work(scope, {"v": b"1", "kind": b"answer", "data": answer})
+    host.client().xreadgroup(keys.GROUP, b"w\xff", {keys.work(scope): ">"})
+    r = sfc("job", "show", "j", "--scope", scope, "--redis", host.url, cwd=tmp_path)
+    assert r.code == 0 and " by w\ufffd, idle " in r.out, r
+    r = sfc("work", "pending", "--scope", scope, "--redis", host.url, cwd=tmp_path)
+    assert r.code == 0 and "w\ufffd" in r.out, r
 
 
 def test_the_unread_count_is_exact_where_the_server_cannot_tell_it(
