@@ -881,6 +881,8 @@ class JobView:
     most DEAD_SCAN)."""
 
 
+PENDING_SCAN = 1_000
+"""The oldest pending work entries of the scope `view` reads for those of the job."""
 DEAD_SCAN = 200
 """The last dead entries of the scope `view` reads for those naming the job (each is read
 whole: a dead entry may carry 64 KiB of parameters)."""
@@ -905,7 +907,7 @@ def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | Non
     Two round trips on the scope's slot (`Store.show_reads`, then the equipment entries
     of the millisecond each open command went out), the recipe, the pending entries, and
     the reads that only some jobs need (a crowded millisecond, the commands delivered)."""
-    seen = store.show_reads(scope, job, max(history, SENT_SCAN), DEAD_SCAN)
+    seen = store.show_reads(scope, job, max(history, SENT_SCAN), DEAD_SCAN, PENDING_SCAN)
     record = seen.record
     if record is None:
         return None
@@ -946,7 +948,9 @@ def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | Non
                 sent_at[command_id] = h.at
                 sent_in[command_id] = entry_id
     pending = [
-        p for p in store.pending_entries(scope, 1000) if job_named(p["id"], p["fields"]) == job
+        p
+        for p in store.pending_entries(scope, PENDING_SCAN, seen.pending)
+        if job_named(p["id"], p["fields"]) == job
     ]
     open_ids = [c for c in _open_commands(state) if c in sent_at]
     ms_of = {c: entry_ms(sent_in[c]) for c in open_ids}

@@ -124,6 +124,8 @@ class ShowReads:
     a name shown is decoded with replacement."""
     dead: list[tuple[str, dict[bytes, bytes]]]
     """The scope's last dead entries, newest first."""
+    pending: list[Any]
+    """The oldest work entries pending (XPENDING's rows), for `Store.pending_entries`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1331,12 +1333,15 @@ class Store:
         group = _work_group(groups)
         return 0 if group is None else work_unread(group, int(length))
 
-    def show_reads(self, scope: str, job: str, history: int, dead_tail: int) -> ShowReads:
+    def show_reads(
+        self, scope: str, job: str, history: int, dead_tail: int, pending: int
+    ) -> ShowReads:
         """What `sfc job show` reads first, in one pipeline (one round trip, one slot): the
         server's TIME, the job's hash, its last `history` entries, its due and active index
         entries, the scope's settings, the work stream's unread entries (`work_unread`),
         the equipment stream's consumer groups (XINFO GROUPS), and the last `dead_tail`
-        dead entries."""
+        dead entries, and the oldest `pending` work entries pending (XPENDING: their fields
+        are read by `pending_entries`)."""
         pipe = self.client(scope).pipeline(transaction=False)
         pipe.time()
         pipe.hmget(keys.job(scope, job), list(JOB_FIELDS))
@@ -1348,13 +1353,17 @@ class Store:
         pipe.xlen(keys.work(scope))
         pipe.xinfo_groups(keys.equipment(scope))
         pipe.xrevrange(keys.dead(scope), count=dead_tail)
+        pipe.xpending_range(keys.work(scope), keys.GROUP, "-", "+", pending)
         reply: Any = pipe.execute(raise_on_error=False)
-        now, fields, rows, due, active, settings, work_groups, length, equipment_groups, dead = (
-            reply
-        )
+        (now, fields, rows, due, active, settings, work_groups, length, equipment_groups, dead,
+         held) = reply  # fmt: skip
         for x in [now, fields, rows, due, active, settings, length, dead]:
             if isinstance(x, Exception):
                 raise x
+        if isinstance(held, Exception):
+            if not str(held).startswith("NOGROUP"):
+                raise held
+            held = []  # no work stream or group yet
         work_group = _work_group(work_groups)  # none: no work stream or group yet
         groups = []
         names: list[bytes] = []
@@ -1381,6 +1390,7 @@ class Store:
             equipment_groups=groups,
             group_names=names,
             dead=[(_text(i), f) for i, f in dead],
+            pending=list(held),
         )
 
     def equipment_from(
@@ -1537,17 +1547,21 @@ class Store:
             )
         )
 
-    def pending_entries(self, scope: str, count: int = 100) -> list[dict[str, Any]]:
+    def pending_entries(
+        self, scope: str, count: int = 100, rows: Any = None
+    ) -> list[dict[str, Any]]:
         """The oldest pending work entries: id, consumer, idle ms, deliveries, fields (none
-        for a scope without a work stream or group yet)."""
-        try:
-            rows: Any = self.client(scope).xpending_range(
-                keys.work(scope), keys.GROUP, "-", "+", count
-            )
-        except redis.ResponseError as e:
-            if str(e).startswith("NOGROUP"):
-                return []
-            raise
+        for a scope without a work stream or group yet). `rows`: their XPENDING reply, read
+        already (`ShowReads.pending`)."""
+        if rows is None:
+            try:
+                rows = self.client(scope).xpending_range(
+                    keys.work(scope), keys.GROUP, "-", "+", count
+                )
+            except redis.ResponseError as e:
+                if str(e).startswith("NOGROUP"):
+                    return []
+                raise
         if not rows:
             return []
         pipe = self.client(scope).pipeline(transaction=False)
