@@ -894,6 +894,7 @@ EQUIPMENT_SCAN = 5_000
 """The most equipment entries of one millisecond `view` reads for a command's entry, in
 pages of EQUIPMENT_PAGE: past them the command's read status is `unknown`."""
 EQUIPMENT_PAGE = 500
+"""The equipment entries of a crowded millisecond `view` reads on in one round trip."""
 UNREAD_COUNT = 100
 """The most equipment entries `view` counts after a group's last delivered one, where the
 server cannot tell the group's lag (an entry was deleted by hand)."""
@@ -904,9 +905,10 @@ def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | Non
     commands with how far the scope's adapters read them, and the dead entries naming it.
     A stored order or state that cannot be read is None, with why: the rest is shown.
 
-    Two round trips on the scope's slot (`Store.show_reads`, then the equipment entries
-    of the millisecond each open command went out), the recipe, the pending entries, and
-    the reads that only some jobs need (a crowded millisecond, the commands delivered)."""
+    It reads in a few pipelines: `Store.show_reads` (the job, its history and indexes,
+    the scope's settings and streams), the recipe, the fields of the work entries pending,
+    the equipment entries of each millisecond an open command went out, and, as needed,
+    the rest of a crowded millisecond and who holds the commands delivered."""
     seen = store.show_reads(scope, job, max(history, SENT_SCAN), DEAD_SCAN, PENDING_SCAN)
     record = seen.record
     if record is None:
