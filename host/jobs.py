@@ -513,15 +513,6 @@ def _listed(job: str, record: JobRecord) -> Listed:
     return Listed(job, order, why)
 
 
-def elsewhere(
-    store: Store, scope: str, job: str, registered: Sequence[str] | None = None
-) -> list[str]:
-    """The other registered scopes (`registered`, read when not given) that hold a job of
-    this id, for the message of a job not found in `scope` (a scope left out or mistyped):
-    one EXISTS per registered scope, asked only on that path (`elsewhere_many`)."""
-    return elsewhere_many(store, scope, [job], registered)[job]
-
-
 def elsewhere_many(
     store: Store, scope: str, job_ids: Sequence[str], registered: Sequence[str] | None = None
 ) -> dict[str, list[str]]:

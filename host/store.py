@@ -885,14 +885,10 @@ class Store:
     def scopes(self) -> list[str]:
         return sorted(_text(s) for s in self.r.smembers(keys.SCOPES))
 
-    def has_job(self, scope: str, job: str) -> bool:
-        """Whether the job is stored in the scope (one EXISTS, on the scope's node)."""
-        return bool(self.client(scope).exists(keys.job(scope, job)))
-
     def held(self, pairs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
         """Which (scope, job) pairs are stored: their EXISTS in one pipeline per node (one
         in all off a cluster), HELD_CHUNK a round trip. A job not found looks in every
-        registered scope (`host.jobs.elsewhere`): one EXISTS a round trip cost a call per
+        registered scope (`host.jobs.elsewhere_many`): one EXISTS a round trip cost a call per
         scope, 2,000 round trips with 2,000 scopes."""
         by_node: dict[int, tuple[redis.Redis, list[tuple[str, str]]]] = {}
         for scope, job in pairs:
