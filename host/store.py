@@ -1522,18 +1522,22 @@ class Store:
         job: str | None,
         deliveries: int,
         fields: Mapping[bytes, bytes],
+        offered_to: str | None = None,
     ) -> str:
         """`sfc1_bury`: ok, or gone when the entry is no longer pending. The dead entry has
         the entry's fields, then `reason`, `entry` and `deliveries` (and before them `job`,
-        when there is one: for an event, the job of the wait it was offered to); an entry's
-        own field of such a name is kept as `original-NAME`."""
+        when there is one: the entry's `job`, or for an event `offered_to`, the job of the
+        wait it was offered to); an entry's own field of such a name is kept as
+        `original-NAME`. Only the entry's own `job` goes back on the due index (an event's
+        burial leaves the index of the job it was offered to as it is)."""
         flat: list[Any] = []
         for k, v in fields.items():
             if k in DEAD_FIELDS:
                 k = b"original-" + k
             flat += [k, v]
-        if job:
-            flat += [b"job", job]
+        named = job or offered_to
+        if named:
+            flat += [b"job", named]
         job_key = keys.job(scope, job) if job else keys.settings(scope)
         return _text(
             self._fcall(

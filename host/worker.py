@@ -873,14 +873,15 @@ class Worker:
         job: str | None,
         deliveries: int,
         fields: dict[bytes, bytes],
+        offered_to: str | None = None,
     ) -> None:
-        result = self.store.bury(scope, entry_id, reason, job, deliveries, fields)
+        result = self.store.bury(scope, entry_id, reason, job, deliveries, fields, offered_to)
         if result == "ok":
             self.counters.buried += 1
             kind = fields.get(b"kind", b"").decode(errors="replace")[:64]
             # a malformed entry is buried without its job; the line names the job its data
             # names, for the person who reads it
-            named = job if job is not None else job_mentioned(fields)
+            named = job or offered_to or job_mentioned(fields)
             log.warning(
                 "scope %s: entry %s%s is dead: %s",
                 scope,
@@ -969,17 +970,20 @@ class Worker:
                 f"; the job's stored order or state cannot be read: {problem} "
                 f"(`sfc job clear {job} --unreadable` removes it)"
             )
-        elif job is None:
+        offered_to = None
+        if problem is None and job is None:
             offered = self._offered_to(scope, entry_id, fields)
             if offered is not None:
                 # an event: the job of the wait it was offered to, buried with it (the dead
-                # entry's `job`, which `sfc work dead` and `sfc job show` read)
-                job, problem = offered
+                # entry's `job`, which `sfc work dead` and `sfc job show` read), whose due
+                # index is left as it is
+                offered_to, problem = offered
                 reason += (
-                    f"; it was offered to a wait of job {job}, whose stored order or state "
-                    f"cannot be read: {problem} (`sfc job clear {job} --unreadable` removes it)"
+                    f"; it was offered to a wait of job {offered_to}, whose stored order or "
+                    f"state cannot be read: {problem} (`sfc job clear {offered_to} "
+                    "--unreadable` removes it)"
                 )
-        self._bury(scope, entry_id, reason, job, deliveries, fields)
+        self._bury(scope, entry_id, reason, job, deliveries, fields, offered_to)
         return True
 
     def _offered_to(
