@@ -334,18 +334,23 @@ def _failed(
     tally.failed += [(x.id, f"{type(e).__name__}: {e}") for x in entries]
 
 
+def way_out(job: str) -> str:
+    """The way out of a job whose stored order or state cannot be read, as the worker's
+    lines say it (at start, `_unreadable_at_start`; at each delivery, `Worker._cannot_read`)."""
+    return f"unless a newer sfc wrote it, `sfc job clear {job} --unreadable` removes the job"
+
+
 def _unreadable_at_start(scope: str, job: str, why: str) -> None:
     """The line of a job whose stored order or state cannot be read, found when a worker
     takes its scope up (`repair_all`): why and the way out, in the words of the line of
     each delivery of its entries (`Worker._cannot_read`)."""
     log.error(
         "scope %s: job %s cannot be evaluated: its stored order or state cannot be read (%s); "
-        "its indexes are left as they are; unless a newer sfc wrote it, `sfc job clear %s "
-        "--unreadable` removes the job",
+        "its indexes are left as they are; %s",
         scope,
         job,
         why,
-        job,
+        way_out(job),
         extra={
             "scope": scope,
             "job": job,
@@ -993,8 +998,7 @@ class Applier:
                 else:  # one of them is no longer ours (or the call failed): `offer` finds which
                     alone += es
         if not first:
-            order = {e.id: i for i, e in enumerate(events)}
-            return sorted(alone, key=lambda e: order[e.id])
+            return _in_order(alone, events)
         now, records, values = self.store.load_batch(scope, [job for _, job, _ in first])
         tally.loads += len(first)
         config = ScopeConfig.of(values, self.settings)
@@ -1035,8 +1039,7 @@ class Applier:
                 else:  # conflict or missing (the job moved), or an error: `offer` again
                     tally.conflicts += result == "conflict"
                     alone.append(e)
-        order = {e.id: i for i, e in enumerate(events)}
-        return sorted(alone, key=lambda e: order[e.id])
+        return _in_order(alone, events)
 
     def unreadable_wait(self, scope: str, entry: Entry) -> tuple[str, str] | None:
         """(job, why) of the first wait the event matches (oldest first, as `offer` tries
@@ -1268,6 +1271,12 @@ class Applier:
                 why = f"the commit failed: {type(result).__name__}: {result}"
                 tally.failed += [(e.id, why) for e in jobs[c.job]]
         return again
+
+
+def _in_order(some: list[Entry], events: list[Entry]) -> list[Entry]:
+    """`some` of `events`, in the order of `events` (the batch's)."""
+    order = {e.id: i for i, e in enumerate(events)}
+    return sorted(some, key=lambda e: order[e.id])
 
 
 def _event(entry: Entry) -> EventData:

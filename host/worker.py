@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from host.apply import Applier, Outcome, Round, Unreadable, unreadable
+from host.apply import Applier, Outcome, Round, Unreadable, unreadable, way_out
 from host.entries import Entry, EntryError, decode_work, job_mentioned, job_named, job_of
 from host.settings import Settings
 from host.store import (
@@ -809,8 +809,7 @@ class Worker:
         log.error(
             "scope %s: job %s cannot be evaluated: its stored order or state cannot be read "
             "(%s); its %s %s %s pending and %s to the dead stream after SFC_MAX_DELIVERIES "
-            "(%d) deliveries; unless a newer sfc wrote it, `sfc job clear %s --unreadable` "
-            "removes the job",
+            "(%d) deliveries; %s",
             scope,
             u.job,
             u.why,
@@ -819,7 +818,7 @@ class Worker:
             "stays" if n == 1 else "stay",
             "goes" if n == 1 else "go",
             self.settings.max_deliveries,
-            u.job,
+            way_out(u.job),
             extra={
                 "scope": scope,
                 "job": u.job,
