@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from host.apply import Applier, Outcome, Round, Unreadable, unreadable, way_out
 from host.entries import Entry, EntryError, decode_work, job_mentioned, job_named, job_of
@@ -36,6 +36,8 @@ from host.store import (
     unreachable,
     unreachable_reason,
 )
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from host.metrics import WorkerMetrics
@@ -906,15 +908,23 @@ class Worker:
         at a time, so that an entry that crashes its process does not bury a batch. An entry
         delivered more than `max_deliveries` times is buried instead."""
         total = Outcome()
+        for outcome in self._each_scope(self._claim_scope):
+            total.add(outcome)
+        return total
+
+    def _each_scope(self, step: Callable[[str], T]) -> list[T]:
+        """`step` of each scope served now: a scope whose node cannot be reached is parked
+        (`_parks`) and the others go on; one that answers is served again (`_served`)."""
+        out: list[T] = []
         for scope in self._serving():
             try:
-                total.add(self._claim_scope(scope))
+                out.append(step(scope))
             except Exception as e:
                 if not self._parks(scope, e):
                     raise
                 continue
             self._served(scope)
-        return total
+        return out
 
     def _claim_scope(self, scope: str) -> Outcome:
         """The claim of one scope (claim_once)."""
@@ -1045,16 +1055,7 @@ class Worker:
     def sweep_once(self) -> int:
         """The sweep of every scope: the heartbeat, then ticks of the due jobs; an outage
         pass when the heartbeat shows a gap. Returns the ticks queued."""
-        ticks = 0
-        for scope in self._serving():
-            try:
-                ticks += self._sweep_scope(scope)
-            except Exception as e:
-                if not self._parks(scope, e):
-                    raise
-                continue
-            self._served(scope)
-        return ticks
+        return sum(self._each_scope(self._sweep_scope))
 
     def _sweep_scope(self, scope: str) -> int:
         """The sweep of one scope (sweep_once)."""
@@ -1085,18 +1086,13 @@ class Worker:
 
     def trim_once(self) -> int:
         """Trim the equipment stream of every scope (docs/host.md, "The equipment stream")."""
-        trimmed = 0
-        for scope in self._serving():
-            try:
-                n = self.store.trim_equipment(scope, self.settings.equipment_retention)
-            except Exception as e:
-                if not self._parks(scope, e):
-                    raise
-                continue
-            self._served(scope)
-            trimmed += n
-            self.counters.trimmed += n
-        return trimmed
+        return sum(self._each_scope(self._trim_scope))
+
+    def _trim_scope(self, scope: str) -> int:
+        """The trim of one scope (trim_once)."""
+        n = self.store.trim_equipment(scope, self.settings.equipment_retention)
+        self.counters.trimmed += n
+        return n
 
     # -- the loop
 
