@@ -33,6 +33,13 @@
   batched ratio is the ratio of their CPU per event times the ratio of their busy cores,
   which says whether a figure moved because an event cost more CPU or because the
   processes kept the cores less busy.
+- **The placement.** The server's threads run on a core of their own (the last this process
+  may use) and this process (the worker, the floor's client) and the processes it starts
+  on the others: the issue's machines have 2 cores, and the server takes one. Left to the
+  scheduler, the floor's client and the server share a core in some rounds and not in
+  others, and an event of the floor alone takes 87 or ~240 us by that alone: a ratio then
+  compares two placements. The same figures, free, are printed beside; the cluster's
+  round is free (three servers).
 - **The transport.** The server's Unix socket, which `sfc serve` gives the workers of its
   embedded server; the floor and (b) are taken over TCP as well, in the same rounds.
 
@@ -583,6 +590,51 @@ def cluster_round(jobs_per_scope: int = JOBS) -> tuple[float, int]:
             cluster.stop()
 
 
+def _threads(pid: int) -> list[int]:
+    """The threads of process `pid` (an affinity set by pid alone is its main thread's)."""
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return [pid]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the server and the clients run: the server's threads on `server`, and this
+    process (the worker of (b) and (d), the floor's client) on `clients`, which the
+    responders and worker processes it starts inherit. None: wherever the scheduler puts
+    them."""
+
+    server: frozenset[int] | None = None
+    clients: frozenset[int] | None = None
+
+    @classmethod
+    def pinned(cls) -> Placement:
+        """The server on a core of its own (the last this process may use), the clients on
+        the others; free on a machine of one core."""
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            return cls()
+        return cls(frozenset(cpus[-1:]), frozenset(cpus[:-1]))
+
+    def apply(self, server_pid: int, everything: frozenset[int]) -> None:
+        for pid, cpus in ((server_pid, self.server), (os.getpid(), self.clients)):
+            for tid in _threads(pid):
+                os.sched_setaffinity(tid, cpus if cpus is not None else everything)
+
+    def __str__(self) -> str:
+        if self.server is None or self.clients is None:
+            return "free (where the scheduler puts them)"
+        return (
+            f"pinned: the server on CPU {_cpus(self.server)}, the worker, the responder and "
+            f"the floor's client on CPU {_cpus(self.clients)}"
+        )
+
+
+def _cpus(cpus: frozenset[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
+
+
 def _ratios(values: list[float], floors: list[float]) -> str:
     """The median and min-max of each round's figure over the floor taken next to it."""
     r = [v / f for v, f in zip(values, floors, strict=True)]
@@ -600,6 +652,20 @@ def main() -> None:
         url, tcp = server.local_url, server.url
         Store.from_url(url).load_library()
         tune_collector()
+        # the figures are taken with the server on a core of its own and the clients on the
+        # others, the floor's as the worker's: left to the scheduler, the floor's client
+        # and the server share a core in some rounds and not in others, and one event of
+        # the floor alone then takes 87 or 240 us, so that a ratio compared two placements.
+        # The free placement's figures are printed beside.
+        assert server.process is not None
+        spid, everything = server.process.pid, frozenset(os.sched_getaffinity(0))
+        pinned, free = Placement.pinned(), Placement()
+        free_figures: dict[str, list[float]] = {
+            "alone": [],
+            "piped": [],
+            "batched": [],
+            "unbatched": [],
+        }
         rates: list[float] = []
         unbatched: list[float] = []
         two: list[float] = []
@@ -619,6 +685,7 @@ def main() -> None:
             "unbatched": [],
         }
         for n in range(ROUNDS):
+            pinned.apply(spid, everything)
             event_rate, per_event = events_round(url, n)
             event_rates.append(event_rate)
             loads.append(per_event)
@@ -640,6 +707,13 @@ def main() -> None:
             over_tcp["piped"].append(1e6 / floor_round(tcp, 100).us)
             over_tcp["batched"].append(push_round(tcp, n)[0])
             over_tcp["unbatched"].append(push_round(tcp, n, read_count=1)[0])
+            if free != pinned:
+                free.apply(spid, everything)
+                free_figures["piped"].append(1e6 / floor_round(url, 100).us)
+                free_figures["batched"].append(push_round(url, n)[0])
+                free_figures["alone"].append(1e6 / floor_round(url, 1).us)
+                free_figures["unbatched"].append(push_round(url, n, read_count=1)[0])
+        pinned.apply(spid, everything)
         piped = [f.us for f in floors]
         floor_alone = 1e6 / statistics.median(alone)
         floor_piped = 1e6 / statistics.median(piped)
@@ -650,6 +724,7 @@ def main() -> None:
             "server's Unix socket, as `sfc serve` runs its workers"
             + (" (small batches overlapping)" if OVERLAP else "")
         )
+        print(f"  placement: {pinned}")
         print(
             f"  (a) floor, alone          {statistics.median(alone):,.1f} us/event "
             f"= {floor_alone:,.0f} events/s"
@@ -710,9 +785,24 @@ def main() -> None:
             f"({tm['batched'] / tm['piped']:.2f}), unbatched {_spread(over_tcp['unbatched'])}/s "
             f"({tm['unbatched'] / tm['alone']:.2f})"
         )
+        if free_figures["piped"]:
+            fm = {k: statistics.median(v) for k, v in free_figures.items()}
+            print(
+                f"      placement free: floor alone {fm['alone']:,.0f}/s, pipelined 100 "
+                f"{fm['piped']:,.0f}/s; batched {_spread(free_figures['batched'])}/s "
+                f"({fm['batched'] / fm['piped']:.2f}; round by round "
+                f"{_ratios(free_figures['batched'], free_figures['piped'])}), unbatched "
+                f"{_spread(free_figures['unbatched'])}/s ({fm['unbatched'] / fm['alone']:.2f}; "
+                f"round by round {_ratios(free_figures['unbatched'], free_figures['alone'])})"
+            )
         print(
             f"  (c) worker processes: 1 -> {_spread(one)}, 2 -> {_spread(two)} events/s; "
             f"x{statistics.median(two) / statistics.median(one):.2f}"
+            + (
+                ""
+                if pinned.clients is None
+                else f" (they share the clients' {len(pinned.clients)} of {cores} cores)"
+            )
         )
         if lat:
             p50, p99 = _percentiles(lat)
@@ -740,6 +830,7 @@ def main() -> None:
         print("  one worker's time per applied event, batched (median of rounds):")
         for name, seconds in total.items():
             print(f"    {name:<10} {seconds / events * 1e6:8.1f} us")
+        free.apply(spid, everything)  # three servers, three workers: the scheduler's
         cluster_rate, cluster_jobs = cluster_round()
         print(
             f"cluster: 3 nodes, 3 worker processes, {cluster_jobs} jobs of linear-{STEPS} "
