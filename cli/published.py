@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Mapping
 from functools import cache
 from itertools import islice
 from pathlib import Path
@@ -85,23 +86,29 @@ def _kind(value: Any) -> str:
 def _describe(error: ValidationError, what: str) -> list[tuple[str, str]]:
     """(path, message) of one schema error, worded as the decoder words its own."""
     path = _path(error.absolute_path)
-    if error.validator == "required":
-        missing = [f for f in error.validator_value if f not in error.instance]
+    # jsonschema types these fields "or unset" (an error made by hand may lack them); the
+    # validator always sets them, so the checks below narrow the types and always hold.
+    instance, wanted, schema = error.instance, error.validator_value, error.schema
+    if error.validator == "required" and isinstance(wanted, list) and isinstance(instance, dict):
+        missing = [f for f in wanted if f not in instance]
         return [(f"{path}.{f}", f"the required field {f} is missing") for f in missing]
-    if error.validator in ("additionalProperties", "unevaluatedProperties"):
-        known = set(error.schema.get("properties", {}))
-        extra = [f for f in error.instance if f not in known]
+    if (
+        error.validator in ("additionalProperties", "unevaluatedProperties")
+        and isinstance(schema, Mapping)
+        and isinstance(instance, dict)
+    ):
+        known = set(schema.get("properties", {}))
+        extra = [f for f in instance if f not in known]
         return [(f"{path}.{f}", f"{f} is not a field of the {what}") for f in extra]
     if error.validator == "type":
-        wanted = error.validator_value
         want = (
             " or ".join(_TYPES.get(str(w), str(w)) for w in wanted)
             if isinstance(wanted, list)
-            else _TYPES.get(wanted, wanted)
+            else _TYPES.get(str(wanted), str(wanted))
         )
-        return [(path, f"expected {want}, got {_kind(error.instance)}")]
+        return [(path, f"expected {want}, got {_kind(instance)}")]
     if error.validator in ("enum", "const"):
-        return [(path, f"{json.dumps(error.instance)} is not an allowed value")]
+        return [(path, f"{json.dumps(instance)} is not an allowed value")]
     return [(path, error.message)]
 
 
