@@ -422,7 +422,9 @@ def control_tools(conn: Connection, settings: Settings | None = None) -> list[Ca
     """The tools that write; a method commits with `settings` (the `SFC_*` of `sfc mcp`),
     as a worker would."""
 
-    def method(call: Callable[..., jobs.MethodResult], job: str, scope: str, comment: str | None):
+    def method(
+        call: Callable[..., jobs.MethodResult], job: str, scope: str, comment: str | None
+    ) -> dict[str, Any]:
         _scope(scope)
         _job(job)
         if comment is not None and len(comment) > joborder.TEXT_LIMIT:
