@@ -31,7 +31,7 @@ def codegen_check(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (lint and format) and mypy --strict on the core and the host."""
+    """ruff (lint and format) and mypy --strict on the core, the host and the CLI."""
     session.run(PY, "-m", "ruff", "check", ".", external=True)
     session.run(PY, "-m", "ruff", "format", "--check", ".", external=True)
     session.run(PY, "-m", "mypy", external=True)

@@ -1,4 +1,4 @@
-"""Lint as part of the suite: ruff (lint and format) on everything, mypy --strict on sfc/ and host/."""
+"""Lint as part of the suite: ruff (lint and format) on everything, mypy --strict on sfc/, host/ and cli/."""
 
 from __future__ import annotations
 
