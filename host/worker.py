@@ -972,12 +972,11 @@ class Worker:
             f"{self.settings.max_deliveries})"
         )
         problem = None if job is None else self._unreadable(scope, job)
-        if problem is not None:
+        if job is not None and problem is not None:
             # the likely cause, which the worker that raised only logged: every entry of
             # the job will fail so until the job is mended or cleared
             reason += (
-                f"; the job's stored order or state cannot be read: {problem} "
-                f"(`sfc job clear {job} --unreadable` removes it)"
+                f"; the job's stored order or state cannot be read: {problem} ({way_out(job)})"
             )
         offered_to = None
         if problem is None and job is None:
@@ -989,8 +988,7 @@ class Worker:
                 offered_to, problem = offered
                 reason += (
                     f"; it was offered to a wait of job {offered_to}, whose stored order or "
-                    f"state cannot be read: {problem} (`sfc job clear {offered_to} "
-                    "--unreadable` removes it)"
+                    f"state cannot be read: {problem} ({way_out(offered_to)})"
                 )
         self._bury(scope, entry_id, reason, job, deliveries, fields, offered_to)
         return True
