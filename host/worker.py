@@ -198,6 +198,10 @@ class Worker:
         batch, read before the rows of `_ahead`."""
         self._decoded: dict[tuple[str, str], Entry | EntryError] = {}
         """Rows read ahead that were decoded to load their jobs, by (scope, entry id)."""
+        self._delivered: dict[tuple[str, str], int] = {}
+        """How often the server delivered the own pending entries read again after a park
+        (`_unspent`), by (scope, entry id), until they are decoded (`_decode`): one buried
+        then records the server's count, not 1."""
         self.overlap = overlap
         """Whether a batch loaded ahead is evaluated while the batch before it is in flight
         (its commits written, their replies not read yet): `read_once` then returns what
@@ -515,13 +519,19 @@ class Worker:
         return self.store.read([scope], count, None)
 
     def _unspent(self, scope: str, rows: list[Row]) -> list[Row]:
-        """`rows`, own pending entries read again, but for those `_spent` buries."""
+        """`rows`, own pending entries read again, but for those `_spent` buries; the others'
+        delivery counts are kept for their decoding (`_delivered`)."""
         if not rows:
             return rows
         counts = self.store.own_deliveries(scope, rows[0][1], rows[-1][1], len(rows))
-        return [
-            row for row in rows if not self._spent(scope, row[1], row[2], counts.get(row[1], 0))
-        ]
+        live: list[Row] = []
+        for row in rows:
+            n = counts.get(row[1], 0)
+            if not self._spent(scope, row[1], row[2], n):
+                live.append(row)
+                if n:
+                    self._delivered[scope, row[1]] = n
+        return live
 
     def _overlapping(self) -> bool:
         """Whether batches overlap now (`overlap`): small ones, read and loaded ahead. A
@@ -683,16 +693,23 @@ class Worker:
     def _decode(
         self, scope: str, entries: Sequence[tuple[str, dict[bytes, bytes]]], deliveries: int
     ) -> list[Entry]:
+        """The entries that decode; one that does not is buried, with `deliveries` (or the
+        server's count of an own entry read again after a park: `_delivered`)."""
         good: list[Entry] = []
         for entry_id, fields in entries:
             entry = self._decoded.pop((scope, entry_id), None)
+            delivered = (
+                self._delivered.pop((scope, entry_id), deliveries)
+                if self._delivered
+                else deliveries
+            )
             try:
                 if entry is None:
                     entry = decode_work(entry_id, fields)
                 elif isinstance(entry, EntryError):
                     raise entry
             except EntryError as e:
-                self._bury(scope, entry_id, f"malformed: {e}", None, deliveries, fields)
+                self._bury(scope, entry_id, f"malformed: {e}", None, delivered, fields)
                 continue
             good.append(entry)
         return good

@@ -271,6 +271,51 @@ def test_an_own_pending_entry_delivered_too_often_is_buried_when_read_again_afte
         host.close()
 
 
+def test_an_own_pending_entry_buried_when_read_again_after_a_park_records_its_deliveries(
+    cluster: LocalCluster,
+) -> None:
+    """An own pending entry read again after a park, under SFC_MAX_DELIVERIES, and buried
+    for another reason (malformed) records the server's delivery count in its dead entry:
+    it was applied as delivered once, and its dead entry said 1."""
+    served, away = scope_on(0, "count-a"), scope_on(1, "count-b")
+    node = cluster.servers[1]
+    host = Host(cluster.url)
+    try:
+        host.scopes += [served, away]
+        worker = Worker(host.store(), replace(FAST, autoclaim_idle=60_000), [served, away])
+        worker.refresh_scopes()
+        bogus = {"v": "1", "kind": "bogus", "data": "{}"}
+        entry = worker.store.client(away).xadd(keys.work(away), bogus).decode()  # type: ignore[arg-type]
+        ((_, read, _),) = worker.store.read([away], 1, None)  # as the worker reads it
+        assert read == entry
+        # on disk before the node dies (appendfsync everysec: the last second may be lost)
+        assert worker.store.client(away).execute_command("WAITAOF", 1, 0, 5000)[0] == 1
+        node.kill()
+        worker.read_once(block_ms=5)
+        assert away in worker.parked
+        node.start()
+        partial([node])
+        wait_for(lambda: cluster_ok(cluster), timeout=20, what="node 1 to rejoin")
+        # read again once more, as by a worker that failed: the re-read after the park is
+        # its third delivery, within SFC_MAX_DELIVERIES (3)
+        worker.store.read([away], 1, None, after="0")
+        assert worker.store.deliveries(away, entry) == FAST.max_deliveries - 1
+        wait_for(
+            lambda: bool(worker.store.dead(away)),
+            timeout=20,
+            step=lambda: worker.read_once(block_ms=5),
+            what="the malformed entry buried",
+        )
+        ((_, dead),) = worker.store.dead(away)
+        assert dead[b"entry"].decode() == entry
+        assert dead[b"reason"].startswith(b"malformed: "), dead
+        assert int(dead[b"deliveries"]) == FAST.max_deliveries, dead
+        assert worker.store.deliveries(away, entry) == 0  # no longer pending
+        assert not worker._delivered
+    finally:
+        host.close()
+
+
 def test_a_jobs_entries_across_a_park_are_applied_in_their_order_and_once(
     cluster: LocalCluster,
 ) -> None:
