@@ -23,6 +23,7 @@ import hiredis
 import msgspec
 import redis
 import redis.cluster
+import redis.crc
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -528,6 +529,31 @@ def slot_moved(error: BaseException) -> bool:
     the slot now (a failover, a manual one too, or a reshard). That is routine, not an
     outage: the caller reads the slots again and goes on, and logs it at info."""
     return isinstance(error, redis.exceptions.AskError)  # MovedError is one
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """Where a MOVED (or an ASK) points: the slot, the node that answers for it, and which
+    of the two it was (`moved_to`)."""
+
+    slot: int
+    node: str
+    """host:port"""
+    answer: str
+    """MOVED, or ASK (a reshard under way)"""
+
+
+def moved_to(error: BaseException) -> Moved | None:
+    """The slot and node of a MOVED (or an ASK) `error`, else None."""
+    if not isinstance(error, redis.exceptions.AskError):  # MovedError is one
+        return None
+    answer = "MOVED" if isinstance(error, redis.exceptions.MovedError) else "ASK"
+    return Moved(error.slot_id, f"{error.host}:{error.port}", answer)
+
+
+def slot_of(scope: str) -> int:
+    """The cluster slot of the keys of `scope` (they share it: `{scope}`)."""
+    return int(redis.crc.key_slot(keys.work(scope).encode()))
 
 
 def unreachable_reason(error: BaseException) -> str:

@@ -20,8 +20,9 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TypeVar
 
 from host.apply import Applier, Outcome, Round, Unreadable, unreadable, way_out
@@ -32,7 +33,9 @@ from host.store import (
     ReadAhead,
     Row,
     Store,
+    moved_to,
     slot_moved,
+    slot_of,
     unreachable,
     unreachable_reason,
 )
@@ -78,6 +81,16 @@ def tune_collector() -> None:
     gc.set_threshold(COLLECT_YOUNG_AFTER, older, oldest)
 
 
+def stuck_move(since: float, now: float, threshold_ms: int) -> bool:
+    """Whether a slot that has answered MOVED (or ASK) since `since` has done so too long to
+    be routine: for SFC_OUTAGE_THRESHOLD (`threshold_ms`, 30 s by default). A failover or a
+    reshard moves a slot in a second or two (the slots read again show where it went);
+    one that still points elsewhere after as long as counts as an outage (the scope's next
+    sweep moves every open deadline) is stuck: a reshard left half way, or a cluster whose
+    nodes disagree about the slot."""
+    return (now - since) * 1000 >= threshold_ms
+
+
 def consumer_name() -> str:
     """A consumer name unique to this process: host, pid and a random suffix."""
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -111,6 +124,15 @@ class Parked:
     moved: bool = False
     """Set aside because its slot moved (a MOVED: routine, said at info), not because its
     node could not be reached."""
+
+
+@dataclass(slots=True)
+class Moving:
+    """A scope whose slot answers MOVED (or ASK), since when (the worker's clock), and
+    whether that was said at warning for lasting too long (`stuck_move`)."""
+
+    since: float
+    stuck: bool = False
 
 
 @dataclass(slots=True)
@@ -222,6 +244,9 @@ class Worker:
         """Store.moves when the parks last ended on a slot move."""
         self._not_taken: set[str] = set()
         """Scopes not taken up because their node could not be reached (logged once)."""
+        self._moving: dict[str, Moving] = {}
+        """Scopes whose slot answered MOVED (or ASK), parked or not taken up yet, until
+        served (`_said_moved`)."""
         self._left: dict[tuple[str, str], None] = {}
         """Entries this worker left pending because their processing raised, by (scope,
         entry id), the oldest first (at most LEFT_KEPT): when it takes them over, they are
@@ -258,7 +283,12 @@ class Worker:
                 if not (several and unreachable(e)):
                     raise
                 away = e  # its node is away: the others are taken up, it at the next refresh
-                if scope not in self._not_taken:
+                if slot_moved(e):
+                    # routine: the node answered; the next refresh goes where it went
+                    self.store.refresh_routes()
+                    self._said_moved(scope, e)
+                elif scope not in self._not_taken:
+                    self._moving.pop(scope, None)
                     self._not_taken.add(scope)
                     log.warning(
                         "scope %s: not taken up now: its node cannot be reached (%s); "
@@ -269,6 +299,7 @@ class Worker:
                     )
                 continue
             self._not_taken.discard(scope)
+            self._moving.pop(scope, None)
             self.scopes.append(scope)
             taken.append(scope)
             log.info("serving scope %s (consumer %s)", scope, self.consumer)
@@ -355,17 +386,66 @@ class Worker:
                 self.parked[s] = Parked(now, now + PARK_FIRST_S, PARK_FIRST_S, reason, moved)
             else:
                 self._back_off(parked, now)
-                if moved or not parked.moved:
-                    continue  # said already
-                parked.moved, parked.reason = False, reason  # it moved, and is away now
-            self._said_parked(s, error, reason, moved)
+                if not parked.moved:
+                    continue  # away, said already
+                if not moved:
+                    parked.moved, parked.reason = False, reason  # it moved, and is away now
+            if moved:
+                self._said_moved(s, error)
+            else:
+                self._moving.pop(s, None)
+                self._said_parked(s, error, reason)
         return True
 
-    def _said_parked(self, scope: str, error: Exception, reason: str, moved: bool) -> None:
+    def _said_moved(self, scope: str, error: Exception) -> None:
+        """A call of `scope` answered MOVED (or ASK): routine, said once at info, by a parked
+        scope and by one not taken up yet alike; said once at warning when it has lasted
+        SFC_OUTAGE_THRESHOLD (`stuck_move`)."""
+        now = self.clock()
+        moving = self._moving.get(scope)
         extra = {"scope": scope, "reason": f"{type(error).__name__}: {error}"}
-        if moved:
+        if moving is None:
+            self._moving[scope] = Moving(now)
+            reason = unreachable_reason(error)
             log.info("scope %s: %s; reading the slots again", scope, reason, extra=extra)
+        elif not moving.stuck and stuck_move(moving.since, now, self.settings.outage_threshold):
+            moving.stuck = True
+            self._said_stuck(f"scope {scope}", error, now - moving.since, extra)
+
+    def _said_stuck(
+        self, who: str, error: Exception, lasted: float, extra: Mapping[str, str | None]
+    ) -> None:
+        """The warning of a slot that has answered MOVED (or ASK) too long (`stuck_move`)."""
+        where = moved_to(error)
+        if where is None:
             return
+        since = datetime.fromtimestamp(time.time() - lasted, UTC)
+        log.warning(
+            "%s: slot %d has answered %s (to %s) for %.0f s, since %s: a reshard stuck half way "
+            "(the slot left migrating or importing) or a misconfigured cluster, most likely "
+            "(`CLUSTER SLOTS` and `CLUSTER NODES` on its nodes show who serves it); tried "
+            "again with backoff",
+            who,
+            where.slot,
+            where.answer,
+            where.node,
+            lasted,
+            since.strftime("%Y-%m-%d %H:%M:%S UTC"),
+            extra=extra,
+        )
+
+    def _moved_scope(self, error: Exception) -> tuple[str, str | None]:
+        """Who says that the slot of a MOVED (or ASK) that escaped to the loop is stuck: the
+        worker, and the scope it serves in that slot, if any (else None: sfc:scopes)."""
+        where = moved_to(error)
+        scope = next(
+            (x for x in self.scopes if where is not None and slot_of(x) == where.slot), None
+        )
+        who = f"worker {self.consumer}"
+        return (who if scope is None else f"{who}, scope {scope}"), scope
+
+    def _said_parked(self, scope: str, error: Exception, reason: str) -> None:
+        extra = {"scope": scope, "reason": f"{type(error).__name__}: {error}"}
         log.warning(
             "scope %s: its node cannot be reached (%s); serving the other scopes, and trying "
             "it again with backoff",
@@ -381,6 +461,7 @@ class Worker:
         parked = self.parked.pop(scope, None)
         if parked is None:
             return
+        self._moving.pop(scope, None)
         away = self.clock() - parked.since
         log.log(
             logging.INFO if parked.moved else logging.WARNING,
@@ -1120,7 +1201,7 @@ class Worker:
         next_claim = now + s.autoclaim_idle / 1000
         next_trim = now + random.uniform(0.5, 1.0) * TRIM_INTERVAL_MS / 1000
         down_since: float | None = None
-        moving = False  # a slot moved (MOVED), said at info; nothing failed
+        moving: Moving | None = None  # a slot moved (MOVED), said at info; nothing failed
         backoff = 0.0
         while not stop.is_set():
             now = self.clock()
@@ -1152,14 +1233,21 @@ class Worker:
                     continue
                 self.store.refresh_routes()  # a cluster's slot may have moved
                 if down_since is None and slot_moved(e):
-                    if not moving:
-                        moving = True
+                    extra: dict[str, str | None] = {"reason": f"{type(e).__name__}: {e}"}
+                    if moving is None:
+                        moving = Moving(self.clock())
                         log.info(
                             "worker %s: %s; reading the slots again",
                             self.consumer,
                             unreachable_reason(e),
-                            extra={"reason": f"{type(e).__name__}: {e}"},
+                            extra=extra,
                         )
+                    elif not moving.stuck and stuck_move(
+                        moving.since, self.clock(), s.outage_threshold
+                    ):
+                        moving.stuck = True
+                        who, extra["scope"] = self._moved_scope(e)
+                        self._said_stuck(who, e, self.clock() - moving.since, extra)
                 elif down_since is None:
                     down_since = self.clock()
                     log.warning(
@@ -1181,7 +1269,15 @@ class Worker:
                 )
                 if self.metrics is not None:
                     self.metrics.reconnect()
-            down_since, moving, backoff = None, False, 0.0
+            elif moving is not None and moving.stuck:
+                lasted = self.clock() - moving.since
+                log.info(
+                    "worker %s: served again after %.1f s",
+                    self.consumer,
+                    lasted,
+                    extra={"reason": f"its slot moved {lasted:.1f} s ago"},
+                )
+            down_since, moving, backoff = None, None, 0.0
         waiting = len(self._ahead) + (0 if self._ready is None else len(self._ready[0]))
         if self._flight is not None:
             waiting += sum(len(good) for _, good in self._flight.rounds)

@@ -271,11 +271,14 @@ class ReplicatedCluster:
             n.server.stop()
 
 
-def move_slot(c: LocalCluster, key: str) -> tuple[int, int]:
+def move_slot(c: LocalCluster, key: str, *, half_way: bool = False) -> tuple[int, int]:
     """Move the slot of `key`, with its keys, from its primary to the next one (a reshard,
     as valkey-cli does it: IMPORTING, MIGRATING, MIGRATE, SETSLOT NODE); returns the slot and
     the port of the primary that serves it now. A call for the slot to the old primary
-    answers MOVED from then on (ASK while its keys move)."""
+    answers MOVED from then on (ASK while its keys move). `half_way` stops before SETSLOT
+    NODE, as a reshard that stopped there: the keys are on the next primary, the old one
+    still owns the slot (CLUSTER SLOTS says so) and answers ASK for them until
+    `end_move`."""
     clients = [redis.Redis(host="127.0.0.1", port=s.port) for s in c.servers]
     try:
         slot = int(clients[0].execute_command("CLUSTER", "KEYSLOT", key))
@@ -297,9 +300,24 @@ def move_slot(c: LocalCluster, key: str) -> tuple[int, int]:
             src.execute_command(
                 "MIGRATE", "127.0.0.1", c.servers[target].port, "", 0, 5000, "KEYS", *moving
             )
-        for x in clients:
-            x.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])
+        if not half_way:
+            for x in clients:
+                x.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])
         return slot, c.servers[target].port
+    finally:
+        for x in clients:
+            x.close()
+
+
+def end_move(c: LocalCluster, slot: int, port: int) -> None:
+    """End a move that `move_slot(..., half_way=True)` left: the primary on `port` serves
+    `slot` (SETSLOT NODE on every node)."""
+    clients = [redis.Redis(host="127.0.0.1", port=s.port) for s in c.servers]
+    try:
+        target = next(i for i, s in enumerate(c.servers) if s.port == port)
+        owner = _text(clients[target].execute_command("CLUSTER", "MYID"))
+        for x in clients:
+            x.execute_command("CLUSTER", "SETSLOT", slot, "NODE", owner)
     finally:
         for x in clients:
             x.close()

@@ -28,7 +28,7 @@ from host.metrics import WorkerMetrics
 from host.server import RANGES, EmbeddedServer
 from host.store import Store, unreachable
 from host.worker import Worker
-from tests.clusterkit import LocalCluster, move_slot
+from tests.clusterkit import LocalCluster, end_move, move_slot
 from tests.faultkit import COMPLETED, check, wide_recipe
 from tests.hostkit import FAST, Host, linear_recipe, new_scope, wait_for
 
@@ -438,12 +438,152 @@ def test_a_scope_whose_node_is_away_is_taken_up_at_a_later_refresh(
         assert worker.refresh_scopes() == []
         said = messages(caplog, away)
         assert sum("not taken up now: its node cannot be reached" in m for m in said) == 1, said
+        (line,) = [r for r in caplog.records if "not taken up now" in r.getMessage()]
+        assert line.levelno == logging.WARNING  # an outage, not a slot that moved
+        assert "moved to" not in line.getMessage()
         node.start()
         partial([node])
         wait_for(lambda: cluster_ok(cluster), timeout=20, what="node 0 to rejoin")
         assert worker.refresh_scopes() == [away]
         assert worker.scopes == [*scopes[1:], away]
     finally:
+        host.close()
+
+
+def test_a_scope_not_taken_up_for_a_slot_that_moved_says_so_at_info(
+    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A scope whose slot moved before the worker took it up (its map of the slots read
+    before): the node answered MOVED. It was said at warning as a node that cannot be
+    reached; it is said as what it is, in the words of a parked scope's MOVED, at info, and
+    the scope is taken up at the next refresh, where the slots read again show it."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    moving, other = scope_on(1, "late-moved"), scope_on(0, "late-stays")
+    host = Host(cluster.url)
+    try:
+        store = host.store()  # its map of the slots is read before the move
+        slot, port = move_slot(cluster, keys.work(moving))
+        worker = Worker(store, FAST, [moving, other])
+        assert worker.refresh_scopes() == [other]
+        line = f"scope {moving}: slot {slot} moved to 127.0.0.1:{port} (a failover or a reshard)"
+        said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == LOGGER]
+        assert (logging.INFO, f"{line}; reading the slots again") in said, said
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], said
+        assert worker.refresh_scopes() == [moving]
+        assert store.node_name(moving) == f"127.0.0.1:{port}"
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], said
+    finally:
+        host.close()
+
+
+def test_a_slot_stuck_moving_is_said_once_at_warning_then_served_again_at_info(
+    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reshard stuck half way: the scope's keys are on the next primary, and the slot is
+    left migrating on its owner, which answers ASK for them for as long as it stays so. The
+    scope is set aside at info as a slot that moved; once that has lasted
+    SFC_OUTAGE_THRESHOLD, one warning names the scope, the slot, the node it points to, since
+    when, and the likely cause; once the reshard ends, it is served again, at info. (The
+    worker's clock is stepped: the threshold passes without waiting for it.)"""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    moving, other = scope_on(1, "stuck"), scope_on(0, "stuck-other")
+    host = Host(cluster.url)
+    now = [1000.0]
+    try:
+        host.scopes += [moving, other]
+        settings = replace(FAST, outage_threshold=2000)
+        worker = Worker(host.store(), settings, [moving, other], clock=lambda: now[0])
+        worker.refresh_scopes()
+        slot, port = move_slot(cluster, keys.work(moving), half_way=True)
+        worker.read_once(block_ms=5)
+        assert worker.parked[moving].moved
+
+        def warned() -> list[logging.LogRecord]:
+            return [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+        def later() -> None:
+            now[0] += 0.5
+            worker.read_once(block_ms=5)
+
+        line = (
+            f"scope {moving}: slot {slot} is moving to 127.0.0.1:{port} (a failover or a reshard)"
+        )
+        said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == LOGGER]
+        assert said[-1] == (logging.INFO, f"{line}; reading the slots again"), said
+        assert not warned()
+        wait_for(lambda: bool(warned()), timeout=20, step=later, what="the warning")
+        (stuck,) = warned()
+        text = stuck.getMessage()
+        assert text.startswith(
+            f"scope {moving}: slot {slot} has answered ASK (to 127.0.0.1:{port}) for "
+        ), text
+        assert now[0] - worker.parked[moving].since >= 2.0
+        assert " since 20" in text and " UTC: a reshard stuck half way" in text, text
+        assert "`CLUSTER SLOTS` and `CLUSTER NODES`" in text, text
+        assert stuck.scope == moving  # type: ignore[attr-defined]
+        for _ in range(20):  # once, not at every try
+            later()
+        assert len(warned()) == 1, warned()
+        assert moving in worker.parked
+        end_move(cluster, slot, port)
+        wait_for(
+            lambda: moving not in worker.parked,
+            timeout=20,
+            step=later,
+            what="the scope served again",
+        )
+        (back,) = [r for r in caplog.records if "served again after" in r.getMessage()]
+        assert back.levelno == logging.INFO and back.scope == moving  # type: ignore[attr-defined]
+        assert len(warned()) == 1, warned()
+        assert not worker._moving
+    finally:
+        host.close()
+
+
+def test_a_worker_of_one_scope_says_a_slot_stuck_moving_once_at_warning(
+    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker of one scope waits out a MOVED (or ASK) in its loop, said at info; one that
+    lasts SFC_OUTAGE_THRESHOLD (a reshard stuck half way) is said once at warning, naming
+    the scope, and its end at info."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    scope = scope_on(1, "stuck-one")
+    host = Host(cluster.url)
+    stop = threading.Event()
+    try:
+        host.scopes.append(scope)
+        worker = Worker(host.store(), replace(FAST, outage_threshold=1000), [scope])
+        worker.refresh_scopes()
+        slot, port = move_slot(cluster, keys.work(scope), half_way=True)
+        thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+        thread.start()
+
+        def warned() -> list[logging.LogRecord]:
+            return [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+        wait_for(lambda: bool(warned()), timeout=20, what="the warning")
+        (stuck,) = warned()
+        text = stuck.getMessage()
+        assert text.startswith(
+            f"worker {worker.consumer}, scope {scope}: slot {slot} has answered ASK (to "
+            f"127.0.0.1:{port}) for "
+        ), text
+        assert stuck.scope == scope  # type: ignore[attr-defined]
+        said = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+        assert sum("reading the slots again" in m for m in said) == 1, said
+        end_move(cluster, slot, port)
+        wait_for(
+            lambda: any("served again after" in r.getMessage() for r in caplog.records),
+            timeout=20,
+            what="the scope served again",
+        )
+        stop.set()
+        thread.join(10)
+        (back,) = [r for r in caplog.records if "served again after" in r.getMessage()]
+        assert back.levelno == logging.INFO
+        assert len(warned()) == 1, warned()
+    finally:
+        stop.set()
         host.close()
 
 
