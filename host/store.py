@@ -102,6 +102,23 @@ HELD_CHUNK = 5_000
 """The EXISTS of one round trip of `Store.held`."""
 DEAD_FIELDS = (b"reason", b"entry", b"deliveries", b"job")
 """The fields a dead entry adds to the entry's own (`bury`; `requeue` removes them)."""
+KEPT = b"original-"
+"""The prefix a dead entry keeps an entry's own field under when its name is one of
+DEAD_FIELDS, or starts with the prefix itself (`_dead_name`)."""
+
+
+def _dead_name(name: bytes) -> bytes:
+    """The name an entry's own field has in its dead entry: `original-NAME` for a name the
+    dead entry adds itself (DEAD_FIELDS) or one that starts with `original-` (so that an
+    entry's own `original-job` is not taken for a kept `job`), else the name as it is; one
+    prefix more, so `requeue` gives back every name exactly by taking one off (`_own_name`),
+    and a dead entry of the common case looks as it always did."""
+    return KEPT + name if name in DEAD_FIELDS or name.startswith(KEPT) else name
+
+
+def _own_name(name: bytes) -> bytes:
+    """The name a dead entry's field had in the entry (`_dead_name` undone)."""
+    return name.removeprefix(KEPT)
 
 
 @dataclass(frozen=True)
@@ -1553,14 +1570,13 @@ class Store:
         """`sfc1_bury`: ok, or gone when the entry is no longer pending. The dead entry has
         the entry's fields, then `reason`, `entry` and `deliveries` (and before them `job`,
         when there is one: the entry's `job`, or for an event `offered_to`, the job of the
-        wait it was offered to); an entry's own field of such a name is kept as
-        `original-NAME`. Only the entry's own `job` goes back on the due index (an event's
-        burial leaves the index of the job it was offered to as it is)."""
+        wait it was offered to); an entry's own field of such a name, or of one that starts
+        with `original-`, is kept as `original-NAME` (`_dead_name`). Only the entry's own
+        `job` goes back on the due index (an event's burial leaves the index of the job it
+        was offered to as it is)."""
         flat: list[Any] = []
         for k, v in fields.items():
-            if k in DEAD_FIELDS:
-                k = b"original-" + k
-            flat += [k, v]
+            flat += [_dead_name(k), v]
         named = job or offered_to
         if named:
             flat += [b"job", named]
@@ -1619,15 +1635,15 @@ class Store:
         return out
 
     def requeue(self, scope: str, entry_id: str) -> str | None:
-        """Move a dead entry back to the work stream, with its original fields; the new
-        entry id, or None when there is no such dead entry."""
+        """Move a dead entry back to the work stream, with its original fields (the names
+        `bury` kept as `original-NAME` given back: `_own_name`); the new entry id, or None
+        when there is no such dead entry."""
         rows: Any = self.client(scope).xrange(keys.dead(scope), entry_id, entry_id)
         if not rows:
             return None
-        fields = {k: v for k, v in rows[0][1].items() if k not in DEAD_FIELDS}
-        for k in list(fields):
-            if k.startswith(b"original-"):
-                fields[k.removeprefix(b"original-")] = fields.pop(k)
+        fields: dict[Any, Any] = {
+            _own_name(k): v for k, v in rows[0][1].items() if k not in DEAD_FIELDS
+        }
         pipe = self.client(scope).pipeline(transaction=True)  # both keys carry {scope}: one slot
         pipe.xadd(keys.work(scope), fields)
         pipe.xdel(keys.dead(scope), entry_id)

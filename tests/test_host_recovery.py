@@ -11,10 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from generated.work_entry_v1_0 import TickData
 from host import keys
 from host.entries import fields
+from host.store import DEAD_FIELDS
 from host.worker import Worker
 from sfc.codec import state_decoder
 from tests.hostkit import FAST, Host, counts, linear_recipe, wait_for
@@ -393,6 +396,51 @@ def test_an_event_buried_for_a_waiting_job_that_cannot_be_read_says_which_and_wh
     assert sorted(again) == sorted(
         k for k in dead if k not in (b"reason", b"entry", b"deliveries", b"job")
     )
+
+
+NAMES = st.one_of(
+    st.sampled_from([b"job", b"reason", b"entry", b"deliveries", b"kind", b"data", b"original-"]),
+    st.builds(
+        lambda n, k: b"original-" * n + k,
+        st.integers(1, 3),
+        st.sampled_from([b"job", b"reason", b"x", b""]),
+    ),
+    st.binary(max_size=12),
+)
+"""Field names: the dead entry's own, ones that start with its prefix (once or more), any."""
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    entry=st.dictionaries(NAMES, st.binary(max_size=6), min_size=1, max_size=6),
+    job=st.sampled_from([None, "j"]),
+    offered_to=st.sampled_from([None, "w"]),
+)
+def test_bury_then_requeue_gives_back_the_entry_whatever_its_field_names(
+    host: Host, entry: dict[bytes, bytes], job: str | None, offered_to: str | None
+) -> None:
+    """Review: `requeue` took the prefix `original-` off every field, so an entry's own
+    `original-x` came back as `x`, and an entry with both `job` and `original-job` lost one
+    at the burial. A buried entry comes back with exactly its fields, and one of the common
+    case is buried as ever (its own `job` kept as `original-job`)."""
+    scope = host.scope("roundtrip")
+    store = host.store()
+    store.create_group(scope)
+    r = host.client()
+    entry_id = r.xadd(keys.work(scope), entry).decode()  # type: ignore[arg-type]
+    r.xreadgroup(keys.GROUP, "c", {keys.work(scope): ">"})
+    assert store.bury(scope, entry_id, "bad", job, 3, entry, offered_to) == "ok"
+    ((dead_id, dead),) = store.dead(scope)
+    if not any(k.startswith(b"original-") for k in entry):  # the common case, as ever
+        own = {b"original-" + k if k in DEAD_FIELDS else k for k in entry}
+        added = {b"reason", b"entry", b"deliveries"} | ({b"job"} if job or offered_to else set())
+        assert set(dead) == own | added, dead
+    new = store.requeue(scope, dead_id)
+    assert new is not None
+    ((_, again),) = r.xrange(keys.work(scope), new, new)
+    assert again == entry
 
 
 def test_an_event_whose_waiting_job_cannot_be_loaded_at_all_is_still_buried(
