@@ -67,10 +67,12 @@ def _text(value: Any) -> str:
 
 
 def _name(value: Any) -> str:
-    """A name the server holds that is shown (a consumer group's, a consumer's): one that
-    is not UTF-8 (made by hand, `XGROUP CREATE ... "bad\\xffname"`) with replacement
-    characters, not an error that fails the whole view."""
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+    """A name the server holds that is shown (a consumer group's, a consumer's; `sfc job
+    show`, `sfc work pending`, the metrics' `group` label): one that is not UTF-8 (made by
+    hand, `XGROUP CREATE ... "bad\\xffname"`) with each byte that is not UTF-8 escaped
+    (`bad\\xffname`), not an error that fails the whole view; and two names that differ
+    only in such bytes are shown apart (a replacement character made them one)."""
+    return value.decode(errors="backslashreplace") if isinstance(value, bytes) else str(value)
 
 
 def work_unread(group: Mapping[str, Any], length: int) -> int:
