@@ -44,7 +44,7 @@ from cli.hostcommon import (
     warn_unregistered,
 )
 from cli.main import app
-from host import joborder, jobs
+from host import joborder, jobs, keys
 from host.apply import decode_order
 from host.joborder import ReturnStatus
 from host.store import Store
@@ -117,11 +117,7 @@ def submit(
     line. A recipe that does not build for the scope is refused with its build errors."""
     check_scope(scope)
     text = read(recipe, "recipe")
-    ids: list[str | None]
-    if count == 1:
-        ids = [job_id]
-    else:
-        ids = [f"{job_id}-{i}" for i in range(1, count + 1)] if job_id else [None] * count
+    ids = _submit_ids(job_id, count)
     check_jobs([i for i in ids if i is not None], "--job-id")
     store = open_store(redis, data_dir)
     results = []
@@ -194,6 +190,28 @@ def submit(
         raise typer.Exit(130)
     if refused:
         raise typer.Exit(1)
+
+
+def _submit_ids(job_id: str | None, count: int) -> list[str | None]:
+    """The ids `submit` gives its orders: `job_id`, or with `--count N` the ids made from
+    the prefix `job_id`, `job_id-1` to `job_id-N` (None: the host makes each). A prefix
+    whose ids would be too long is refused, exit 2, in words of the prefix the user gave
+    (the length of the longest id made from it, and the longest prefix that fits), not of
+    an id the user never wrote."""
+    if count == 1:
+        return [job_id]
+    if not job_id:
+        return [None] * count
+    longest = len(f"{job_id}-{count}")
+    if longest > keys.JOB_LIMIT:
+        fits = keys.JOB_LIMIT - (longest - len(job_id))
+        fail(
+            f"--job-id: with --count {count}, the ids made from the prefix (its {len(job_id)} "
+            f"characters, then -1 to -{count}) would have up to {longest} characters; at most "
+            f"{keys.JOB_LIMIT} are allowed: a prefix of at most {fits} characters fits",
+            2,
+        )
+    return [f"{job_id}-{i}" for i in range(1, count + 1)]
 
 
 def _every_shape_error(text: bytes, result: jobs.MethodResult, scope: str) -> jobs.MethodResult:

@@ -118,6 +118,39 @@ def test_a_malformed_job_id_to_submit_is_a_usage_error_too(
     assert _written(host.client(), scope) == before
 
 
+def test_a_prefix_whose_ids_would_be_too_long_is_named_as_the_prefix(
+    stored: tuple[Host, str], valkey_url: str, tmp_path: Path
+) -> None:
+    """Review: `--count 100 --job-id P` with P of 126 characters said "the job id has 129
+    characters" (of P-10, the first too long), an id the user never wrote. It says what
+    the ids made from P would be, and the longest prefix that fits; one that fits is
+    taken."""
+    host, scope = stored
+    recipe = tmp_path / "r.json"
+    recipe.write_bytes(linear_recipe(1))
+    before = _written(host.client(), scope)
+    prefix = "p" * (keys.JOB_LIMIT - 2)
+    proc = sfc(
+        "job", "submit", str(recipe), "--job-id", prefix, "--count", "100",
+        "--scope", scope, "--redis", valkey_url,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc
+    assert proc.stderr == (
+        f"sfc: --job-id: with --count 100, the ids made from the prefix (its "
+        f"{keys.JOB_LIMIT - 2} characters, then -1 to -100) would have up to "
+        f"{keys.JOB_LIMIT + 2} characters; at most {keys.JOB_LIMIT} are allowed: a prefix "
+        f"of at most {keys.JOB_LIMIT - 4} characters fits\n"
+    ), proc.stderr
+    assert _written(host.client(), scope) == before
+    fits = "p" * (keys.JOB_LIMIT - 4)
+    proc = sfc(
+        "job", "submit", str(recipe), "--job-id", fits, "--count", "100", "--store-only",
+        "--scope", scope, "--redis", valkey_url,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc
+    assert proc.stdout.split()[-1] == f"{fits}-100"
+
+
 @pytest.mark.parametrize(
     "args",
     [
