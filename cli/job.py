@@ -872,6 +872,7 @@ def _out_row(c: jobs.OutCommand, now: int, unread: int) -> dict[str, Any]:
                 "consumerIdleMs": r.consumer_idle_ms,
                 "waiting": r.waiting,
                 "waitingAtLeast": r.at_least,
+                "readPast": r.read_past,
                 "text": _read_text(r, c, now, unread),
             }
             for r in c.reads
@@ -906,13 +907,33 @@ def _read_text(r: jobs.GroupRead, c: jobs.OutCommand, now: int, unread: int) -> 
             return f"{said} (it may wait in the work stream: see Work stream)"
         return f"{said}: none has come back yet"
     if r.status == "trimmed":
-        return (
-            f"not on the equipment stream any more: acknowledged by every group (so by "
-            f"group {r.group}), and trimmed since"
-        )
+        return _trimmed_text(r)
     return (
         f"not found among the first {jobs.EQUIPMENT_SCAN} equipment entries of the "
         f"millisecond it went out: group {r.group} cannot be told"
+    )
+
+
+def _trimmed_text(r: jobs.GroupRead) -> str:
+    """A command whose entry is gone from the equipment stream, as far as group `r.group`
+    is known to have read it: past it, or not (trimmed before it read it: a trim by hand,
+    or a group made since), by its last delivered entry; never "acknowledged", which
+    cannot be known of an entry no longer there."""
+    last = r.last_delivered
+    if r.read_past:
+        return (
+            f"not on the equipment stream any more (trimmed); group {r.group} has read past "
+            f"it (its last delivered entry, {last}, is of a later millisecond)"
+        )
+    if r.read_past is False:
+        return (
+            f"not on the equipment stream any more: trimmed before group {r.group} read it "
+            f"(its last delivered entry, {last}, is from before the command went out)"
+        )
+    return (
+        f"not on the equipment stream any more (trimmed); group {r.group} has read up to "
+        f"{last}, of the millisecond the command went out: whether it read the command "
+        "cannot be told"
     )
 
 

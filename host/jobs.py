@@ -782,8 +782,10 @@ class GroupRead:
     `idle_ms` ago, `deliveries` times, and not acknowledged: the consumer last read the
     stream `consumer_idle_ms` ago), `done` (acknowledged: taken; `sfc equipment` acknowledges
     in the round trip that writes its answer, `sfc bridge mqtt` once it published the
-    command), `trimmed` (the command's entry is not on the stream any more: a trim removes
-    only entries every group acknowledged) or `unknown` (not found among the first
+    command), `trimmed` (the command's entry is not on the stream any more: `read_past`
+    says whether the group had read past it, from its `last_delivered` entry; the worker's
+    trim removes only what every group acknowledged, but a trim by hand (MAXLEN), or a group
+    made since, leaves a group that never read it) or `unknown` (not found among the first
     EQUIPMENT_SCAN entries of the millisecond it went out)."""
 
     group: str
@@ -795,6 +797,13 @@ class GroupRead:
     consumer_idle_ms: int | None = None
     at_least: bool = False
     """`waiting` is a count that stopped at UNREAD_COUNT: at least that many wait."""
+    last_delivered: str | None = None
+    """Of `trimmed`: the group's last delivered entry (XINFO GROUPS)."""
+    read_past: bool | None = None
+    """Of `trimmed`: True when the group's last delivered entry is of a later millisecond
+    than the command went out, False when it is before that millisecond (the entry was
+    trimmed before the group read it), None when it is of that millisecond (the entry's
+    id is not known closer: it cannot be told)."""
 
 
 @dataclass(frozen=True)
@@ -958,6 +967,7 @@ def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | Non
         seen.equipment_groups,
         seen.group_names,
         _answers(pending),
+        ms_of,
     )
     return JobView(
         order=order,
@@ -1077,12 +1087,14 @@ def _reads(
     groups: Sequence[Mapping[str, Any]],
     names: Sequence[bytes],
     answers: Mapping[str, str],
+    ms_of: Mapping[str, int],
 ) -> list[OutCommand]:
     """How far each group of the equipment stream read each open command (id, entry, why
     its entry was not found): a command past a group's last delivered id is unread by it;
     one delivered is pending with a consumer (one more round trip, for those only) or
-    acknowledged. `names` are the groups' names as stored (a name shown may be decoded
-    with replacement)."""
+    acknowledged; one trimmed is past the group's last delivered id or not (`_read_past`,
+    by the millisecond it went out, `ms_of`). `names` are the groups' names as stored (a
+    name shown may have bytes escaped, `Store._name`)."""
     raw = dict(zip((g["name"] for g in groups), names, strict=True))
     delivered = [
         (g["name"], entry)
@@ -1108,7 +1120,11 @@ def _reads(
         reads = []
         for g in groups:
             name = g["name"]
-            if entry is None:
+            if entry is None and why == "trimmed":
+                last = g["lastDelivered"]
+                past = _read_past(last, ms_of[cid])
+                reads.append(GroupRead(name, why, last_delivered=last, read_past=past))
+            elif entry is None:
                 reads.append(GroupRead(name, why))
             elif (name, entry) not in held:
                 n = waiting[name]
@@ -1131,6 +1147,16 @@ def _reads(
                     )
         out.append(OutCommand(cid, sent_at[cid], entry, reads, answers.get(cid)))
     return sorted(out, key=lambda o: o.since)
+
+
+def _read_past(last_delivered: str, ms: int) -> bool | None:
+    """Whether a group had read past a command whose entry was trimmed, from its last
+    delivered entry and the millisecond the command went out (its entry was of that
+    millisecond: its id is not known closer): past it when the last delivered entry is of
+    a later millisecond; not when it is of an earlier one (the entry was trimmed before the
+    group read it); None, cannot be told, when it is of that millisecond."""
+    at = id_tuple(last_delivered)[0]
+    return None if at == ms else at > ms
 
 
 def _dead_entry(entry_id: str, f: Mapping[bytes, bytes], job: str) -> DeadEntry | None:

@@ -201,6 +201,7 @@ SHOW_FACTS = {
                             "consumerIdleMs": INT_OR_NULL,
                             "waiting": INT_OR_NULL,
                             "waitingAtLeast": BOOL,
+                            "readPast": {"type": ["boolean", "null"]},
                             "text": STR,
                         }
                     )

@@ -304,16 +304,71 @@ def test_show_finds_a_command_past_the_first_entries_of_its_millisecond(
     assert f"\n    {said}\n" in _show_text(v, now)
     monkeypatch.undo()
 
-    # gone from the stream (a trim removes only what every group acknowledged)
+    # gone from the stream, deleted by hand before line-a (made at its start) read it
     assert out.entry_id is not None and r.xdel(keys.equipment(scope), out.entry_id) == 1
     v, now = _view(host, scope)
     (read,) = show_doc(v, now)["outSince"][0]["reads"]
-    assert read["status"] == "trimmed", read
+    assert (read["status"], read["readPast"]) == ("trimmed", False), read
     said = (
-        "not on the equipment stream any more: acknowledged by every group (so by group "
-        "line-a), and trimmed since"
+        "not on the equipment stream any more: trimmed before group line-a read it (its "
+        "last delivered entry, 0-0, is from before the command went out)"
     )
     assert f"\n    {said}\n" in _show_text(v, now)
+
+
+def test_a_trimmed_command_is_said_read_past_only_by_a_group_whose_reads_are_past_it(
+    host: Host, tmp_path: Path
+) -> None:
+    """Review: a command gone from the equipment stream was said "acknowledged by every
+    group (so by group G), and trimmed since". The worker's trim removes only what every
+    group acknowledged, but a trim by hand (MAXLEN) does not ask, and a group made since
+    never read it. Each group is said to have read past it only when its last delivered
+    entry is of a later millisecond; one of an earlier millisecond was trimmed before it
+    read it; one of that millisecond cannot be told."""
+    scope, _ = _pushed(host, "trimmed")
+    store = host.store()
+    r = store.client(scope)
+    ((push, _),) = store.equipment_entries(scope)
+    ms = int(push.split("-")[0])
+    later = f"{ms + 1}-0"  # another job's command, of a later millisecond (made by hand)
+    data = b'{"commandId":"o:a#1","actionKey":"o:a","job":"o","typeId":"t","reason":"teardown"}'
+    r.xadd(keys.equipment(scope), {"v": b"1", "kind": b"withdraw", "data": data}, id=later)
+    store.equipment_group(scope, "line-a")  # reads both, and acknowledges them
+    store.ack_equipment(
+        scope, "line-a", [i for i, _ in store.read_equipment(scope, "line-a", "p", 10, None)]
+    )
+    store.equipment_group(scope, "line-b")  # made at the start, has read nothing
+    r.xgroup_create(keys.equipment(scope), "line-c", id=f"{ms}-0")  # of that millisecond
+    assert r.xtrim(keys.equipment(scope), maxlen=1, approximate=False) == 1  # by hand
+    r.xgroup_create(keys.equipment(scope), "line-d", id="$")  # made since: at the end
+    args = ["--scope", scope, "--redis", host.url]
+    doc = check(sfc("job", "show", "j", "--json", *args, cwd=tmp_path).json(), SHOW)
+    (out,) = doc["outSince"]
+    assert out["entry"] is None, out
+    reads = {x["group"]: x for x in out["reads"]}
+    assert {g: (x["status"], x["readPast"]) for g, x in reads.items()} == {
+        "line-a": ("trimmed", True),
+        "line-b": ("trimmed", False),
+        "line-c": ("trimmed", None),
+        "line-d": ("trimmed", True),
+    }
+    gone = "not on the equipment stream any more"
+    said = {
+        "line-a": f"{gone} (trimmed); group line-a has read past it (its last delivered "
+        f"entry, {later}, is of a later millisecond)",
+        "line-b": f"{gone}: trimmed before group line-b read it (its last delivered entry, "
+        "0-0, is from before the command went out)",
+        "line-c": f"{gone} (trimmed); group line-c has read up to {ms}-0, of the millisecond "
+        "the command went out: whether it read the command cannot be told",
+        "line-d": f"{gone} (trimmed); group line-d has read past it (its last delivered "
+        f"entry, {later}, is of a later millisecond)",
+    }
+    assert {g: x["text"] for g, x in reads.items()} == said
+    text = sfc("job", "show", "j", *args, cwd=tmp_path)
+    assert text.code == 0, text
+    for line in said.values():
+        assert f"\n    {line}\n" in text.out, text
+    assert "acknowledged by every group" not in text.out
 
 
 def test_an_await_is_shown_as_a_wait_for_an_event_not_as_a_command_out(host: Host) -> None:
