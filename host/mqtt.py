@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import hashlib
 import heapq
 import logging
 import math
 import os
 import queue
+import select
 import socket
 import threading
 import time
@@ -705,6 +707,72 @@ class Received:
         return read_cloudevent(self.payload, self.content_type, self.user_properties)
 
 
+RECONNECT_S = (1.0, 2.0)
+"""The pause between two tries at a broker: the first, and the longest while it fails."""
+
+
+def connect_tcp(host: str, port: int, timeout: float, stop: threading.Event) -> socket.socket:
+    """A TCP connection to `host`:`port`, as `socket.create_connection` makes one (each
+    address in turn, up to `timeout` s each), given up within STOP_POLL_S once `stop` is
+    set (ConnectionAbortedError)."""
+    error: OSError | None = None
+    for family, kind, proto, _, address in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            _connect(sock, address, timeout, stop)
+        except OSError as e:
+            sock.close()
+            error = e
+            if stop.is_set():
+                break
+            continue
+        sock.settimeout(timeout)  # as create_connection leaves it (paho sets its own after)
+        return sock
+    raise error or OSError(f"{host} has no address")
+
+
+def _connect(sock: socket.socket, address: Any, timeout: float, stop: threading.Event) -> None:
+    """Connect `sock` without blocking, looking at `stop` every STOP_POLL_S."""
+    deadline = time.monotonic() + timeout
+    sock.setblocking(False)
+    code = sock.connect_ex(address)
+    while code in (errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY):
+        if stop.is_set():
+            raise ConnectionAbortedError("the connect was given up: a stop")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("timed out")
+        _, ready, _ = select.select([], [sock], [], min(left, STOP_POLL_S))
+        if ready:
+            code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if code:
+        raise OSError(code, os.strerror(code))
+
+
+class StoppableClient(mqtt.Client):
+    """paho's client, whose two waits on its network thread a stop cuts short (`stopping`
+    set): the TCP connect, for which paho waits up to its connect timeout (5 s) when the
+    broker's host does not answer, and the pause between two tries, which paho sleeps in
+    steps of a second. `Connection.close` joins that thread, so a bridge's stop while its
+    broker was away waited them out (a connect through a proxy still does)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stopping = threading.Event()
+        self.pause_s: float | None = None
+        """The last pause between two tries; None once connected (the next is the first)."""
+
+    def _create_socket_connection(self) -> socket.socket:
+        if self._get_proxy() is not None:
+            return super()._create_socket_connection()
+        return connect_tcp(self._host, self._port, self.connect_timeout, self.stopping)
+
+    def _reconnect_wait(self) -> None:
+        first, longest = RECONNECT_S
+        self.pause_s = first if self.pause_s is None else min(self.pause_s * 2, longest)
+        self.stopping.wait(self.pause_s)
+
+
 class Connection:
     """One MQTT 5 client with its network thread: connects (and reconnects), subscribes
     again on every connect, publishes with QoS 1 and says which publishes the broker
@@ -745,7 +813,7 @@ class Connection:
         a lost connection is said once, and so is its return."""
         self.clean_start = clean_start
         self.session_expiry_s = session_expiry_s
-        self.client = mqtt.Client(
+        self.client = StoppableClient(
             CallbackAPIVersion.VERSION2,
             client_id=client_id,
             protocol=mqtt.MQTTv5,
@@ -756,7 +824,6 @@ class Connection:
             self.client.username_pw_set(broker.username, broker.password)
         if broker.tls:  # the system's CA certificates, or the file SFC_TLS_CA names
             self.client.tls_set(ca_certs=os.environ.get("SFC_TLS_CA") or None)
-        self.client.reconnect_delay_set(1, 2)
         self.client.on_connect = self._connected
         self.client.on_connect_fail = self._connect_failed
         self.client.on_disconnect = self._disconnected
@@ -785,6 +852,7 @@ class Connection:
 
     def _stop_network(self, at_once: bool) -> None:
         self._closing = True
+        self.client.stopping.set()  # a connect under way, or a pause, ends now
         shutdown = getattr(self.client.socket(), "shutdown", None)
         if at_once and shutdown is not None:
             # the broker sees the connection end now, even while the network thread is in
@@ -810,6 +878,7 @@ class Connection:
 
     def _resume(self) -> None:
         self._closing = False
+        self.client.stopping.clear()
         # paho's loop_start makes a new wake-up socket pair without closing the last one
         reset = getattr(self.client, "_reset_sockets", None)
         if reset is not None:
@@ -844,6 +913,7 @@ class Connection:
                 time.monotonic() - self._down_since,
             )
             self._down_since = None
+        self.client.pause_s = None  # the next try after a loss comes after the first pause
         self.generation += 1
         self.connected.set()
         if not self.subscriptions:

@@ -5,6 +5,7 @@ workers, bridges and the device simulator.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -766,6 +767,97 @@ def test_a_bridge_stops_at_once_while_its_broker_is_away_and_gives_its_client_id
     said = _wait_line(device, "cannot be reached")
     err = _stopped(device, sig, said)
     assert "not connected" not in err and "sfc device mqtt: stopped; 0 received" in err, err
+
+
+@contextlib.contextmanager
+def _stalled_listener() -> Iterator[int]:
+    """A port on 127.0.0.1 whose connects hang, as to a broker host that does not answer:
+    a listener with no room left in its queue (one connection fills it), whose SYNs the
+    kernel drops. Its port."""
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(0)
+        port: int = srv.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            yield port
+
+
+def _connecting_to(port: int) -> bool:
+    """Whether a TCP connect to 127.0.0.1:`port` is under way (SYN_SENT, /proc/net/tcp)."""
+    remote = f"0100007F:{port:04X}"
+    rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return any(r.split()[2] == remote and r.split()[3] == "02" for r in rows)
+
+
+def test_a_close_gives_up_a_connect_under_way(mqtt_url: str) -> None:
+    """paho waits its connect timeout (5 s) for a broker host that does not answer, on the
+    network thread that close joins: a stop meanwhile waited it out. Here paho's timeout is
+    600 s, so only a connect that looks at the stop lets close return by the deadline."""
+    with _stalled_listener() as port:
+        conn = Connection(parse_broker_url(f"mqtt://127.0.0.1:{port}"), "stalled", ["s/#"], bool)
+        conn.client.connect_timeout = 600
+        conn.start()
+        wait_for(lambda: _connecting_to(port), timeout=10, what="the connect to be under way")
+        closer = threading.Thread(target=conn.close, daemon=True)
+        closer.start()
+        wait_for(lambda: not closer.is_alive(), timeout=10, what="the close")
+        assert not _connecting_to(port)  # given up, not left behind
+        assert not conn.connected.is_set()
+    # the connection does not stay stopped: it connects again after a suspend and resume
+    conn = Connection(parse_broker_url(mqtt_url), "resumed", ["s/#"], bool)
+    conn.start()
+    assert conn.wait_ready(10)
+    conn.suspend()
+    conn.resume()
+    assert conn.wait_ready(10)
+    conn.close()
+
+
+def test_a_bridge_stopped_while_it_connects_stops_at_once_and_loses_nothing(rig: Rig) -> None:
+    """A bridge whose broker's host does not answer is stopped while it connects: `run`
+    returns by the deadline (paho's own connect would hold it 600 s here), nothing was read,
+    and the command waits for the next bridge of the group."""
+    host, scope = rig.host, rig.scope
+    job = host.submit(scope, linear_recipe(1), job_id="s").job
+    worker = host.worker([scope])
+    host.run([worker], [], _sent_for(host, scope, job), what="the push")
+    with _stalled_listener() as port:
+        broker = parse_broker_url(f"mqtt://127.0.0.1:{port}")
+        bridge = MqttBridge(host.store(), broker, rig.topics, group="g", consumer="stalled")
+        bridge._conn.client.connect_timeout = 600
+        stop = threading.Event()
+
+        def serve() -> None:
+            bridge.start(stop=stop)
+            bridge.run(stop)
+
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        wait_for(lambda: _connecting_to(port), timeout=10, what="the connect to be under way")
+        stop.set()
+        wait_for(lambda: not t.is_alive(), timeout=10, what="the bridge to stop")
+    assert bridge.counters.read == 0
+    rig.bridge("next")
+    rig.device()
+    host.run([worker], [], host.ended(scope, [job]))
+    assert host.order_path(scope, job) == "Ended/Completed"
+
+
+def test_the_bridge_command_exits_0_on_sigterm_while_it_connects(host: Host) -> None:
+    scope = host.scope("stalled")
+    client_id = f"stalled-{scope}"
+    with _stalled_listener() as port:
+        bridge = _sfc(
+            "bridge", "mqtt", "--broker", f"mqtt://127.0.0.1:{port}", "--scope", scope,
+            "--redis", host.url, "--client-id", client_id,
+        )  # fmt: skip
+        try:
+            wait_for(lambda: _connecting_to(port), timeout=20, what="the connect")
+        finally:
+            err = _stopped(bridge, signal.SIGTERM)
+    assert "sfc bridge mqtt: stopped; 0 published" in err, err
+    assert "cannot be reached" not in err and "not connected" not in err, err
+    assert not host.client().exists(keys.mqtt_client(client_id))  # given up
 
 
 @pytest.mark.parametrize(
