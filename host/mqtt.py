@@ -75,6 +75,15 @@ DEFAULT_COMMAND_TOPIC = "{prefix}/{scope}/commands/{typeId}"
 DEFAULT_CLAIM_IDLE_MS = 30_000
 SESSION_TAKEN_OVER = 0x8E
 """The MQTT 5 DISCONNECT reason code of a session another client took over."""
+UNSPECIFIED = 0x80
+"""The reason code paho gives a connection the broker closed without saying why."""
+TAKEN_OVER_AFTER = 3
+"""How many connections in a row the broker may end without a reason, each within
+SHORT_LIVED_S of accepting it, before the client takes it for another client taking its
+session over, on a broker that does not say so (rumqttd closes the connection; mosquitto,
+EMQX and HiveMQ send DISCONNECT 0x8E). Each of the two would connect again and take the
+session back, and they took turns for ever."""
+SHORT_LIVED_S = 10.0
 CLIENT_ID_LIMIT = 128
 STOP_POLL_S = 0.1
 """How often a wait that a stop may cut short looks at the stop (a bridge started while
@@ -806,8 +815,14 @@ class Connection:
         """close, suspend and resume one at a time (the bridge's loop and its lease's thread)"""
         self.generation = 0
         """Counts the connections: a message is acknowledged on the one it came on."""
-        self.taken_over = False
-        """The broker said another client took the session over (the same client id)."""
+        self.taken_over: str | None = None
+        """What the broker did when another client took the session over (the same client
+        id): it connects no more. None while it did not."""
+        self._accepted_at = 0.0
+        """When the broker accepted the last connection (monotonic)."""
+        self._cut_short = 0
+        """The connections in a row the broker ended without a reason soon after accepting
+        them (TAKEN_OVER_AFTER)."""
         self._down_since: float | None = None
         """Since when the broker could not be reached (monotonic), once that was logged:
         a lost connection is said once, and so is its return."""
@@ -904,8 +919,10 @@ class Connection:
         self, client: mqtt.Client, userdata: Any, flags: Any, reason: ReasonCode, props: Any
     ) -> None:
         if reason.is_failure:  # said once, as a lost connection is, not at every retry
+            self._cut_short = 0
             self._down(f"refused the connection ({reason})")
             return
+        self._accepted_at = time.monotonic()
         if self._down_since is not None:
             log.warning(
                 "connected to the broker %s again after %.1f s",
@@ -931,25 +948,43 @@ class Connection:
         log.warning("the broker %s %s; trying again every 1-2 s", self.broker.redacted(), what)
 
     def _connect_failed(self, client: mqtt.Client, userdata: Any) -> None:
+        self._cut_short = 0  # the broker was away, not the session taken
         self._down("cannot be reached")
+
+    def _taken_over(self, client: mqtt.Client, what: str) -> None:
+        """Connect no more: reconnecting would take the session back from the other client,
+        and the two would take turns."""
+        self.taken_over = what
+        self._closing = True
+        self.client.stopping.set()
+        client.disconnect()
+        log.error("%s; not connecting again", what)
 
     def _disconnected(
         self, client: mqtt.Client, userdata: Any, flags: Any, reason: ReasonCode, props: Any
     ) -> None:
         self.generation += 1  # a message of the last connection is not acknowledged on the next
-        if getattr(reason, "value", None) == SESSION_TAKEN_OVER and not self._closing:
-            # another client connected with this client id: reconnecting would take the
-            # session back, and the two would take turns
-            self.taken_over = True
-            self._closing = True
-            client.disconnect()
-            log.error(
-                "the broker %s gave this client's session (client id %s) to another client",
-                self.broker.redacted(),
-                self.client_id,
+        code = getattr(reason, "value", None)
+        broker = self.broker.redacted()
+        if code == SESSION_TAKEN_OVER and not self._closing:
+            self._taken_over(
+                client,
+                f"the broker {broker} gave the session of client id {self.client_id!r} to "
+                "another client (DISCONNECT 0x8E, session taken over)",
             )
         elif self.connected.is_set():
-            self._down(f"dropped the connection ({reason})")
+            short = time.monotonic() - self._accepted_at < SHORT_LIVED_S
+            self._cut_short = self._cut_short + 1 if code == UNSPECIFIED and short else 0
+            if self._cut_short >= TAKEN_OVER_AFTER and not self._closing:
+                self._taken_over(
+                    client,
+                    f"the broker {broker} ended {self._cut_short} connections of client id "
+                    f"{self.client_id!r} in a row within {SHORT_LIVED_S:.0f} s of accepting "
+                    "each, without a reason: another client with that client id takes the "
+                    "session over (a broker that does not say so with DISCONNECT 0x8E)",
+                )
+            else:
+                self._down(f"dropped the connection ({reason})")
         else:
             self._down(f"closed the connection before accepting it ({reason})")
         self.connected.clear()
@@ -1278,10 +1313,7 @@ class MqttBridge:
         if self._lease is not None and self._lease.lost is not None:
             raise self._lease.lost
         if self._conn.taken_over:
-            raise ClientIdTaken(
-                f"the broker gave the session of client id {self.client_id!r} to another "
-                "client; give each bridge its own --client-id"
-            )
+            raise ClientIdTaken(f"{self._conn.taken_over}; give each bridge its own --client-id")
 
     @property
     def ready(self) -> bool:

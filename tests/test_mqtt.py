@@ -1018,6 +1018,55 @@ def test_a_client_id_is_held_by_one_bridge_at_a_time(rig: Rig) -> None:
     assert host.order_path(scope, job) == "Ended/Completed"
 
 
+def test_a_client_that_takes_the_bridges_session_over_stops_it(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another MQTT client (no bridge: it holds no lease) connects with the bridge's client
+    id. rumqttd says nothing of a takeover (no DISCONNECT 0x8E): it closes the old
+    connection. The bridge connected again 1-2 s later, taking the session back, the other
+    client did the same, and the two took turns for ever. Now the bridge stops, saying why,
+    and leaves the session to the other client."""
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.enums import CallbackAPIVersion
+
+    caplog.set_level(logging.WARNING, logger="sfc.host.mqtt")
+    client_id = f"taken-{rig.scope}"
+    bridge = MqttBridge(
+        rig.host.store(), rig.url, rig.topics, group="g", consumer="b",
+        client_id=client_id, session_expiry_s=60,
+    ).start()  # fmt: skip
+    assert bridge.ready
+    stop = threading.Event()
+    failed: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            bridge.run(stop)
+        except BaseException as e:
+            failed.append(e)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    other = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
+    other.connect_async(rig.url.host, rig.url.port, clean_start=False)
+    other.loop_start()  # paho's own reconnecting, 1 s after each loss
+    try:
+        wait_for(lambda: not t.is_alive(), timeout=60, what="the bridge to stop")
+        assert len(failed) == 1 and isinstance(failed[0], ClientIdTaken), failed
+        said = str(failed[0])
+        assert f"client id {client_id!r}" in said and "another client" in said, said
+        assert "give each bridge its own --client-id" in said, said
+        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert len(errors) == 1 and client_id in errors[0], errors
+        assert bridge._conn.taken_over
+        assert bridge._conn.client._thread is None  # no network thread: it connects no more
+        wait_for(other.is_connected, timeout=10, what="the other client to keep the session")
+    finally:
+        stop.set()
+        other.disconnect()
+        other.loop_stop()
+
+
 def test_a_client_id_hold_that_cannot_be_renewed_disconnects_first_and_stops_when_lost(
     tmp_path: Path,
 ) -> None:
