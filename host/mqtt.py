@@ -1444,17 +1444,34 @@ class MqttBridge:
         except Exception as e:
             if not unreachable(e):
                 raise
+            moved = slot_moved(e)
+            if moved:
+                self.store.refresh_routes()
             with self._unwritten_lock:
                 if not self._unwritten:
-                    log.warning(
-                        "a message on %s could not be written, the server is unreachable "
-                        "(%s); it is held, and written once the server is back",
-                        msg.topic,
-                        e,
-                    )
+                    self._said_held(msg.topic, e, moved)
                 self._unwritten.append((self._conn.generation, msg))
             return False
         return True
+
+    @staticmethod
+    def _said_held(topic: str, error: Exception, moved: bool) -> None:
+        """Say why a message is held: a slot that moved (a MOVED: the node answered; a
+        failover or a reshard) is routine, said at info as the worker says it; a server
+        that cannot be reached is said at warning."""
+        if moved:
+            log.info(
+                "a message on %s is held: %s; reading the slots again, and it is written then",
+                topic,
+                unreachable_reason(error),
+            )
+            return
+        log.warning(
+            "a message on %s could not be written, the server is unreachable (%s); it is "
+            "held, and written once the server is back",
+            topic,
+            unreachable_reason(error),
+        )
 
     def _write_held(self) -> None:
         """Write the messages held while the server was away, and acknowledge them (those

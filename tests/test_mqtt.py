@@ -1149,12 +1149,14 @@ def test_a_response_that_could_not_be_written_comes_again_once_the_server_is_bac
 
 
 def test_a_message_that_comes_while_others_are_held_is_written_after_them(
-    mqtt_url: str, tmp_path: Path
+    mqtt_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Responses held while the server was away are written when it is back; one that came
-    meanwhile went straight in, before them, and was acknowledged first."""
+    meanwhile went straight in, before them, and was acknowledged first. The first one held
+    is said at warning (the server cannot be reached), once."""
     from host.server import EmbeddedServer
 
+    caplog.set_level(logging.INFO, logger="sfc.host.mqtt")
     server = EmbeddedServer(tmp_path / "valkey").start()
     h = Host(server.url)
     pub: Connection | None = None
@@ -1183,6 +1185,18 @@ def test_a_message_that_comes_while_others_are_held_is_written_after_them(
         respond(1)
         respond(2)
         wait_for(lambda: len(bridge._unwritten) == 2, timeout=10, what="two responses held")
+        held = [r for r in caplog.records if "held" in r.getMessage()]
+        assert [r.levelno for r in held] == [logging.WARNING], caplog.text
+        assert (
+            held[0]
+            .getMessage()
+            .startswith(
+                f"a message on {topics.responses} could not be written, the server is unreachable ("
+            )
+        ), held[0].getMessage()
+        assert (
+            held[0].getMessage().endswith("); it is held, and written once the server is back")
+        ), held[0].getMessage()
         server.start()
         respond(3)  # the server is back, and two wait to be written
         work = keys.work(scope)
@@ -1296,6 +1310,72 @@ def test_a_lost_broker_and_a_refused_login_are_logged_once_each_way(
         )
     finally:
         bad.close()
+
+
+@pytest.mark.cluster
+def test_a_response_held_for_a_slot_that_moved_is_said_at_info_and_written(
+    tmp_path: Path, mqtt_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A response comes after the slot of the bridge's scope moved (a reshard, a failover):
+    writing it answers MOVED, and it is held. The bridge said at warning that the server
+    could not be reached; a node answered, and the move is routine: said at info, as the
+    worker says it, and the response is written once the slots are read again."""
+    from redis.cluster import RedisCluster
+
+    from tests.clusterkit import LocalCluster, move_slot
+
+    caplog.set_level(logging.INFO, logger="sfc.host.mqtt")
+    own = LocalCluster(tmp_path).start()
+    h = Host(own.url)
+    pub: Connection | None = None
+    stop = threading.Event()
+    t: threading.Thread | None = None
+    try:
+        h.store().load_library()
+        scope = h.scope("held-moved")
+        topics = Topics(scope, "m")
+        broker = parse_broker_url(mqtt_url)
+        # not run yet: nothing but the response calls the server, so its write meets the move
+        bridge = MqttBridge(h.store(), broker, topics, group="g", consumer="b").start()
+        pub = Connection(broker, f"pub-{scope}", [], lambda m: True)
+        pub.start()
+        assert pub.wait_ready(10) and bridge.ready
+        slot, port = move_slot(own, keys.work(scope))
+        answer = CloudEvent(
+            {"specversion": "1.0", "source": "dev", "type": "t.response", "id": "r1"},
+            b'{"outcome":"ok"}',
+            JSON,
+        )
+        mid = pub.publish(Message(topics.responses, answer.data, JSON, (
+            *answer.attributes.items(), ("sfccommandid", "j:a#1")
+        )))  # fmt: skip
+        assert mid is not None and pub.wait_acked([mid], 10) == {mid}
+        wait_for(lambda: len(bridge._unwritten) == 1, timeout=10, what="the response held")
+        line = (
+            f"a message on {topics.responses} is held: slot {slot} (moved|is moving) to "
+            rf"127\.0\.0\.1:{port} \(a failover or a reshard\); reading the slots again, "
+            "and it is written then"
+        )
+        held = [r for r in caplog.records if "held" in r.getMessage()]
+        assert len(held) == 1 and re.fullmatch(line, held[0].getMessage()), caplog.text
+        assert held[0].levelno == logging.INFO
+        t = threading.Thread(target=bridge.run, args=(stop,), daemon=True)
+        t.start()
+        rc = RedisCluster.from_url(own.url)
+        try:
+            wait_for(lambda: rc.xlen(keys.work(scope)) == 1, timeout=20, what="the write")
+        finally:
+            rc.close()
+        assert bridge.counters.responses == 1
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    finally:
+        stop.set()
+        if t is not None:
+            t.join(10)
+        if pub is not None:
+            pub.close()
+        h.close()
+        own.stop()
 
 
 @pytest.mark.cluster
