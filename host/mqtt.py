@@ -80,8 +80,8 @@ UNSPECIFIED = 0x80
 TAKEN_OVER_AFTER = 3
 """How many connections in a row the broker may end without a reason, each within
 SHORT_LIVED_S of accepting it, before the client takes it for another client taking its
-session over, on a broker that does not say so (rumqttd closes the connection; mosquitto,
-EMQX and HiveMQ send DISCONNECT 0x8E). Each of the two would connect again and take the
+session over, on a broker that does not say so with DISCONNECT 0x8E (rumqttd, and
+mosquitto 2.0.11, close the connection). Each of the two would connect again and take the
 session back, and they took turns for ever."""
 SHORT_LIVED_S = 10.0
 CLIENT_ID_LIMIT = 128
@@ -779,7 +779,10 @@ class StoppableClient(mqtt.Client):
     def _reconnect_wait(self) -> None:
         first, longest = RECONNECT_S
         self.pause_s = first if self.pause_s is None else min(self.pause_s * 2, longest)
-        self.stopping.wait(self.pause_s)
+        if self.stopping.wait(self.pause_s):
+            # on the network thread, loop_stop only tells the loop to end: it tries no
+            # more (paho's loop went on trying, taking a session taken over back)
+            self.loop_stop()
 
 
 class Connection:

@@ -1061,6 +1061,15 @@ def test_a_client_that_takes_the_bridges_session_over_stops_it(
         assert bridge._conn.taken_over
         assert bridge._conn.client._thread is None  # no network thread: it connects no more
         wait_for(other.is_connected, timeout=10, what="the other client to keep the session")
+        # a connection taken over (the device's too) ends its network thread by itself: it
+        # went on trying (at once, or after paho's pause, taking the session back)
+        conn = Connection(rig.url, client_id, [], bool)
+        conn.start()
+        wait_for(lambda: conn.taken_over is not None, timeout=60, what="the takeover")
+        wait_for(lambda: conn.client._thread is None, timeout=10, what="the thread to end")
+        assert not conn.connected.is_set()
+        wait_for(other.is_connected, timeout=10, what="the other client to keep the session")
+        conn.close()
     finally:
         stop.set()
         other.disconnect()
