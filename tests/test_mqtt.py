@@ -1076,6 +1076,36 @@ def test_a_client_that_takes_the_bridges_session_over_stops_it(
         other.loop_stop()
 
 
+def test_the_bridge_command_exits_1_when_another_client_takes_its_session_over(
+    host: Host, mqtt_url: str
+) -> None:
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.enums import CallbackAPIVersion
+
+    scope = host.scope("taken")
+    client_id = f"taken-{scope}"
+    args = ["--broker", mqtt_url, "--scope", scope, "--redis", host.url, "--client-id", client_id]
+    bridge = _sfc("bridge", "mqtt", *args)
+    other = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
+    try:
+        said = _wait_line(bridge, "sfc bridge mqtt: scope")
+        broker = parse_broker_url(mqtt_url)
+        other.connect_async(broker.host, broker.port, clean_start=False)
+        other.loop_start()
+        _, err = bridge.communicate(timeout=60)
+    finally:
+        if bridge.poll() is None:
+            bridge.kill()
+            bridge.communicate()
+        other.disconnect()
+        other.loop_stop()
+    text = (said + err).decode()
+    assert bridge.returncode == 1, text
+    assert f"of client id {client_id!r} in a row" in text, text
+    assert text.rstrip().endswith("give each bridge its own --client-id"), text
+    assert not host.client().exists(keys.mqtt_client(client_id))  # given up
+
+
 def test_a_client_id_hold_that_cannot_be_renewed_disconnects_first_and_stops_when_lost(
     tmp_path: Path,
 ) -> None:
