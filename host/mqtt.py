@@ -84,6 +84,8 @@ session over, on a broker that does not say so with DISCONNECT 0x8E (rumqttd, an
 mosquitto 2.0.11, close the connection). Each of the two would connect again and take the
 session back, and they took turns for ever."""
 SHORT_LIVED_S = 10.0
+"""A connection the broker ends sooner after accepting it counts toward TAKEN_OVER_AFTER:
+another client that takes the session back connects again within 1-2 s (paho's pause)."""
 CLIENT_ID_LIMIT = 128
 STOP_POLL_S = 0.1
 """How often a wait that a stop may cut short looks at the stop (a bridge started while
