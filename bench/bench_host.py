@@ -13,8 +13,10 @@
   job is published (newest wait first) and the worker offers them: events applied per
   second, and jobs loaded per event (1.00 when the waits index does its work).
 - **CPU per event.** The CPU time the worker, the server and the responder each spent per
-  applied event in the push rounds, and the ceiling their sum sets on this machine's cores:
-  when the three share the cores, no round trip saved goes above it.
+  applied event in the push rounds, and the ceiling that sets, which no round trip saved
+  goes above: with the server on a core of its own, the lower of its cores over its CPU per
+  event and the clients' cores over the worker's and the responder's; free, the machine's
+  cores over the sum of the three.
 - **Worker processes** (`sfc serve --workers`, and 3 on the cluster) are started first;
   the clock starts with the equipment, once every job's first command is out, and counts the
   answers applied: a process's start is not the host's throughput. The responder, too, is
@@ -51,6 +53,7 @@ Figures are medians over ROUNDS rounds, with min-max; compare them side by side.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import statistics
@@ -620,7 +623,19 @@ class Placement:
     def apply(self, server_pid: int, everything: frozenset[int]) -> None:
         for pid, cpus in ((server_pid, self.server), (os.getpid(), self.clients)):
             for tid in _threads(pid):
-                os.sched_setaffinity(tid, cpus if cpus is not None else everything)
+                with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+                    os.sched_setaffinity(tid, cpus if cpus is not None else everything)
+
+    def ceiling(self, cpu: Cpu, cores: int) -> str:
+        """The events/s the CPU per event allows on this placement's cores."""
+        if self.server is None or self.clients is None:
+            return f"{cores * 1e6 / cpu.total:,.0f} events/s on {cores} cores"
+        server = len(self.server) * 1e6 / cpu.server
+        clients = len(self.clients) * 1e6 / (cpu.worker + cpu.responder)
+        return (
+            f"{min(server, clients):,.0f} events/s (the server's core {server:,.0f}, the "
+            f"clients' {clients:,.0f})"
+        )
 
     def __str__(self) -> str:
         if self.server is None or self.clients is None:
@@ -701,8 +716,12 @@ def main() -> None:
             ub_rate, _, _, _, ub_cpu = push_round(url, n, read_count=1)
             unbatched.append(ub_rate)
             ub_cpus.append(ub_cpu)
+            # free: pinned, the worker processes would share the clients' core, and could
+            # not show what a second process adds on this machine
+            free.apply(spid, everything)
             one.append(processes_round(url, n, 1))
             two.append(processes_round(url, n, 2))
+            pinned.apply(spid, everything)
             over_tcp["alone"].append(1e6 / floor_round(tcp, 1).us)
             over_tcp["piped"].append(1e6 / floor_round(tcp, 100).us)
             over_tcp["batched"].append(push_round(tcp, n)[0])
@@ -756,7 +775,7 @@ def main() -> None:
             print(
                 f"      CPU per event, {label:<9}  worker {med.worker:,.0f} us, server "
                 f"{med.server:,.0f} us, responder {med.responder:,.0f} us: {med.total:,.0f} us "
-                f"in all, a ceiling of {cores * 1e6 / med.total:,.0f} events/s on {cores} cores"
+                f"in all, a ceiling of {pinned.ceiling(med, cores)}"
             )
         # the batched ratio, taken apart round by round: it is the CPU an event of the
         # floor costs over a batched one's, times the cores the batched round kept busy over
@@ -798,11 +817,7 @@ def main() -> None:
         print(
             f"  (c) worker processes: 1 -> {_spread(one)}, 2 -> {_spread(two)} events/s; "
             f"x{statistics.median(two) / statistics.median(one):.2f}"
-            + (
-                ""
-                if pinned.clients is None
-                else f" (they share the clients' {len(pinned.clients)} of {cores} cores)"
-            )
+            + ("" if pinned.clients is None else " (placement free)")
         )
         if lat:
             p50, p99 = _percentiles(lat)
