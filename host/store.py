@@ -29,6 +29,17 @@ from redis.retry import Retry
 
 from host import keys
 
+_HIREDIS_PARSER: Any = None
+"""redis-py's hiredis parser, whose reader `_replies` takes the replies it holds from."""
+_NOT_ENOUGH_DATA: Any = object()
+"""What that reader returns while a reply is incomplete."""
+try:
+    from redis._parsers import hiredis as _parsers
+
+    _HIREDIS_PARSER, _NOT_ENOUGH_DATA = _parsers._HiredisParser, _parsers.NOT_ENOUGH_DATA
+except (ImportError, AttributeError):  # pragma: no cover - another redis-py: read_response
+    pass
+
 log = logging.getLogger("sfc.host.store")
 
 _LIBRARY_SOURCE: str | None = None
@@ -316,14 +327,67 @@ def _raw_rows(reply: Any, scopes: Sequence[str]) -> list[Row]:
 
 def _replies(conn: Any, n: int) -> list[Any]:
     """The next `n` raw replies on `conn` (no redis-py callbacks); an error reply as its
-    exception, so that the replies after it are still read."""
+    exception, so that the replies after it are still read.
+
+    A reply hiredis holds already is taken from its reader here, as redis-py's
+    read_response would take it (~0.5 µs a reply less, two replies an applied event); a
+    reply still to be received is read by read_response, which reads the socket and
+    handles its errors."""
     out: list[Any] = []
-    for _ in range(n):
-        try:
-            out.append(conn.read_response())
-        except redis.ResponseError as e:
-            out.append(e)
+    parser = conn._parser
+    gets = None
+    # (a reply that can_read peeked at is held by the parser: read_response returns it)
+    if type(parser) is _HIREDIS_PARSER and (
+        getattr(parser, "_next_response", _NOT_ENOUGH_DATA) is _NOT_ENOUGH_DATA
+    ):
+        reader = getattr(parser, "_reader", None)  # None: not connected
+        gets = None if reader is None else reader.gets
+    taken = False
+    lost = redis.ConnectionError
+    try:
+        for _ in range(n):
+            while True:
+                reply = _NOT_ENOUGH_DATA if gets is None else gets()
+                if reply is _NOT_ENOUGH_DATA:
+                    try:
+                        reply = conn.read_response()
+                    except redis.ResponseError as e:
+                        reply = e
+                    break
+                taken = True
+                if type(reply) is list:  # a plain list (a push message is a list's subclass)
+                    if reply and isinstance(reply[0], lost):
+                        raise reply[0]
+                elif isinstance(reply, _SPECIAL) and _pushed(parser, reply):
+                    continue
+                break
+            out.append(reply)
+    except BaseException:
+        conn.disconnect()  # as read_response does
+        raise
+    if taken and conn.health_check_interval:
+        conn.next_health_check = time.monotonic() + conn.health_check_interval
     return out
+
+
+_SPECIAL = (Exception, list)
+"""The replies `_pushed` looks at."""
+
+
+def _pushed(parser: Any, reply: Any) -> bool:
+    """What redis-py's read_response does with a reply taken from hiredis's reader before
+    it returns it (but a plain list's check, made by `_replies`): a connection's error
+    reply raises (an error reply is the reply); a push message is handled, and is no reply
+    (True)."""
+    if isinstance(reply, redis.ConnectionError):
+        raise reply
+    if isinstance(reply, list) and reply and isinstance(reply[0], redis.ConnectionError):
+        raise reply[0]
+    push = getattr(parser, "_hiredis_PushNotificationType", None)
+    if push is not None and isinstance(reply, push):
+        parser.handle_push_response(reply)
+        return True
+    return False
 
 
 def _raised(replies: list[Any]) -> list[Any]:

@@ -255,6 +255,29 @@ def test_a_load_reads_the_same_in_resp2_and_resp3(host: Host) -> None:
     assert record.version == "1" and record.state.startswith(b"{") and record.due == ""
 
 
+def test_replies_are_read_as_redis_py_reads_them_in_resp2_and_resp3(host: Host) -> None:
+    """A round trip takes the replies hiredis holds already from its reader (store._replies)
+    as redis-py's read_response returns them: an error reply is its command's result and
+    the replies after it are read; a push message (RESP3: client tracking's invalidation of
+    a key the connection wrote, among the replies) is handled by redis-py and is no
+    command's reply. The connection is left with nothing unread."""
+    scope = host.scope("replies")
+    key = keys.settings(scope)
+    for protocol in (2, 3):
+        store = Store(redis.Redis.from_url(host.url, protocol=protocol))
+        host.stores.append(store)
+        # tracking needs RESP3 (or a redirection) to send its invalidations
+        tracked = [("CLIENT", "TRACKING", "ON"), ("HGET", key, "f")] if protocol == 3 else []
+        commands = [*tracked, ("HSET", key, "f", "1"), ("INCR", key), ("PING",)]
+        out = store._round_trip(scope, commands)
+        assert out[: len(tracked)] == ([b"OK", None] if tracked else [])
+        wrote, wrong, pong = out[len(tracked) :]
+        assert wrote == 1 and pong == b"PONG", out
+        assert isinstance(wrong, redis.ResponseError) and "WRONGTYPE" in str(wrong)
+        assert store._round_trip(scope, [("PING",), ("HGET", key, "f")]) == [b"PONG", b"1"]
+        host.client().delete(key)
+
+
 def test_jobs_run_to_the_end_in_resp2_and_in_resp3(host: Host) -> None:
     """A worker and equipment on clients of either protocol (a URL's `?protocol=3`): the
     stream reads are a list of pairs in RESP2 and a map in RESP3."""
