@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -399,7 +400,9 @@ class Decoded(Generic[T]):
             raise ValueError(f"a cache of decoded documents holds at least 1, not {limit}")
         self.decode = decode
         self.limit = limit
-        self.items: dict[bytes, T] = {}
+        # ordered for its O(1) popitem: a dict's oldest key is found past the slots its
+        # deleted keys left, which grow with every put until the dict is resized
+        self.items: OrderedDict[bytes, T] = OrderedDict()
 
     def get(self, raw: bytes) -> T:
         value = self.items.get(raw)
@@ -411,7 +414,7 @@ class Decoded(Generic[T]):
     def put(self, raw: bytes, value: T) -> bytes:
         items = self.items
         if len(items) >= self.limit:
-            del items[next(iter(items))]
+            items.popitem(last=False)
         items[raw] = value
         return raw
 
@@ -704,8 +707,10 @@ def _observe(
         return
     key = (entry.kind, disposition)
     tally.kinds[key] = tally.kinds.get(key, 0) + 1
-    if entry.kind == "answer" and sent and entry.ms:
-        tally.answer_waits.append(max(0, item.at - entry.ms))
+    if entry.kind == "answer" and sent:
+        ms = entry.ms
+        if ms:
+            tally.answer_waits.append(max(0, item.at - ms))
     if order is not before and joborder.ended(order) and not joborder.ended(before):
         r = order.result
         ended_by, reason = "unknown", item.reason
