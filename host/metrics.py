@@ -18,6 +18,7 @@ Every metric carries the scope as a label, except the histograms and the reconne
 
 from __future__ import annotations
 
+import bisect
 import functools
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -140,6 +141,30 @@ def _instruments() -> _Instruments:
     )
 
 
+def _observe_all(histogram: Histogram, amounts: Sequence[float]) -> None:
+    """Observe each of `amounts`, as many calls of `observe` count them, with one write of
+    the sum and one of each bucket they fall in. Under `sfc serve` each write goes to a file
+    of the client's multiprocess mode: observed one by one, a batch's entries and answers
+    cost a worker ~2.8 µs of CPU per applied event. Through the client's Histogram
+    internals (`_sum`, `_upper_bounds`, `_buckets`, as its `observe` uses them); one by
+    one where another client has none."""
+    total = getattr(histogram, "_sum", None)
+    bounds = getattr(histogram, "_upper_bounds", None)
+    buckets = getattr(histogram, "_buckets", None)
+    if total is None or bounds is None or buckets is None:
+        for amount in amounts:
+            histogram.observe(amount)
+        return
+    counts: dict[int, int] = {}
+    for amount in amounts:
+        # the first bucket whose upper bound is at least the amount (the last is +Inf)
+        i = bisect.bisect_left(bounds, amount)
+        counts[i] = counts.get(i, 0) + 1
+    total.inc(sum(amounts))
+    for i, n in counts.items():
+        buckets[i].inc(n)
+
+
 class WorkerMetrics:
     """What a worker reports; every call is a few counter increments."""
 
@@ -164,11 +189,9 @@ class WorkerMetrics:
             m.failed.labels(scope).inc(len(outcome.failed))
         m.batch_seconds.observe(seconds)
         if entries:
-            share = seconds / entries
-            for _ in range(entries):
-                m.entry_seconds.observe(share)
-        for wait_ms in outcome.answer_waits:
-            m.answer_seconds.observe(wait_ms / 1000 + seconds)
+            _observe_all(m.entry_seconds, [seconds / entries] * entries)
+        if outcome.answer_waits:
+            _observe_all(m.answer_seconds, [ms / 1000 + seconds for ms in outcome.answer_waits])
 
     def failed(self, scope: str, entries: int) -> None:
         """A batch that raised: its entries stay pending."""

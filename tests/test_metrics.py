@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import socket
 import threading
@@ -464,3 +465,65 @@ def test_a_scope_that_cannot_be_read_does_not_blank_the_others(
             assert got[("sfc_equipment_unread", labels)] == 0, got
     said = [r for r in caplog.records if f"scope {bad} cannot be read" in r.getMessage()]
     assert len(said) == 1, caplog.records
+
+
+def test_a_batch_observed_at_once_counts_as_observed_one_by_one(tmp_path: Path) -> None:
+    """A batch's entries and answers are observed with one write of a histogram's sum and
+    one of each bucket (metrics._observe_all): the buckets, the count and the sum are those
+    of one `observe` each, in a process's own registry and in the multiprocess files that
+    `sfc serve`'s workers write (amounts on a bound, between bounds, above the last)."""
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest, multiprocess
+    from prometheus_client import values as client_values
+
+    from host.metrics import ENTRY_BUCKETS, _observe_all
+
+    amounts = [0.0001, 0.0003, 0.0003, 0.001, 0.7, 2.5, 0.0, 0.00025, 0.05]
+
+    def samples(registry: CollectorRegistry) -> dict[str, float]:
+        text = generate_latest(registry).decode()
+        return {
+            f"{s.name}{sorted(s.labels.items())}": s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if not s.name.endswith("_created")
+        }
+
+    registry = CollectorRegistry()
+    one = Histogram("one", "", buckets=ENTRY_BUCKETS, registry=registry)
+    together = Histogram("together", "", buckets=ENTRY_BUCKETS, registry=registry)
+    for a in amounts:
+        one.observe(a)
+    _observe_all(together, amounts[:4])
+    _observe_all(together, amounts[4:])
+    got = samples(registry)
+    named = {k.removeprefix("one"): v for k, v in got.items() if k.startswith("one")}
+    assert named == pytest.approx(
+        {k.removeprefix("together"): v for k, v in got.items() if k.startswith("together")}
+    )
+    assert named["_count[]"] == len(amounts) and named["_bucket[('le', '0.0005')]"] == 5
+
+    # the multiprocess mode: each value a file's
+    directory = tmp_path / "prom"
+    directory.mkdir()
+    previous = client_values.ValueClass
+    client_values.ValueClass = client_values.MultiProcessValue(lambda: 12345)
+    try:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
+        for name in ("mone", "mtogether"):
+            h = Histogram(name, "", buckets=ENTRY_BUCKETS, registry=None)
+            if name == "mone":
+                for a in amounts:
+                    h.observe(a)
+            else:
+                _observe_all(h, amounts)
+        collected = CollectorRegistry()
+        multiprocess.MultiProcessCollector(collected, path=str(directory))
+        got = samples(collected)
+    finally:
+        client_values.ValueClass = previous
+        os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    mone = {k.removeprefix("mone"): v for k, v in got.items() if k.startswith("mone")}
+    mtogether = {
+        k.removeprefix("mtogether"): v for k, v in got.items() if k.startswith("mtogether")
+    }
+    assert mone and mone == pytest.approx(mtogether)
