@@ -616,6 +616,16 @@ def slot_moved(error: BaseException) -> bool:
     return isinstance(error, redis.exceptions.AskError)  # MovedError is one
 
 
+def slot_rehashing(error: BaseException) -> bool:
+    """Whether `error` is a TRYAGAIN: a call of several keys of one slot that a reshard is
+    moving, some of them moved and some not yet (the slot left migrating on one node and
+    importing on another). The node answered: that is a move under way, not an outage, and
+    it lasts until the reshard moves the rest or is undone."""
+    if isinstance(error, redis.exceptions.TryAgainError):
+        return True
+    return isinstance(error, redis.ResponseError) and str(error).startswith("TRYAGAIN")
+
+
 @dataclass(frozen=True, slots=True)
 class Moved:
     """Where a MOVED (or an ASK) points: the slot, the node that answers for it, and which
@@ -641,15 +651,20 @@ def slot_of(scope: str) -> int:
     return int(redis.crc.key_slot(keys.work(scope).encode()))
 
 
-def unreachable_reason(error: BaseException) -> str:
+def unreachable_reason(error: BaseException, slot: int | None = None) -> str:
     """What the log says of an error that `unreachable` waits out: a MOVED (or ASK) says
     that its slot moved, and where to (its own text is a bare 'SLOT HOST:PORT', which said
-    nothing to whoever read the log of a failover); any other error its text."""
+    nothing to whoever read the log of a failover); a TRYAGAIN that its slot is being moved
+    (`slot`, the slot of the call, when the caller knows it: the reply names none); any
+    other error its text."""
     if isinstance(error, redis.exceptions.AskError):  # MovedError is one
         moved = "moved" if isinstance(error, redis.exceptions.MovedError) else "is moving"
         return (
             f"slot {error.slot_id} {moved} to {error.host}:{error.port} (a failover or a reshard)"
         )
+    if slot_rehashing(error):
+        which = "a slot" if slot is None else f"slot {slot}"
+        return f"{which} is being moved (TRYAGAIN: a reshard under way, its keys on two nodes)"
     return str(error)
 
 

@@ -20,7 +20,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TypeVar
@@ -36,6 +36,7 @@ from host.store import (
     moved_to,
     slot_moved,
     slot_of,
+    slot_rehashing,
     unreachable,
     unreachable_reason,
 )
@@ -91,6 +92,25 @@ def stuck_move(since: float, now: float, threshold_ms: int) -> bool:
     return (now - since) * 1000 >= threshold_ms
 
 
+def a_move(error: BaseException) -> bool:
+    """Whether `error` says that the slot of the call is moving or moved: a MOVED or an ASK
+    (a failover, a reshard), or a TRYAGAIN (a reshard under way: the call's keys on two
+    nodes). The node answered: routine, said at info; only one that lasts
+    SFC_OUTAGE_THRESHOLD is said at warning (`stuck_move`)."""
+    return slot_moved(error) or slot_rehashing(error)
+
+
+WAITS = "the scope's jobs wait meanwhile (nothing is applied for them)"
+"""What a stuck move's warning says waits (`Worker._said_stuck`)."""
+
+
+def moving_reason(error: BaseException, slot: int | None) -> str:
+    """The info line's words for a move (`a_move`) of `slot`: a MOVED or ASK reads the slots
+    again, which show where it went; a TRYAGAIN is tried again until the reshard is over."""
+    then = "reading the slots again" if slot_moved(error) else "trying it again with backoff"
+    return f"{unreachable_reason(error, slot)}; {then}"
+
+
 def consumer_name() -> str:
     """A consumer name unique to this process: host, pid and a random suffix."""
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -128,11 +148,15 @@ class Parked:
 
 @dataclass(slots=True)
 class Moving:
-    """A scope whose slot answers MOVED (or ASK), since when (the worker's clock), and
-    whether that was said at warning for lasting too long (`stuck_move`)."""
+    """A scope whose slot answers MOVED, ASK or TRYAGAIN (`a_move`), since when (the
+    worker's clock), and whether that was said at warning for lasting too long
+    (`stuck_move`). It lasts until a batch round trip of the scope goes through
+    (`Worker._moved_over`), across the parks it takes."""
 
     since: float
     stuck: bool = False
+    backoff: float = 0.0
+    """The backoff of its last park: the next one goes on from it."""
 
 
 @dataclass(slots=True)
@@ -283,7 +307,7 @@ class Worker:
                 if not (several and unreachable(e)):
                     raise
                 away = e  # its node is away: the others are taken up, it at the next refresh
-                if slot_moved(e):
+                if a_move(e):
                     # routine: the node answered; the next refresh goes where it went
                     self.store.refresh_routes()
                     self._said_moved(scope, e)
@@ -314,8 +338,11 @@ class Worker:
         a cluster, with several scopes (each may live on a node of its own)."""
         return self.store.cluster is not None and len(self.scopes) > 1
 
-    def _serving(self) -> list[str]:
-        """The scopes to serve now: all but the parked ones whose next try has not come. A
+    def _serving(self, whole: bool = False) -> list[str]:
+        """The scopes to serve now: all but the parked ones whose next try has not come, and
+        those set aside for a move, but for a `whole` step (the sweep: it touches all the
+        scope's keys, and counts no delivery, where a read or a claim of its entries counts
+        one each time, and SFC_MAX_DELIVERIES of them in a reshard under way buried them). A
         slot that another node serves now (a failover: Store.moves, whoever's read of the
         slots found it) ends every park at once, as it ends the loop's backoff
         (Store.wait_out). A parked node whose try has come is probed first (Store.answers,
@@ -344,6 +371,8 @@ class Worker:
                 for scope in group:
                     self._back_off(self.parked[scope], now)
                 due -= set(group)
+        if not whole:
+            due = {s for s in due if not self.parked[s].moved}
         return [s for s in self.scopes if s not in self.parked or s in due]
 
     @staticmethod
@@ -359,13 +388,15 @@ class Worker:
         did not commit stays pending for this worker, and is read again first when the
         scope is served again.
 
-        A slot that moved (MOVED: a failover, a reshard) parks its scope alone, until the
-        slots read again show where it went: its node answered, and the other scopes there
-        find out for themselves. That is routine, said at info and not counted as a park;
-        the scope's node away later is said at warning."""
+        A slot that moved or is moving (MOVED, ASK: a failover, a reshard; TRYAGAIN: a
+        reshard under way) parks its scope alone, until a call of all its keys goes through
+        (`_served`): its node answered, and the other scopes there find out for
+        themselves. That is routine, said at info and not counted as a park; the scope's
+        node away later is said at warning, and a scope parked for an outage whose node
+        answers a move is parked for the move from then on."""
         if not (unreachable(error) and self._isolating()):
             return False
-        moved = slot_moved(error)
+        moved = a_move(error)
         if moved:
             self.store.refresh_routes()  # a move it shows ends the park at once (_serving)
             group = [scope]
@@ -379,11 +410,14 @@ class Worker:
         if all(s in self.parked or s in group for s in self.scopes):
             return False
         now = self.clock()
-        reason = unreachable_reason(error)
+        reason = unreachable_reason(error, slot_of(scope))
         for s in group:
             parked = self.parked.get(s)
             if parked is None:
-                self.parked[s] = Parked(now, now + PARK_FIRST_S, PARK_FIRST_S, reason, moved)
+                first = PARK_FIRST_S
+                if moved and s in self._moving:  # the same move: its backoff goes on
+                    first = min(PARK_MAX_S, max(PARK_FIRST_S, self._moving[s].backoff * 2))
+                self.parked[s] = Parked(now, now + first, first, reason, moved)
             else:
                 self._back_off(parked, now)
                 if not parked.moved:
@@ -398,51 +432,77 @@ class Worker:
         return True
 
     def _said_moved(self, scope: str, error: Exception) -> None:
-        """A call of `scope` answered MOVED (or ASK): routine, said once at info, by a parked
-        scope and by one not taken up yet alike; said once at warning when it has lasted
-        SFC_OUTAGE_THRESHOLD (`stuck_move`)."""
+        """A call of `scope` answered MOVED, ASK or TRYAGAIN: routine, said once at info, by
+        a parked scope and by one not taken up yet alike; said once at warning when it has
+        lasted SFC_OUTAGE_THRESHOLD (`stuck_move`)."""
         now = self.clock()
         moving = self._moving.get(scope)
         extra = {"scope": scope, "reason": f"{type(error).__name__}: {error}"}
         if moving is None:
             self._moving[scope] = Moving(now)
-            reason = unreachable_reason(error)
-            log.info("scope %s: %s; reading the slots again", scope, reason, extra=extra)
+            log.info("scope %s: %s", scope, moving_reason(error, slot_of(scope)), extra=extra)
         elif not moving.stuck and stuck_move(moving.since, now, self.settings.outage_threshold):
             moving.stuck = True
-            self._said_stuck(f"scope {scope}", error, now - moving.since, extra)
+            lasted = now - moving.since
+            self._said_stuck(f"scope {scope}", error, slot_of(scope), lasted, WAITS, scope)
 
     def _said_stuck(
-        self, who: str, error: Exception, lasted: float, extra: Mapping[str, str | None]
+        self,
+        who: str,
+        error: Exception,
+        slot: int | None,
+        lasted: float,
+        waits: str,
+        scope: str | None = None,
     ) -> None:
-        """The warning of a slot that has answered MOVED (or ASK) too long (`stuck_move`)."""
+        """The warning of a slot that has answered MOVED, ASK or TRYAGAIN too long
+        (`stuck_move`), with the likely cause of each, and what waits meanwhile."""
         where = moved_to(error)
-        if where is None:
-            return
+        if where is not None:
+            slot = where.slot
+            answered = f"{where.answer} (to {where.node})"
+        else:
+            answered = "TRYAGAIN"
+        if where is None or where.answer == "ASK":
+            cause = (
+                "a reshard stuck half way (the slot left migrating on one node and importing on "
+                "another), or a misconfigured cluster, most likely"
+            )
+        else:
+            cause = (
+                "its nodes disagree about who serves it (a failover or a reshard not finished, "
+                "or a misconfigured cluster), most likely"
+            )
         since = datetime.fromtimestamp(time.time() - lasted, UTC)
         log.warning(
-            "%s: slot %d has answered %s (to %s) for %.0f s, since %s: a reshard stuck half way "
-            "(the slot left migrating or importing) or a misconfigured cluster, most likely "
-            "(`CLUSTER SLOTS` and `CLUSTER NODES` on its nodes show who serves it); tried "
-            "again with backoff",
+            "%s: %s has answered %s for %.0f s, since %s: %s (`CLUSTER SLOTS` and "
+            "`CLUSTER NODES` on its nodes show who serves it); %s; tried again with backoff",
             who,
-            where.slot,
-            where.answer,
-            where.node,
+            "a slot" if slot is None else f"slot {slot}",
+            answered,
             lasted,
             since.strftime("%Y-%m-%d %H:%M:%S UTC"),
-            extra=extra,
+            cause,
+            waits,
+            extra={"scope": scope, "reason": f"{type(error).__name__}: {error}"},
         )
 
-    def _moved_scope(self, error: Exception) -> tuple[str, str | None]:
-        """Who says that the slot of a MOVED (or ASK) that escaped to the loop is stuck: the
-        worker, and the scope it serves in that slot, if any (else None: sfc:scopes)."""
+    def _moved_scope(self, error: Exception) -> tuple[str, str | None, int | None]:
+        """Who says that the slot of a move that escaped to the loop is stuck: the worker,
+        and the scope it serves in that slot, if any (else None: sfc:scopes), and the slot
+        (None when unknown: a TRYAGAIN names none, and a worker of several scopes cannot
+        tell whose call it was)."""
         where = moved_to(error)
-        scope = next(
-            (x for x in self.scopes if where is not None and slot_of(x) == where.slot), None
-        )
+        if where is not None:
+            slot: int | None = where.slot
+            scope = next((x for x in self.scopes if slot_of(x) == slot), None)
+        elif len(self.scopes) == 1:  # a TRYAGAIN: a call of several keys of a scope
+            scope = self.scopes[0]
+            slot = slot_of(scope)
+        else:
+            scope = slot = None
         who = f"worker {self.consumer}"
-        return (who if scope is None else f"{who}, scope {scope}"), scope
+        return (who if scope is None else f"{who}, scope {scope}"), scope, slot
 
     def _said_parked(self, scope: str, error: Exception, reason: str) -> None:
         extra = {"scope": scope, "reason": f"{type(error).__name__}: {error}"}
@@ -456,24 +516,47 @@ class Worker:
         if self.metrics is not None:
             self.metrics.parked(scope)
 
-    def _served(self, scope: str) -> None:
-        """A call for `scope` went through: if it was parked, it is served again."""
-        parked = self.parked.pop(scope, None)
-        if parked is None:
+    def _served(self, scope: str, whole: bool = False) -> None:
+        """A call for `scope` went through: if it was parked, it is served again. One set
+        aside for a move only when the call touched all its keys (`whole`: its sweep, or a
+        batch's commit): in a reshard under way a read of its work stream alone goes
+        through, and the commit after it answered TRYAGAIN, so ending the park at the read
+        parked the scope again at every batch, each said twice (and the move's timer,
+        started again each time, never came to its warning)."""
+        parked = self.parked.get(scope)
+        if parked is None or (parked.moved and not whole):
+            return
+        del self.parked[scope]
+        if parked.moved:
+            # its entries are read again; the move is over once a batch round trip of the
+            # scope goes through (`_moved_over`), else the next park goes on from here
+            moving = self._moving.get(scope)
+            if moving is not None:
+                moving.backoff = parked.backoff
             return
         self._moving.pop(scope, None)
         away = self.clock() - parked.since
-        log.log(
-            logging.INFO if parked.moved else logging.WARNING,
+        log.warning(
             "scope %s: served again after %.1f s",
             scope,
             away,
-            extra={
-                "scope": scope,
-                "reason": f"its slot moved {away:.1f} s ago"
-                if parked.moved
-                else f"its node could not be reached for {away:.1f} s",
-            },
+            extra={"scope": scope, "reason": f"its node could not be reached for {away:.1f} s"},
+        )
+
+    def _moved_over(self, scope: str) -> None:
+        """A batch round trip of `scope` went through (a read with nothing to apply, or a
+        commit): a move of its slot is over, said at info. Not at its sweep alone, which
+        ends its park: in a reshard under way a job's hash may be on one node and the
+        indexes on the other, and the commit after the sweep answered TRYAGAIN."""
+        moving = self._moving.pop(scope, None)
+        if moving is None:
+            return
+        lasted = self.clock() - moving.since
+        log.info(
+            "scope %s: served again after %.1f s",
+            scope,
+            lasted,
+            extra={"scope": scope, "reason": f"its slot moved {lasted:.1f} s ago"},
         )
 
     def recover(self, scope: str) -> int:
@@ -540,6 +623,9 @@ class Worker:
                             scope, entries, 1, ahead if scope == last else None, loaded.get(scope)
                         )
                     )
+                    self._served(scope, whole=True)  # its batch is committed
+                    if self._moving:
+                        self._moved_over(scope)
                 except Exception as e:
                     if not self._parks(scope, e):
                         if self._isolating() and unreachable(e):
@@ -563,12 +649,15 @@ class Worker:
         rows: list[Row] = []
         for scope in self._serving():
             try:
-                rows += self._read_scope(scope, count)
+                got = self._read_scope(scope, count)
             except Exception as e:
                 if not self._parks(scope, e):
                     raise
                 continue
             self._served(scope)
+            if not got and self._moving and scope not in self._own:
+                self._moved_over(scope)  # nothing to apply: its round trip went through
+            rows += got
         # not a scope with own entries left: its new ones would come before them
         here = [s for s in self.scopes if s not in self.parked and s not in self._own]
         if not rows and block_ms and here:
@@ -1010,18 +1099,19 @@ class Worker:
             total.add(outcome)
         return total
 
-    def _each_scope(self, step: Callable[[str], T]) -> list[T]:
+    def _each_scope(self, step: Callable[[str], T], whole: bool = False) -> list[T]:
         """`step` of each scope served now: a scope whose node cannot be reached is parked
-        (`_parks`) and the others go on; one that answers is served again (`_served`)."""
+        (`_parks`) and the others go on; one that answers is served again (`_served`; one
+        set aside for a move when the step is `whole`: it touches all the scope's keys)."""
         out: list[T] = []
-        for scope in self._serving():
+        for scope in self._serving(whole):
             try:
                 out.append(step(scope))
             except Exception as e:
                 if not self._parks(scope, e):
                     raise
                 continue
-            self._served(scope)
+            self._served(scope, whole)
         return out
 
     def _claim_scope(self, scope: str) -> Outcome:
@@ -1151,7 +1241,7 @@ class Worker:
     def sweep_once(self) -> int:
         """The sweep of every scope: the heartbeat, then ticks of the due jobs; an outage
         pass when the heartbeat shows a gap. Returns the ticks queued."""
-        return sum(self._each_scope(self._sweep_scope))
+        return sum(self._each_scope(self._sweep_scope, whole=True))
 
     def _sweep_scope(self, scope: str) -> int:
         """The sweep of one scope (sweep_once)."""
@@ -1192,6 +1282,42 @@ class Worker:
 
     # -- the loop
 
+    def _waits_move(self, error: Exception, moving: Moving | None) -> Moving:
+        """The loop's move (`a_move`): said at info when it starts, once at warning when it
+        has lasted SFC_OUTAGE_THRESHOLD (`stuck_move`). A move that `refresh_scopes` said for
+        each scope it could not take up is not said again (`_said`)."""
+        said = False
+        now = self.clock()
+        if moving is None:
+            moving = Moving(now)
+            if not said:
+                _, _, slot = self._moved_scope(error)
+                log.info(
+                    "worker %s: %s",
+                    self.consumer,
+                    moving_reason(error, slot),
+                    extra={"reason": f"{type(error).__name__}: {error}"},
+                )
+        elif not moving.stuck and stuck_move(moving.since, now, self.settings.outage_threshold):
+            moving.stuck = True
+            if not said:
+                who, scope, slot = self._moved_scope(error)
+                waits = WAITS if scope is not None else "new scopes wait meanwhile"
+                self._said_stuck(who, error, slot, now - moving.since, waits, scope)
+        return moving
+
+    def _reconnected(self, down_since: float) -> None:
+        """The end of the loop's outage, at warning as its start."""
+        down = self.clock() - down_since
+        log.warning(
+            "worker %s: reconnected after %.1f s",
+            self.consumer,
+            down,
+            extra={"reason": f"the server was unreachable for {down:.1f} s"},
+        )
+        if self.metrics is not None:
+            self.metrics.reconnect()
+
     def run(self, stop: threading.Event) -> None:
         """Serve until `stop` is set. What was read and not committed stays pending."""
         s = self.settings
@@ -1201,16 +1327,18 @@ class Worker:
         next_claim = now + s.autoclaim_idle / 1000
         next_trim = now + random.uniform(0.5, 1.0) * TRIM_INTERVAL_MS / 1000
         down_since: float | None = None
-        moving: Moving | None = None  # a slot moved (MOVED), said at info; nothing failed
+        moving: Moving | None = None  # a slot moving or moved, said at info; nothing failed
         backoff = 0.0
         while not stop.is_set():
             now = self.clock()
+            swept = False
             try:
                 if now >= next_refresh:
                     self.refresh_scopes()
                     next_refresh = now + s.scope_refresh_interval / 1000
                 if now >= next_sweep:
                     self.sweep_once()
+                    swept = True
                     jitter = random.uniform(0.8, 1.2)
                     next_sweep = now + jitter * s.sweep_interval / 1000
                 if now >= next_claim:
@@ -1232,22 +1360,8 @@ class Worker:
                     stop.wait(0.5)
                     continue
                 self.store.refresh_routes()  # a cluster's slot may have moved
-                if down_since is None and slot_moved(e):
-                    extra: dict[str, str | None] = {"reason": f"{type(e).__name__}: {e}"}
-                    if moving is None:
-                        moving = Moving(self.clock())
-                        log.info(
-                            "worker %s: %s; reading the slots again",
-                            self.consumer,
-                            unreachable_reason(e),
-                            extra=extra,
-                        )
-                    elif not moving.stuck and stuck_move(
-                        moving.since, self.clock(), s.outage_threshold
-                    ):
-                        moving.stuck = True
-                        who, extra["scope"] = self._moved_scope(e)
-                        self._said_stuck(who, e, self.clock() - moving.since, extra)
+                if down_since is None and a_move(e):
+                    moving = self._waits_move(e, moving)
                 elif down_since is None:
                     down_since = self.clock()
                     log.warning(
@@ -1260,24 +1374,20 @@ class Worker:
                 self.store.wait_out(stop, backoff)  # a cluster's failover ends it
                 continue
             if down_since is not None:
-                down = self.clock() - down_since
-                log.warning(
-                    "worker %s: reconnected after %.1f s",
-                    self.consumer,
-                    down,
-                    extra={"reason": f"the server was unreachable for {down:.1f} s"},
-                )
-                if self.metrics is not None:
-                    self.metrics.reconnect()
-            elif moving is not None and moving.stuck:
-                lasted = self.clock() - moving.since
-                log.info(
-                    "worker %s: served again after %.1f s",
-                    self.consumer,
-                    lasted,
-                    extra={"reason": f"its slot moved {lasted:.1f} s ago"},
-                )
-            down_since, moving, backoff = None, None, 0.0
+                self._reconnected(down_since)
+            if moving is not None and swept:
+                # over once a sweep went through: it touches all the scope's keys (a read
+                # alone goes through in a reshard under way, and the commit answers TRYAGAIN)
+                if moving.stuck:
+                    lasted = self.clock() - moving.since
+                    log.info(
+                        "worker %s: served again after %.1f s",
+                        self.consumer,
+                        lasted,
+                        extra={"reason": f"its slot moved {lasted:.1f} s ago"},
+                    )
+                moving = None
+            down_since, backoff = None, 0.0
         waiting = len(self._ahead) + (0 if self._ready is None else len(self._ready[0]))
         if self._flight is not None:
             waiting += sum(len(good) for _, good in self._flight.rounds)

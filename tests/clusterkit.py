@@ -13,7 +13,7 @@ Every wait has a deadline and says what it waited for.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -271,14 +271,17 @@ class ReplicatedCluster:
             n.server.stop()
 
 
-def move_slot(c: LocalCluster, key: str, *, half_way: bool = False) -> tuple[int, int]:
+def move_slot(
+    c: LocalCluster, key: str, *, half_way: bool = False, only: Sequence[str] | None = None
+) -> tuple[int, int]:
     """Move the slot of `key`, with its keys, from its primary to the next one (a reshard,
     as valkey-cli does it: IMPORTING, MIGRATING, MIGRATE, SETSLOT NODE); returns the slot and
     the port of the primary that serves it now. A call for the slot to the old primary
     answers MOVED from then on (ASK while its keys move). `half_way` stops before SETSLOT
     NODE, as a reshard that stopped there: the keys are on the next primary, the old one
     still owns the slot (CLUSTER SLOTS says so) and answers ASK for them until
-    `end_move`."""
+    `end_move`. `only` moves those keys alone, and stops there too: the slot's keys are on
+    two nodes, and a call of several keys of both answers TRYAGAIN."""
     clients = [redis.Redis(host="127.0.0.1", port=s.port) for s in c.servers]
     try:
         slot = int(clients[0].execute_command("CLUSTER", "KEYSLOT", key))
@@ -293,14 +296,18 @@ def move_slot(c: LocalCluster, key: str, *, half_way: bool = False) -> tuple[int
         src, dst = clients[owner], clients[target]
         dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[owner])
         src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target])
-        while True:
+        if only is not None:
+            src.execute_command(
+                "MIGRATE", "127.0.0.1", c.servers[target].port, "", 0, 5000, "KEYS", *only
+            )
+        while only is None:
             moving = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
             if not moving:
                 break
             src.execute_command(
                 "MIGRATE", "127.0.0.1", c.servers[target].port, "", 0, 5000, "KEYS", *moving
             )
-        if not half_way:
+        if not half_way and only is None:
             for x in clients:
                 x.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])
         return slot, c.servers[target].port
@@ -310,11 +317,17 @@ def move_slot(c: LocalCluster, key: str, *, half_way: bool = False) -> tuple[int
 
 
 def end_move(c: LocalCluster, slot: int, port: int) -> None:
-    """End a move that `move_slot(..., half_way=True)` left: the primary on `port` serves
-    `slot` (SETSLOT NODE on every node)."""
+    """End a move that `move_slot(..., half_way=True)` (or `only=`) left: the keys of `slot`
+    left on another node move too, and the primary on `port` serves it (SETSLOT NODE on
+    every node)."""
     clients = [redis.Redis(host="127.0.0.1", port=s.port) for s in c.servers]
     try:
         target = next(i for i, s in enumerate(c.servers) if s.port == port)
+        for x in clients:
+            if x is clients[target]:
+                continue
+            while left := x.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+                x.execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", *left)
         owner = _text(clients[target].execute_command("CLUSTER", "MYID"))
         for x in clients:
             x.execute_command("CLUSTER", "SETSLOT", slot, "NODE", owner)

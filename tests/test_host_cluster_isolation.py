@@ -389,6 +389,7 @@ def test_a_scope_set_aside_for_a_slot_that_moved_whose_new_node_is_away_says_so(
         host.scopes += [moving, other]
         worker = Worker(host.store(), FAST, [moving, other], metrics=WorkerMetrics())
         worker.refresh_scopes()
+        worker.store.load_library()  # on every node (`sfc setup`) while all are up
         slot, port = move_slot(cluster, keys.work(moving))
         node = cluster.servers[2]
         assert port == node.port
@@ -403,7 +404,11 @@ def test_a_scope_set_aside_for_a_slot_that_moved_whose_new_node_is_away_says_so(
         def away() -> bool:
             return any("its node cannot be reached" in m for m in messages(caplog, moving))
 
-        wait_for(away, timeout=20, step=lambda: worker.read_once(block_ms=5), what="the park")
+        def step() -> None:  # a round of the loop: the sweep tries a scope set aside for a move
+            worker.sweep_once()
+            worker.read_once(block_ms=5)
+
+        wait_for(away, timeout=20, step=step, what="the park")
         (line,) = [r for r in caplog.records if "its node cannot be reached" in r.getMessage()]
         assert line.levelno == logging.WARNING
         assert f"127.0.0.1:{port}" in line.getMessage()
@@ -415,7 +420,7 @@ def test_a_scope_set_aside_for_a_slot_that_moved_whose_new_node_is_away_says_so(
         wait_for(
             lambda: moving not in worker.parked,
             timeout=20,
-            step=lambda: worker.read_once(block_ms=5),
+            step=step,
             what="the scope served again",
         )
         (back,) = [r for r in caplog.records if "served again after" in r.getMessage()]
@@ -503,8 +508,9 @@ def test_a_slot_stuck_moving_is_said_once_at_warning_then_served_again_at_info(
         def warned() -> list[logging.LogRecord]:
             return [r for r in caplog.records if r.levelno >= logging.WARNING]
 
-        def later() -> None:
+        def later() -> None:  # a round of the loop: its sweep ends the move (Worker._served)
             now[0] += 0.5
+            worker.sweep_once()
             worker.read_once(block_ms=5)
 
         line = (
@@ -538,6 +544,91 @@ def test_a_slot_stuck_moving_is_said_once_at_warning_then_served_again_at_info(
         assert back.levelno == logging.INFO and back.scope == moving  # type: ignore[attr-defined]
         assert len(warned()) == 1, warned()
         assert not worker._moving
+    finally:
+        host.close()
+
+
+def test_a_reshard_stuck_with_a_scopes_keys_on_two_nodes_is_a_move_not_an_outage(
+    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reshard stopped mid-migration: some of a scope's keys moved (its indexes), some not
+    (its work stream), the slot left migrating and importing. A read of the work stream goes
+    through; a commit or a sweep, of keys on both nodes, answers TRYAGAIN. That was taken
+    for an outage: the read ended the park, the commit parked it again, two warnings a
+    round for ever, each counted as a park, and never the stuck warning. It is a move: said
+    once at info, once at warning after SFC_OUTAGE_THRESHOLD, and its end at info once the
+    reshard is over. (The worker's clock is stepped.)"""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    moving, other = scope_on(1, "rehash"), scope_on(0, "rehash-other")
+    host = Host(cluster.url)
+    now = [1000.0]
+    try:
+        host.scopes += [moving, other]
+        settings = replace(FAST, outage_threshold=2000)
+        worker = Worker(
+            host.store(), settings, [moving, other], clock=lambda: now[0], metrics=WorkerMetrics()
+        )
+        worker.refresh_scopes()
+        first = host.submit(moving, linear_recipe(3), job_id="first").job
+        wait_for(
+            lambda: worker.store.unread(moving) == 0,
+            step=lambda: worker.read_once(block_ms=5),
+            what="the first job started (its indexes written)",
+        )
+        later_jobs = [host.submit(moving, linear_recipe(3), job_id=f"j{i}").job for i in range(2)]
+        slot, port = move_slot(
+            cluster, keys.work(moving), only=[keys.active(moving), keys.due(moving)]
+        )
+
+        rounds = [0]
+
+        def later() -> None:  # a round of the loop, with a sweep at every fourth, the first
+            now[0] += 0.5
+            rounds[0] += 1
+            if rounds[0] % 4 == 1:
+                worker.sweep_once()
+            worker.read_once(block_ms=5)
+            worker.claim_once()
+
+        def said(level: int, text: str) -> list[str]:
+            return [
+                r.getMessage()
+                for r in caplog.records
+                if r.name == LOGGER and r.levelno == level and text in r.getMessage()
+            ]
+
+        for _ in range(40):  # 20 s of the worker's clock, ten times the threshold
+            later()
+        assert moving in worker.parked and worker.parked[moving].moved
+        line = (
+            f"scope {moving}: slot {slot} is being moved (TRYAGAIN: a reshard under way, its "
+            "keys on two nodes); trying it again with backoff"
+        )
+        assert said(logging.INFO, "is being moved") == [line]
+        (stuck,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        text = stuck.getMessage()
+        # TRYAGAIN, or ASK: a call of the moved keys alone (the last answer is said)
+        assert text.startswith(f"scope {moving}: slot {slot} has answered "), text
+        assert "a reshard stuck half way" in text, text
+        assert "the scope's jobs wait meanwhile (nothing is applied for them)" in text, text
+        assert stuck.scope == moving  # type: ignore[attr-defined]
+        assert not said(logging.INFO, "served again")
+        assert parks(moving) == 0
+        end_move(cluster, slot, port)
+
+        def started(job: str) -> bool:
+            return any(data.job == job for _, _, data in host.equipment(moving))
+
+        wait_for(
+            lambda: moving not in worker.parked and all(started(j) for j in later_jobs),
+            timeout=20,
+            step=later,
+            what="the scope served again and its jobs started",
+        )
+        (back,) = said(logging.INFO, "served again after")
+        assert back.startswith(f"scope {moving}: served again after "), back
+        assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1
+        assert started(first) and not worker._moving
     finally:
         host.close()
 
@@ -584,6 +675,70 @@ def test_a_worker_of_one_scope_says_a_slot_stuck_moving_once_at_warning(
         (back,) = [r for r in caplog.records if "served again after" in r.getMessage()]
         assert back.levelno == logging.INFO
         assert len(warned()) == 1, warned()
+    finally:
+        stop.set()
+        host.close()
+
+
+def test_a_worker_of_one_scope_waits_out_a_reshard_stuck_with_its_keys_on_two_nodes(
+    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker of one scope whose slot's keys are partly moved (TRYAGAIN for a call of
+    keys on both nodes): it said once, at warning, that the server was unreachable, and
+    never that the move was stuck. It is a move: said at info, once at warning after
+    SFC_OUTAGE_THRESHOLD, and its end at info; its jobs go on once the reshard is over."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    scope = scope_on(1, "rehash-one")
+    host = Host(cluster.url)
+    stop = threading.Event()
+    try:
+        host.scopes.append(scope)
+        worker = Worker(host.store(), replace(FAST, outage_threshold=1000), [scope])
+        worker.refresh_scopes()
+        first = host.submit(scope, linear_recipe(3), job_id="first").job
+        wait_for(
+            lambda: worker.store.unread(scope) == 0,
+            step=lambda: worker.read_once(block_ms=5),
+            what="the first job started (its indexes written)",
+        )
+        later_jobs = [host.submit(scope, linear_recipe(3), job_id=f"j{i}").job for i in range(2)]
+        slot, port = move_slot(
+            cluster, keys.work(scope), only=[keys.active(scope), keys.due(scope)]
+        )
+        thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+        thread.start()
+
+        def warned() -> list[logging.LogRecord]:
+            return [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+        wait_for(lambda: bool(warned()), timeout=20, what="the warning")
+        (stuck,) = warned()
+        text = stuck.getMessage()
+        assert text.startswith(f"worker {worker.consumer}, scope {scope}: slot {slot} "), text
+        assert "a reshard stuck half way" in text, text
+        assert "the scope's jobs wait meanwhile" in text, text
+        said = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+        moves = [m for m in said if m.startswith(f"worker {worker.consumer}: slot {slot} ")]
+        assert len(moves) == 1, said
+        end_move(cluster, slot, port)
+
+        def started(job: str) -> bool:
+            return any(data.job == job for _, _, data in host.equipment(scope))
+
+        wait_for(lambda: all(started(j) for j in later_jobs), timeout=20, what="its jobs")
+        wait_for(
+            lambda: any("served again after" in r.getMessage() for r in caplog.records),
+            timeout=20,
+            what="the scope served again",
+        )
+        stop.set()
+        thread.join(10)
+        (back,) = [r for r in caplog.records if "served again after" in r.getMessage()]
+        assert back.levelno == logging.INFO
+        assert len(warned()) == 1, warned()
+        said = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+        assert len([m for m in said if f"slot {slot} " in m]) == 2, said  # info, warning
+        assert started(first)
     finally:
         stop.set()
         host.close()
