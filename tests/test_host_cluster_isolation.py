@@ -210,6 +210,17 @@ def test_entries_read_before_the_node_went_away_are_applied_when_it_is_back(
         host.close()
 
 
+def synced(node: EmbeddedServer) -> None:
+    """Every write of `node` on disk before its reply (`appendfsync always`) until it is
+    started again, whose command line sets `everysec` back: what a test reads (the entry's
+    delivery) before it kills the node is there once it is back. A WAITAOF after the read
+    guarded nothing: it waits for the writes of its own connection only, and the store read
+    on the connection it keeps (Store._lease), the WAITAOF went on another of the pool."""
+    with Store.from_url(node.url, cluster=False).r as r:
+        r.config_set("appendfsync", "always")
+        assert r.config_get("appendfsync") == {"appendfsync": "always"}
+
+
 def parks(scope: str) -> float:
     """`sfc_worker_scopes_parked_total` of `scope` in this process (WorkerMetrics)."""
     return REGISTRY.get_sample_value("sfc_worker_scopes_parked_total", {"scope": scope}) or 0.0
@@ -232,10 +243,9 @@ def test_an_own_pending_entry_delivered_too_often_is_buried_when_read_again_afte
         fine = host.submit(away, linear_recipe(1), job_id="fine").job
         worker = Worker(host.store(), replace(FAST, autoclaim_idle=60_000), [served, away])
         worker.refresh_scopes()
+        synced(node)
         # the poisoned job's start, read as the worker reads it, then its node dies
         ((_, entry, _),) = worker.store.read([away], 1, None)
-        # on disk before the node dies (appendfsync everysec: the last second may be lost)
-        assert worker.store.client(away).execute_command("WAITAOF", 1, 0, 5000)[0] == 1
         node.kill()
         worker.read_once(block_ms=5)
         assert away in worker.parked
@@ -288,10 +298,9 @@ def test_an_own_pending_entry_buried_when_read_again_after_a_park_records_its_de
         worker.refresh_scopes()
         bogus = {"v": "1", "kind": "bogus", "data": "{}"}
         entry = worker.store.client(away).xadd(keys.work(away), bogus).decode()  # type: ignore[arg-type]
+        synced(node)
         ((_, read, _),) = worker.store.read([away], 1, None)  # as the worker reads it
         assert read == entry
-        # on disk before the node dies (appendfsync everysec: the last second may be lost)
-        assert worker.store.client(away).execute_command("WAITAOF", 1, 0, 5000)[0] == 1
         node.kill()
         worker.read_once(block_ms=5)
         assert away in worker.parked
