@@ -311,8 +311,9 @@ class Worker:
                     # routine: the node answered; the next refresh goes where it went
                     self.store.refresh_routes()
                     self._said_moved(scope, e)
-                elif scope not in self._not_taken:
-                    self._moving.pop(scope, None)
+                    continue
+                self._moving.pop(scope, None)  # a move's timer does not count the outage
+                if scope not in self._not_taken:
                     self._not_taken.add(scope)
                     log.warning(
                         "scope %s: not taken up now: its node cannot be reached (%s); "
@@ -1284,10 +1285,9 @@ class Worker:
 
     def _waits_move(self, error: Exception, moving: Moving | None) -> Moving:
         """The loop's move (`a_move`): said at info when it starts, once at warning when it
-        has lasted SFC_OUTAGE_THRESHOLD (`stuck_move`). A move that `refresh_scopes` said for
-        each scope it could not take up is not said again (`_said`)."""
+        has lasted SFC_OUTAGE_THRESHOLD (`stuck_move`)."""
         said = False
-        now = self.clock()
+        now, threshold = self.clock(), self.settings.outage_threshold
         if moving is None:
             moving = Moving(now)
             if not said:
@@ -1298,12 +1298,11 @@ class Worker:
                     moving_reason(error, slot),
                     extra={"reason": f"{type(error).__name__}: {error}"},
                 )
-        elif not moving.stuck and stuck_move(moving.since, now, self.settings.outage_threshold):
+        elif not said and not moving.stuck and stuck_move(moving.since, now, threshold):
             moving.stuck = True
-            if not said:
-                who, scope, slot = self._moved_scope(error)
-                waits = WAITS if scope is not None else "new scopes wait meanwhile"
-                self._said_stuck(who, error, slot, now - moving.since, waits, scope)
+            who, scope, slot = self._moved_scope(error)
+            waits = WAITS if scope is not None else "new scopes wait meanwhile"
+            self._said_stuck(who, error, slot, now - moving.since, waits, scope)
         return moving
 
     def _reconnected(self, down_since: float) -> None:
