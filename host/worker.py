@@ -421,10 +421,11 @@ class Worker:
                 self.parked[s] = Parked(now, now + first, first, reason, moved)
             else:
                 self._back_off(parked, now)
-                if not parked.moved:
-                    continue  # away, said already
-                if not moved:
-                    parked.moved, parked.reason = False, reason  # it moved, and is away now
+                if parked.moved == moved:
+                    if not moved:
+                        continue  # away, said already
+                else:  # it moved and is away now, or was away and its node answers a move
+                    parked.moved, parked.reason = moved, reason
             if moved:
                 self._said_moved(s, error)
             else:
