@@ -1360,10 +1360,14 @@ class Worker:
                     stop.wait(0.5)
                     continue
                 self.store.refresh_routes()  # a cluster's slot may have moved
-                if down_since is None and a_move(e):
+                if a_move(e):
+                    if down_since is not None:  # the node answers: the outage is over
+                        self._reconnected(down_since)
+                        down_since = None
                     moving = self._waits_move(e, moving)
                 elif down_since is None:
                     down_since = self.clock()
+                    moving = None  # a move after the outage is timed from then
                     log.warning(
                         "worker %s: the server is unreachable (%s); reconnecting with backoff",
                         self.consumer,
