@@ -271,6 +271,8 @@ class Worker:
         self._moving: dict[str, Moving] = {}
         """Scopes whose slot answered MOVED (or ASK), parked or not taken up yet, until
         served (`_said_moved`)."""
+        self._said: BaseException | None = None
+        """The move that `refresh_scopes` raised, said for each scope already."""
         self._left: dict[tuple[str, str], None] = {}
         """Entries this worker left pending because their processing raised, by (scope,
         entry id), the oldest first (at most LEFT_KEPT): when it takes them over, they are
@@ -329,6 +331,8 @@ class Worker:
             taken.append(scope)
             log.info("serving scope %s (consumer %s)", scope, self.consumer)
         if away is not None and not self.scopes:
+            if a_move(away):
+                self._said = away  # said for each scope: the loop does not say it again
             raise away  # none can be reached: the loop's backoff
         return taken
 
@@ -1286,12 +1290,13 @@ class Worker:
 
     def _waits_move(self, error: Exception, moving: Moving | None) -> Moving:
         """The loop's move (`a_move`): said at info when it starts, once at warning when it
-        has lasted SFC_OUTAGE_THRESHOLD (`stuck_move`)."""
-        said = False
+        has lasted SFC_OUTAGE_THRESHOLD (`stuck_move`). A move that `refresh_scopes` said for
+        each scope it could not take up is not said again (`_said`)."""
+        said, self._said = self._said is error, None
         now, threshold = self.clock(), self.settings.outage_threshold
         if moving is None:
             moving = Moving(now)
-            if not said:
+            if not said:  # (nor its end: each scope says `serving scope S` when taken up)
                 _, _, slot = self._moved_scope(error)
                 log.info(
                     "worker %s: %s",
