@@ -1410,23 +1410,32 @@ class MqttBridge:
 
     def run(self, stop: threading.Event, block_ms: int = 100) -> None:
         """Pump until `stop` is set, then disconnect. While the server cannot be reached it
-        retries, waiting up to 5 s between tries; what it had read stays pending."""
+        retries, waiting up to 5 s between tries; what it had read stays pending. A slot
+        that moved is said once at info, and a server that cannot be reached once at
+        warning, until a pump goes through (it was said at every try: a reshard stuck half
+        way, ASK for as long as it lasts, said so every 5 s)."""
         backoff = 0.1
+        said: set[bool] = set()  # what was said since the last pump that went through: moved?
         try:
             while not stop.is_set():
                 try:
                     self.pump(block_ms)
                     backoff = 0.1
+                    said.clear()
                 except Exception as e:
                     if not unreachable(e):
                         raise
                     self.store.refresh_routes()  # a cluster's slot may have moved
-                    if slot_moved(e):  # routine: the node answered (a failover, a reshard)
-                        log.info("%s; reading the slots again", unreachable_reason(e))
-                    else:
-                        log.warning(
-                            "the server cannot be reached (%s); retrying", unreachable_reason(e)
-                        )
+                    moved = slot_moved(e)  # routine: the node answered (a failover, a reshard)
+                    if moved not in said:
+                        said.add(moved)
+                        if moved:
+                            log.info("%s; reading the slots again", unreachable_reason(e))
+                        else:
+                            log.warning(
+                                "the server cannot be reached (%s); retrying",
+                                unreachable_reason(e),
+                            )
                     self.store.wait_out(stop, backoff)  # a cluster's failover ends it
                     backoff = min(backoff * 2, 5.0)
         finally:

@@ -1418,6 +1418,42 @@ def test_a_response_held_for_a_slot_that_moved_is_said_at_info_and_written(
 
 
 @pytest.mark.cluster
+def test_a_bridge_says_a_slot_stuck_moving_once_not_at_every_try(
+    tmp_path: Path, mqtt_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reshard stuck half way: the slot of the bridge's scope answers ASK for as long as
+    it lasts. The bridge said its info line at every try (every 5 s once its backoff had
+    grown); docs/metrics.md says once: once until a pump goes through."""
+    from tests.clusterkit import LocalCluster, move_slot
+
+    caplog.set_level(logging.INFO, logger="sfc.host.mqtt")
+    own = LocalCluster(tmp_path).start()
+    h = Host(own.url)
+    try:
+        h.store().load_library()
+        rig = Rig(h, mqtt_url, h.scope("mqtt-stuck"))
+        try:
+            rig.bridge("stuck-1")
+            source = h.store().node_name(rig.scope)
+            slot, port = move_slot(own, keys.equipment(rig.scope), half_way=True)
+            old = next(x for x in own.servers if source.endswith(f":{x.port}"))
+
+            def asks() -> int:  # ASK replies of the node the slot is leaving
+                with redis.Redis(host="127.0.0.1", port=old.port) as r:
+                    stat = r.info("errorstats").get("errorstat_ASK", {})
+                return int(stat.get("count", 0)) if isinstance(stat, dict) else 0
+
+            wait_for(lambda: asks() >= 5, timeout=20, what="five tries of the bridge")
+            said = [r for r in caplog.records if "reading the slots again" in r.getMessage()]
+            assert len(said) == 1, said
+            assert said[0].getMessage().startswith(f"slot {slot} is moving to 127.0.0.1:{port} ")
+        finally:
+            rig.close()
+    finally:
+        h.close()
+        own.stop()
+
+
 def test_a_bridge_says_at_info_that_the_slot_of_its_scope_moved(
     tmp_path: Path, mqtt_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
