@@ -642,7 +642,17 @@ class Worker:
         finally:
             if ahead is not None and ahead.ready:
                 self._ready = (ahead.ready, ahead.loaded)
+            if self._delivered:
+                self._forget_deliveries(rows)  # those not decoded were not applied
         return total
+
+    def _forget_deliveries(self, rows: list[Row]) -> None:
+        """Drop the delivery counts (`_delivered`) of `rows`, read and not applied (a later
+        scope raised, or theirs was parked): they are read again (`_own`), with new counts,
+        or claimed, whose count then is the server's; a count kept would be used for that
+        later delivery, and the dead entry said fewer deliveries than it had."""
+        for row in rows:
+            self._delivered.pop((row[0], row[1]), None)
 
     def _read(self, block_ms: int | None) -> list[Row]:
         """New entries of the scopes served. On a cluster, a worker of several scopes reads
@@ -658,6 +668,10 @@ class Worker:
                 got = self._read_scope(scope, count)
             except Exception as e:
                 if not self._parks(scope, e):
+                    # not returned, so not applied: read again first (they are pending for
+                    # this worker, and come before the scope's new entries)
+                    self._own.update(dict.fromkeys({row[0] for row in rows}, "0"))
+                    self._forget_deliveries(rows)
                     raise
                 continue
             self._served(scope)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+import redis
 from prometheus_client import REGISTRY
 from redis.crc import key_slot
 
@@ -323,6 +324,64 @@ def test_an_own_pending_entry_buried_when_read_again_after_a_park_records_its_de
         assert int(dead[b"deliveries"]) == FAST.max_deliveries, dead
         assert worker.store.deliveries(away, entry) == 0  # no longer pending
         assert not worker._delivered
+    finally:
+        host.close()
+
+
+def test_own_entries_read_again_and_not_applied_are_read_again_with_the_servers_count(
+    cluster: LocalCluster,
+) -> None:
+    """A scope's own pending entries, read again as it is served after a park, then a later
+    scope's read raises (its group is gone here: NOGROUP) and the batch is not applied. The
+    worker kept their delivery counts, which a later delivery used (its dead entry said
+    fewer deliveries than it had), and had moved past them: they waited for
+    SFC_AUTOCLAIM_IDLE, behind the scope's new entries. They are read again first, and
+    counted as the server counts them."""
+    away, served = scope_on(1, "lost-a"), scope_on(0, "lost-b")
+    node = cluster.servers[1]
+    host = Host(cluster.url)
+    try:
+        host.scopes += [away, served]
+        worker = Worker(host.store(), replace(FAST, autoclaim_idle=60_000), [away, served])
+        worker.refresh_scopes()
+        bogus = {"v": "1", "kind": "bogus", "data": "{}"}
+        entry = worker.store.client(away).xadd(keys.work(away), bogus).decode()  # type: ignore[arg-type]
+        synced(node)
+        worker.store.read([away], 1, None)  # as the worker reads it: delivered once
+        node.kill()
+        worker.read_once(block_ms=5)
+        assert away in worker.parked
+        node.start()
+        partial([node])
+        wait_for(lambda: cluster_ok(cluster), timeout=20, what="node 1 to rejoin")
+        worker.store.client(served).xgroup_destroy(keys.work(served), keys.GROUP)
+        raised: list[Exception] = []
+
+        def step() -> None:
+            try:
+                worker.read_once(block_ms=5)
+            except redis.ResponseError as e:  # the served scope's group is gone
+                assert "NOGROUP" in str(e), e
+                raised.append(e)
+
+        wait_for(
+            lambda: worker.store.deliveries(away, entry) == 2,
+            timeout=20,
+            step=step,
+            what="its entry read again",
+        )
+        assert raised and away not in worker.parked
+        assert not worker._delivered
+        worker.store.create_group(served)
+        wait_for(
+            lambda: bool(worker.store.dead(away)),
+            timeout=20,
+            step=lambda: worker.read_once(block_ms=5),
+            what="the malformed entry buried",
+        )
+        ((_, dead),) = worker.store.dead(away)
+        assert dead[b"entry"].decode() == entry
+        assert int(dead[b"deliveries"]) == 3, dead  # the server's count: read three times
     finally:
         host.close()
 
