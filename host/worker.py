@@ -269,8 +269,9 @@ class Worker:
         self._not_taken: set[str] = set()
         """Scopes not taken up because their node could not be reached (logged once)."""
         self._moving: dict[str, Moving] = {}
-        """Scopes whose slot answered MOVED (or ASK), parked or not taken up yet, until
-        served (`_said_moved`)."""
+        """Scopes whose slot answered MOVED, ASK or TRYAGAIN, parked or not taken up yet,
+        until a batch round trip of the scope goes through (`_moved_over`) or it is taken
+        up (`_said_moved`)."""
         self._said: BaseException | None = None
         """The move that `refresh_scopes` raised, said for each scope already."""
         self._left: dict[tuple[str, str], None] = {}
@@ -354,7 +355,7 @@ class Worker:
         a PING with a short timeout): one that stopped answering costs a real call some
         10 s (the socket timeout and the client's retry), for each of its scopes, and the
         worker would serve nothing else meanwhile; it stays parked instead. (A scope set
-        aside for a slot that moved is tried with a real call: its node answered.)"""
+        aside for a move is tried with its sweep, a real call: its node answered.)"""
         if not self.parked:
             return self.scopes
         now = self.clock()

@@ -701,6 +701,32 @@ def test_a_reshard_stuck_with_a_scopes_keys_on_two_nodes_is_a_move_not_an_outage
         host.close()
 
 
+def test_a_stuck_moved_is_not_said_to_be_a_reshard_half_way(
+    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stuck warning names the likely cause of what the slot answers: a MOVED that the
+    slots read again do not settle is nodes that disagree about who serves it, not a slot
+    left migrating (an ASK, a TRYAGAIN). (The MOVED is the client's exception for that
+    reply, made here: nodes that disagree so are hard to make on purpose.)"""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    scope = scope_on(1, "stuck-moved")
+    host = Host(cluster.url)
+    try:
+        worker = Worker(host.store(), FAST, [scope])
+        moved = redis.exceptions.MovedError(f"{slot_of(scope)} 127.0.0.1:7001")
+        worker._said_stuck(f"scope {scope}", moved, slot_of(scope), 31.0, "its jobs wait", scope)
+        (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert line.startswith(
+            f"scope {scope}: slot {slot_of(scope)} has answered MOVED (to 127.0.0.1:7001) for "
+            "31 s, since "
+        ), line
+        assert "its nodes disagree about who serves it" in line, line
+        assert "half way" not in line and "migrating" not in line, line
+        assert line.endswith("; its jobs wait; tried again with backoff"), line
+    finally:
+        host.close()
+
+
 def test_a_worker_of_one_scope_says_a_slot_stuck_moving_once_at_warning(
     cluster: LocalCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
