@@ -1385,6 +1385,10 @@ class Worker:
                         self._reconnected(down_since)
                         down_since = None
                     moving = self._waits_move(e, moving)
+                    # its sweep tries it next, before a claim or a read: those count a
+                    # delivery each time (SFC_MAX_DELIVERIES of them buried the entries),
+                    # the sweep none, and it touches all the scope's keys (`_serving`)
+                    next_sweep = min(next_sweep, now)
                 elif down_since is None:
                     down_since = self.clock()
                     moving = None  # a move after the outage is timed from then

@@ -24,7 +24,7 @@ from redis.crc import key_slot
 
 from host import keys
 from host.entries import decode_history
-from host.equipment import Responder, always
+from host.equipment import Responder, always, respond
 from host.metrics import WorkerMetrics
 from host.server import RANGES, EmbeddedServer
 from host.store import Store, slot_of, unreachable
@@ -833,6 +833,68 @@ def test_a_worker_of_one_scope_waits_out_a_reshard_stuck_with_its_keys_on_two_no
         said = [r.getMessage() for r in caplog.records if r.name == LOGGER]
         assert len([m for m in said if f"slot {slot} " in m]) == 2, said  # info, warning
         assert started(first)
+    finally:
+        stop.set()
+        host.close()
+
+
+def test_a_worker_of_one_scope_claims_nothing_while_its_slot_is_moving(
+    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker of one scope whose commit answers TRYAGAIN (a reshard stuck half way) while
+    its next sweep is not due: it claimed and read at every round of its loop until then,
+    each claim a delivery, and an entry pending through more than SFC_MAX_DELIVERIES rounds
+    was buried, though nothing was wrong with it. Its sweep tries the scope first (it counts
+    no delivery, and answers TRYAGAIN for as long as the move lasts); once it goes through,
+    the worker claims and reads again, and the entry is applied. (A long sweep interval
+    keeps the sweep from coming due on its own.)"""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    scope = scope_on(1, "rehash-claims")
+    host = Host(cluster.url)
+    stop = threading.Event()
+    try:
+        host.scopes.append(scope)
+        settings = replace(FAST, sweep_interval=60_000, outage_threshold=120_000)
+        worker = Worker(host.store(), settings, [scope])
+        worker.refresh_scopes()
+        host.submit(scope, linear_recipe(3), job_id="first")
+        wait_for(
+            lambda: worker.store.unread(scope) == 0,
+            step=lambda: worker.read_once(block_ms=5),
+            what="the first job started (its indexes written)",
+        )
+        rounds = [0]  # rounds of the loop that failed, each followed by its backoff
+        wait_out = worker.store.wait_out
+
+        def counted(stop: threading.Event, seconds: float) -> None:
+            rounds[0] += 1
+            wait_out(stop, seconds)
+
+        worker.store.wait_out = counted  # type: ignore[method-assign]
+        thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+        thread.start()
+        wait_for(lambda: bool(worker.store.heartbeat(scope)), what="the loop's first sweep")
+        slot, port = move_slot(
+            cluster, keys.work(scope), only=[keys.active(scope), keys.due(scope)]
+        )
+        # an answer is one key's XADD, which goes through; its commit answers TRYAGAIN
+        entry = respond(host.store(), scope, "first", "a1", outcome="ok")
+        wait_for(
+            lambda: rounds[0] > settings.max_deliveries + 2 or worker.counters.buried > 0,
+            timeout=30,
+            what="more rounds of the loop than SFC_MAX_DELIVERIES",
+        )
+        assert worker.counters.buried == 0
+        assert worker.store.deliveries(scope, entry) == 1
+        end_move(cluster, slot, port)
+
+        def applied() -> bool:  # the answer moved the job on: its second command
+            return [d.job for _, _, d in host.equipment(scope)].count("first") == 2
+
+        wait_for(applied, timeout=20, what="the answer applied")
+        stop.set()
+        thread.join(10)
+        assert worker.counters.buried == 0 and not host.store().dead(scope)
     finally:
         stop.set()
         host.close()
