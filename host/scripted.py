@@ -50,7 +50,7 @@ from host import keys
 from host.apply import EVENTS_UNMATCHED
 from host.entries import Entry, EntryError, decode_equipment, encode, fields
 from host.equipment import answer_data, event_data
-from host.store import Store, slot_moved, unreachable, unreachable_reason
+from host.store import Store, a_move, moving_reason, slot_of, unreachable, unreachable_reason
 from sfc.simulation import (
     Reply,
     ScriptError,
@@ -298,13 +298,15 @@ class ScriptedEquipment:
                 if not unreachable(e):
                     raise
                 self.store.refresh_routes()  # a cluster's slot may have moved
-                if down_since is None and slot_moved(e):
-                    if not moving:  # routine: the node answered (a failover, a reshard)
+                if down_since is None and a_move(e):
+                    # routine: the node answered (a failover, a reshard; one under way,
+                    # TRYAGAIN), said once until a pump goes through
+                    if not moving:
                         moving = True
                         log.info(
-                            "equipment of scope %s: %s; reading the slots again",
+                            "equipment of scope %s: %s",
                             self.scope,
-                            unreachable_reason(e),
+                            moving_reason(e, slot_of(self.scope)),
                         )
                 elif down_since is None:
                     down_since = time.monotonic()

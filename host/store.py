@@ -668,6 +668,22 @@ def unreachable_reason(error: BaseException, slot: int | None = None) -> str:
     return str(error)
 
 
+def a_move(error: BaseException) -> bool:
+    """Whether `error` says that the slot of the call is moving or moved: a MOVED or an ASK
+    (a failover, a reshard), or a TRYAGAIN (a reshard under way: the call's keys on two
+    nodes). The node answered: routine, said at info; a worker says one that lasts
+    SFC_OUTAGE_THRESHOLD at warning (host.worker.stuck_move)."""
+    return slot_moved(error) or slot_rehashing(error)
+
+
+def moving_reason(error: BaseException, slot: int | None) -> str:
+    """The info line's words for a move (`a_move`) of `slot`, a worker's and `sfc
+    equipment`'s alike: a MOVED or ASK reads the slots again, which show where it went; a
+    TRYAGAIN is tried again until the reshard is over."""
+    then = "reading the slots again" if slot_moved(error) else "trying it again with backoff"
+    return f"{unreachable_reason(error, slot)}; {then}"
+
+
 @dataclass(frozen=True, slots=True)
 class ScopeGauges:
     """What a metrics scrape reads of a scope (Store.scope_gauges)."""

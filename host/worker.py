@@ -33,10 +33,10 @@ from host.store import (
     ReadAhead,
     Row,
     Store,
+    a_move,
     moved_to,
-    slot_moved,
+    moving_reason,
     slot_of,
-    slot_rehashing,
     unreachable,
     unreachable_reason,
 )
@@ -92,23 +92,8 @@ def stuck_move(since: float, now: float, threshold_ms: int) -> bool:
     return (now - since) * 1000 >= threshold_ms
 
 
-def a_move(error: BaseException) -> bool:
-    """Whether `error` says that the slot of the call is moving or moved: a MOVED or an ASK
-    (a failover, a reshard), or a TRYAGAIN (a reshard under way: the call's keys on two
-    nodes). The node answered: routine, said at info; only one that lasts
-    SFC_OUTAGE_THRESHOLD is said at warning (`stuck_move`)."""
-    return slot_moved(error) or slot_rehashing(error)
-
-
 WAITS = "the scope's jobs wait meanwhile (nothing is applied for them)"
 """What a stuck move's warning says waits (`Worker._said_stuck`)."""
-
-
-def moving_reason(error: BaseException, slot: int | None) -> str:
-    """The info line's words for a move (`a_move`) of `slot`: a MOVED or ASK reads the slots
-    again, which show where it went; a TRYAGAIN is tried again until the reshard is over."""
-    then = "reading the slots again" if slot_moved(error) else "trying it again with backoff"
-    return f"{unreachable_reason(error, slot)}; {then}"
 
 
 def consumer_name() -> str:

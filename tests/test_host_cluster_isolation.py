@@ -10,6 +10,7 @@ data. Before the fix, the worker's round stopped at the node away for every scop
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterator
@@ -26,12 +27,14 @@ from host import keys
 from host.entries import decode_history
 from host.equipment import Responder, always, respond
 from host.metrics import WorkerMetrics
+from host.scripted import ScriptedEquipment, load_host_script
 from host.server import RANGES, EmbeddedServer
 from host.store import Store, slot_of, unreachable
 from host.worker import Worker
 from tests.clusterkit import LocalCluster, end_move, move_slot
 from tests.faultkit import COMPLETED, check, wide_recipe
 from tests.hostkit import FAST, Host, linear_recipe, new_scope, wait_for
+from tests.test_host_scripted import wait_recipe
 
 pytestmark = pytest.mark.cluster
 
@@ -897,6 +900,61 @@ def test_a_worker_of_one_scope_claims_nothing_while_its_slot_is_moving(
         assert worker.counters.buried == 0 and not host.store().dead(scope)
     finally:
         stop.set()
+        host.close()
+
+
+def test_sfc_equipment_says_a_reshard_stuck_half_way_once_at_info(
+    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`sfc equipment` whose event answers TRYAGAIN (a reshard stuck with its scope's keys on
+    two nodes) said at warning that the server was unreachable: it is a move, said as a
+    worker says it, at info, once until a pump goes through; the event is sent once the
+    reshard is over."""
+    caplog.set_level(logging.INFO, logger="sfc.host")
+    scope = scope_on(1, "rehash-equipment")
+    host = Host(cluster.url)
+    stop = threading.Event()
+    thread: threading.Thread | None = None
+    try:
+        host.scopes.append(scope)
+        host.submit(scope, wait_recipe(), job_id="w1")
+        worker = host.worker([scope])
+        wait_for(
+            lambda: bool(host.equipment(scope)),
+            step=lambda: worker.read_once(block_ms=5),
+            what="the job's wait on the equipment stream",
+        )
+        script = load_host_script(json.dumps({"replies": {"result": ["passed"]}}).encode())
+        equipment = ScriptedEquipment(Store.from_url(cluster.url), scope, script)
+        rounds = [0]  # pumps that failed, each followed by its backoff
+        wait_out = equipment.store.wait_out
+
+        def counted(stop: threading.Event, seconds: float) -> None:
+            rounds[0] += 1
+            wait_out(stop, seconds)
+
+        equipment.store.wait_out = counted  # type: ignore[method-assign]
+        slot, port = move_slot(
+            cluster, keys.work(scope), only=[keys.active(scope), keys.due(scope)]
+        )
+        thread = threading.Thread(target=equipment.run, args=(stop,), kwargs={"block_ms": 20})
+        thread.start()
+        wait_for(lambda: rounds[0] >= 4, timeout=20, what="pumps that answer TRYAGAIN")
+        said = [r for r in caplog.records if r.name == "sfc.host.scripted"]
+        assert [(r.levelno, r.getMessage()) for r in said] == [
+            (
+                logging.INFO,
+                f"equipment of scope {scope}: slot {slot} is being moved (TRYAGAIN: a reshard "
+                "under way, its keys on two nodes); trying it again with backoff",
+            )
+        ]
+        end_move(cluster, slot, port)
+        wait_for(lambda: equipment.counters.events_published == 1, timeout=20, what="the event")
+        assert len([r for r in caplog.records if r.name == "sfc.host.scripted"]) == 1
+    finally:
+        stop.set()
+        if thread is not None:
+            thread.join(10)
         host.close()
 
 
