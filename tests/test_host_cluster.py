@@ -401,11 +401,14 @@ def test_a_scope_whose_slot_moves_to_another_node_is_served_on(
             assert fresh.order_path(scope, second) == "Ended/Completed"
         finally:
             fresh.close()
-        # the first call after the move may come while its keys move (ASK), or after (MOVED)
+        # the first call after the move may come while its keys move (ASK, or TRYAGAIN for
+        # a call of keys moved and not yet), or after (MOVED)
         lines = [
             re.compile(
-                rf"{re.escape(who)}: slot {slot} (moved|is moving) to 127\.0\.0\.1:{port} "
-                r"\(a failover or a reshard\); reading the slots again"
+                rf"{re.escape(who)}: slot {slot} ((moved|is moving) to 127\.0\.0\.1:{port} "
+                r"\(a failover or a reshard\); reading the slots again|is being moved "
+                r"\(TRYAGAIN: a reshard under way, its keys on two nodes\); trying it again "
+                r"with backoff)"
             )
             for who in (
                 f"worker {worker.consumer}",
