@@ -541,7 +541,7 @@ class CommitStream:
             if isinstance(x, redis.ResponseError) and _missing_function(x)
         ]
         if missing:
-            self.store.load_library()
+            self.store.load_library(self.calls[missing[0]][1][0])  # one scope's: one node
             again = self.store._fcalls([self.calls[i] for i in missing])
             for i, x in zip(missing, again, strict=True):
                 replies[i] = x
@@ -955,12 +955,20 @@ class Store:
 
     # -- the function library
 
-    def load_library(self) -> None:
-        """FUNCTION LOAD REPLACE of `sfc_1`; a StoreError when this user may not load it."""
+    def load_library(self, key: str | None = None) -> None:
+        """FUNCTION LOAD REPLACE of `sfc_1`; a StoreError when this user may not load it.
+
+        On a cluster it goes to every primary (each holds slots of some scopes), or, with
+        `key`, to the node of its slot alone: a call that found the library missing loads
+        it where it goes. Loaded on every primary, a node that was away failed the load,
+        and the call of a scope whose node answered with it (parked or waited out for the
+        wrong node); the other nodes load it at their own first call that misses it."""
         try:
             if self.cluster is None:
                 self.r.function_load(library_source(), replace=True)
-            else:  # every primary holds slots of some scopes
+            elif key is not None:
+                self._for_key(key).function_load(library_source(), replace=True)
+            else:
                 for node in self.cluster.get_primaries():
                     self.cluster.get_redis_connection(node).function_load(
                         library_source(), replace=True
@@ -990,7 +998,7 @@ class Store:
         except redis.ResponseError as e:
             if not _missing_function(e):
                 raise
-        self.load_library()
+        self.load_library(keys_[0])
         return r.fcall(name, len(keys_), *keys_, *args)
 
     def _fcalls(
@@ -1009,7 +1017,7 @@ class Store:
             if attempt == 1 and any(
                 isinstance(x, redis.ResponseError) and _missing_function(x) for x in results
             ):
-                self.load_library()
+                self.load_library(calls[0][1][0])
                 continue
             for x in results:
                 if isinstance(x, Exception) and not (each and isinstance(x, redis.ResponseError)):

@@ -1146,6 +1146,41 @@ def test_a_scope_not_taken_up_times_a_move_after_an_outage_from_then(
         host.close()
 
 
+def test_a_library_missing_on_a_node_is_loaded_there_while_another_node_is_away(
+    cluster: LocalCluster,
+) -> None:
+    """A call that finds the function library missing on its node (FUNCTION FLUSH, a node
+    that lost its data) loads it and calls again. It loaded it on every primary: one away
+    failed the load (connection refused), and the call of a scope whose node answered
+    with it. It loads it on the node of the call alone: the worker's commits, the sweep and
+    the equipment's events of a scope there go through."""
+    here, away = cluster.servers[0], cluster.servers[1]
+    scope = scope_on(0, "reload")
+    host = Host(cluster.url)
+    try:
+        host.scopes.append(scope)
+        host.submit(scope, wait_recipe(), job_id="w1")
+        worker = host.worker([scope])
+        with Store.from_url(here.url, cluster=False).r as r:
+            r.function_flush()
+        away.kill()
+        wait_for(
+            lambda: bool(host.equipment(scope)),
+            step=lambda: worker.read_once(block_ms=5),
+            timeout=20,
+            what="the job's wait on the equipment stream (its commit loads the library)",
+        )
+        with Store.from_url(here.url, cluster=False).r as r:
+            r.function_flush()
+        assert worker.store.sweep(scope, FAST.outage_threshold, FAST.sweep_limit)[0] == "ok"
+        with Store.from_url(here.url, cluster=False).r as r:
+            r.function_flush()
+        # the wait's event: the job waits for its type, so it is queued
+        assert worker.store.publish(scope, "com.example.result.v1", b"{}", "n") is not None
+    finally:
+        host.close()
+
+
 def test_a_registry_whose_node_is_away_leaves_the_scopes_served(cluster: LocalCluster) -> None:
     """A worker of every registered scope reads `sfc:scopes` at each refresh: while its node
     is away, the worker serves the scopes it has."""
