@@ -115,6 +115,12 @@ def outage(scope: str) -> str:
     return f"sfc:outage:{{{scope}}}"
 
 
+def probe(scope: str) -> str:
+    """A key never written: a call that names it with the scope's other keys answers a move
+    (ASK or TRYAGAIN) for as long as the slot of `{scope}` is being moved (Store.probe)."""
+    return f"sfc:probe:{{{scope}}}"
+
+
 def mqtt_client(client_id: str) -> str:
     """Which MQTT bridge holds a client id now (sfc1_lease): a broker's client ids are not
     a scope's, so the key lives in a slot of its own (the client id has no braces)."""

@@ -1458,6 +1458,18 @@ class Store:
         entries = [(_text(i), f or {}) for i, f in claimed if i is not None]
         return next_start, entries, deleted
 
+    def probe(self, scope: str) -> None:
+        """On a cluster, raise the move (ASK or TRYAGAIN: `a_move`) of a slot of `scope` being
+        moved; nothing else. EXISTS of the scope's fixed keys and of one never written
+        (`keys.probe`): a node whose slot is migrating answers a call of several keys, some
+        of them missing, with TRYAGAIN when it holds some of them and with ASK when it holds
+        none (the node importing it answers TRYAGAIN to such a call after an ASKING), so
+        that it fails for as long as the move lasts, wherever the keys are; a call of one
+        key goes through there (a claim, a read: each a delivery of the entries it takes)."""
+        if self.cluster is None:
+            return
+        self.client(scope).exists(*scope_keys(scope))
+
     def deliveries(self, scope: str, entry_id: str) -> int:
         """How often the entry was delivered; 0 when it is not pending."""
         rows = self.client(scope).xpending_range(
@@ -1968,6 +1980,23 @@ class Store:
         )
         entries = [(_text(i), f or {}) for i, f in reply[1] if i is not None]
         return _text(reply[0]), entries
+
+
+def scope_keys(scope: str) -> list[str]:
+    """The fixed keys of `scope`, and one never written (`keys.probe`): a call of them all
+    answers a move while its slot is being moved (Store.probe)."""
+    return [
+        keys.work(scope),
+        keys.due(scope),
+        keys.active(scope),
+        keys.orders(scope),
+        keys.heartbeat(scope),
+        keys.outage(scope),
+        keys.settings(scope),
+        keys.dead(scope),
+        keys.equipment(scope),
+        keys.probe(scope),
+    ]
 
 
 def _raw(value: Any) -> bytes:

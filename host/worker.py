@@ -1121,8 +1121,15 @@ class Worker:
         return out
 
     def _claim_scope(self, scope: str) -> Outcome:
-        """The claim of one scope (claim_once)."""
+        """The claim of one scope (claim_once). On a cluster it tries the scope first with a
+        call of all its keys (Store.probe), which counts no delivery, and claims nothing
+        while its slot is being moved: XAUTOCLAIM, one key, goes through there, and each
+        worker of the scope took the entries another had set aside, its commit answered
+        TRYAGAIN, and the first delivery after the move buried them (SFC_MAX_DELIVERIES).
+        (Whether each commit that answers a move gives its delivery back, XCLAIM with
+        RETRYCOUNT, was not true of a worker killed before it did.)"""
         total = Outcome()
+        self.store.probe(scope)
         start = self._claim_start.get(scope, "0-0")
         next_start, claimed, deleted = self.store.autoclaim(
             scope, self.settings.autoclaim_idle, self.settings.read_count, start

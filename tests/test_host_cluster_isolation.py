@@ -1403,3 +1403,73 @@ def test_a_worker_waits_out_a_cluster_down_as_a_whole(
         for t in threads:
             t.join(15)
         host.close()
+
+
+def test_workers_of_a_scope_in_a_stuck_reshard_do_not_bury_its_entries(
+    cluster: LocalCluster,
+) -> None:
+    """Four workers of two scopes, one of which a reshard leaves with its keys on two nodes.
+    The worker whose commit answered TRYAGAIN set the scope aside; every other worker still
+    claimed its entry (XAUTOCLAIM, one key, goes through in a slot being moved: a delivery
+    each) before its own commit answered, and the first delivery after the move buried the
+    entry of a healthy job ("failed 4 deliveries (SFC_MAX_DELIVERIES is 3)"). A claim tries
+    the scope first with a call of its keys and of one that never exists (Store.probe),
+    which answers a move as long as the slot is moving: no worker claims it meanwhile."""
+    moving, other = scope_on(1, "stuck-many"), scope_on(0, "stuck-many-other")
+    host = Host(cluster.url)
+    try:
+        host.scopes += [moving, other]
+        settings = replace(FAST, max_deliveries=3, autoclaim_idle=300)
+        workers = [Worker(host.store(), settings, [moving, other]) for _ in range(4)]
+        for w in workers:
+            w.refresh_scopes()
+        first = workers[0]
+        host.submit(moving, linear_recipe(3), job_id="first")
+        wait_for(
+            lambda: first.store.unread(moving) == 0,
+            step=lambda: first.read_once(block_ms=5),
+            what="the first job started (its indexes written)",
+        )
+        host.submit(moving, linear_recipe(3), job_id="later")
+        slot, port = move_slot(
+            cluster, keys.work(moving), only=[keys.active(moving), keys.due(moving)]
+        )
+        first.read_once(block_ms=5)  # reads the start of `later`; its commit answers TRYAGAIN
+        assert moving in first.parked
+        (row,) = first.store.client(moving).xpending_range(
+            keys.work(moving), keys.GROUP, "-", "+", 10
+        )
+        entry = row["message_id"].decode()
+        for w in workers[1:]:
+            wait_for(
+                lambda w=w: moving in w.parked,
+                timeout=20,
+                step=lambda w=w: (w.claim_once(), w.read_once(block_ms=5)),
+                what="the scope set aside",
+            )
+        for _ in range(5):  # more rounds of every worker while the reshard is stuck
+            for w in workers:
+                w.sweep_once()
+                w.claim_once()
+                w.read_once(block_ms=5)
+        assert first.store.deliveries(moving, entry) == 1
+        end_move(cluster, slot, port)
+
+        def step() -> None:
+            for w in workers:
+                w.sweep_once()
+                w.claim_once()
+                w.read_once(block_ms=5)
+
+        routed = redis.RedisCluster.from_url(cluster.url)  # follows the slot that moved
+        wait_for(
+            lambda: not routed.xpending_range(keys.work(moving), keys.GROUP, entry, entry, 1),
+            timeout=30,
+            step=step,
+            what="the entry acked",
+        )
+        routed.close()
+        assert not host.store().dead(moving)
+        assert sum(w.counters.buried for w in workers) == 0
+    finally:
+        host.close()
