@@ -177,7 +177,8 @@ local function store(keys, args)
 end
 
 -- sweep: the heartbeat, then the due jobs' ticks (a tick's time is its entry id).
--- KEYS: due, work, heartbeat, active, outage
+-- KEYS: due, work, heartbeat, active, outage, then a key never written and not read here
+-- (a slot being moved answers a move to a call that names it: Store.sweep)
 -- ARGV: outage threshold ms, limit
 -- Returns {'ok', ticks}, or {'outage', gap}: an outage pass is under way (or began now), and
 -- ordinary expiry waits until it ends and every tick it queued has been applied.

@@ -1786,7 +1786,12 @@ class Store:
     # -- the sweep
 
     def sweep(self, scope: str, threshold_ms: int, limit: int) -> tuple[str, int]:
-        """`sfc1_sweep`: ('ok', ticks queued) or ('outage', gap ms)."""
+        """`sfc1_sweep`: ('ok', ticks queued) or ('outage', gap ms). It names a key never
+        written (`keys.probe`), which the function does not read: so it answers a move (ASK
+        or TRYAGAIN) for as long as the scope's slot is being moved, wherever its keys are,
+        and a sweep that goes through says that a move is over (Store.probe). Without it,
+        it went through once its keys were on one node (an outage pass: `sfc:outage:{S}`
+        exists), while a commit of a job whose hash had moved answered TRYAGAIN."""
         kind, n = self._fcall(
             "sfc1_sweep",
             [
@@ -1795,6 +1800,7 @@ class Store:
                 keys.heartbeat(scope),
                 keys.active(scope),
                 keys.outage(scope),
+                keys.probe(scope),  # never written: a slot being moved answers a move
             ],
             [threshold_ms, limit],
         )

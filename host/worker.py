@@ -331,9 +331,10 @@ class Worker:
 
     def _serving(self, whole: bool = False) -> list[str]:
         """The scopes to serve now: all but the parked ones whose next try has not come, and
-        those set aside for a move, but for a `whole` step (the sweep: it touches all the
-        scope's keys, and counts no delivery, where a read or a claim of its entries counts
-        one each time, and SFC_MAX_DELIVERIES of them in a reshard under way buried them). A
+        those set aside for a move, but for a `whole` step (the sweep: it names a key never
+        written, so it answers a move for as long as the slot is being moved (Store.sweep),
+        and counts no delivery, where a read or a claim of its entries counts one each time,
+        and SFC_MAX_DELIVERIES of them in a reshard under way buried them). A
         slot that another node serves now (a failover: Store.moves, whoever's read of the
         slots found it) ends every park at once, as it ends the loop's backoff
         (Store.wait_out). A parked node whose try has come is probed first (Store.answers,
@@ -380,8 +381,8 @@ class Worker:
         scope is served again.
 
         A slot that moved or is moving (MOVED, ASK: a failover, a reshard; TRYAGAIN: a
-        reshard under way) parks its scope alone, until a call of all its keys goes through
-        (`_served`): its node answered, and the other scopes there find out for
+        reshard under way) parks its scope alone, until its sweep goes through (`_served`:
+        it answers a move for as long as the slot is being moved): its node answered, and the other scopes there find out for
         themselves. That is routine, said at info and not counted as a park; the scope's
         node away later is said at warning, and a scope parked for an outage whose node
         answers a move is parked for the move from then on."""
@@ -510,11 +511,12 @@ class Worker:
 
     def _served(self, scope: str, whole: bool = False) -> None:
         """A call for `scope` went through: if it was parked, it is served again. One set
-        aside for a move only when the call touched all its keys (`whole`: its sweep, or a
-        batch's commit): in a reshard under way a read of its work stream alone goes
-        through, and the commit after it answered TRYAGAIN, so ending the park at the read
-        parked the scope again at every batch, each said twice (and the move's timer,
-        started again each time, never came to its warning)."""
+        aside for a move only by a `whole` call (its sweep, which names a key never written
+        and so answers a move for as long as the slot is being moved, or a batch's
+        commit): in a reshard under way a read of its work stream alone goes through, and
+        the commit after it answered TRYAGAIN, so ending the park at the read parked the
+        scope again at every batch, each said twice (and the move's timer, started again
+        each time, never came to its warning)."""
         parked = self.parked.get(scope)
         if parked is None or (parked.moved and not whole):
             return
@@ -1108,7 +1110,8 @@ class Worker:
     def _each_scope(self, step: Callable[[str], T], whole: bool = False) -> list[T]:
         """`step` of each scope served now: a scope whose node cannot be reached is parked
         (`_parks`) and the others go on; one that answers is served again (`_served`; one
-        set aside for a move when the step is `whole`: it touches all the scope's keys)."""
+        set aside for a move when the step is `whole`: the sweep, which answers a move for
+        as long as the slot is being moved, Store.sweep)."""
         out: list[T] = []
         for scope in self._serving(whole):
             try:
@@ -1379,7 +1382,8 @@ class Worker:
                     moving = self._waits_move(e, moving)
                     # its sweep tries it next, before a claim or a read: those count a
                     # delivery each time (SFC_MAX_DELIVERIES of them buried the entries),
-                    # the sweep none, and it touches all the scope's keys (`_serving`)
+                    # the sweep none, and it answers a move for as long as the slot is being
+                    # moved (it names a key never written: Store.sweep)
                     next_sweep = min(next_sweep, now)
                 elif down_since is None:
                     down_since = self.clock()
@@ -1396,8 +1400,9 @@ class Worker:
             if down_since is not None:
                 self._reconnected(down_since)
             if moving is not None and swept:
-                # over once a sweep went through: it touches all the scope's keys (a read
-                # alone goes through in a reshard under way, and the commit answers TRYAGAIN)
+                # over once a sweep went through: it answers a move for as long as the slot
+                # is being moved (Store.sweep; a read alone goes through in a reshard under
+                # way, and the commit answers TRYAGAIN)
                 if moving.stuck:
                     lasted = self.clock() - moving.since
                     log.info(
