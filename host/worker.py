@@ -259,6 +259,9 @@ class Worker:
         up (`_said_moved`)."""
         self._said: BaseException | None = None
         """The move that `refresh_scopes` raised, said for each scope already."""
+        self._raised_move: tuple[BaseException, str] | None = None
+        """The move that `_parks` left to the loop (no other scope left to serve), and the
+        scope whose call answered it: a TRYAGAIN names no slot (`_moved_scope`)."""
         self._left: dict[tuple[str, str], None] = {}
         """Entries this worker left pending because their processing raised, by (scope,
         entry id), the oldest first (at most LEFT_KEPT): when it takes them over, they are
@@ -400,6 +403,8 @@ class Worker:
             # also when the loop backs off instead
             self._own[s] = "0"
         if all(s in self.parked or s in group for s in self.scopes):
+            if moved:
+                self._raised_move = (error, scope)  # the loop says whose it is
             return False
         now = self.clock()
         reason = unreachable_reason(error, slot_of(scope))
@@ -483,14 +488,18 @@ class Worker:
     def _moved_scope(self, error: Exception) -> tuple[str, str | None, int | None]:
         """Who says that the slot of a move that escaped to the loop is stuck: the worker,
         and the scope it serves in that slot, if any (else None: sfc:scopes), and the slot
-        (None when unknown: a TRYAGAIN names none, and a worker of several scopes cannot
-        tell whose call it was)."""
+        (None when unknown: a TRYAGAIN names none; a worker of several scopes knows whose
+        call it was when its last scope served answered it, `_raised_move`)."""
         where = moved_to(error)
+        raised = self._raised_move
         if where is not None:
             slot: int | None = where.slot
             scope = next((x for x in self.scopes if slot_of(x) == slot), None)
         elif len(self.scopes) == 1:  # a TRYAGAIN: a call of several keys of a scope
             scope = self.scopes[0]
+            slot = slot_of(scope)
+        elif raised is not None and raised[0] is error:
+            scope = raised[1]
             slot = slot_of(scope)
         else:
             scope = slot = None
@@ -1307,18 +1316,19 @@ class Worker:
         if moving is None:
             moving = Moving(now)
             if not said:  # (nor its end: each scope says `serving scope S` when taken up)
-                _, _, slot = self._moved_scope(error)
+                _, scope, slot = self._moved_scope(error)
                 log.info(
                     "worker %s: %s",
                     self.consumer,
                     moving_reason(error, slot),
-                    extra={"reason": f"{type(error).__name__}: {error}"},
+                    extra={"scope": scope, "reason": f"{type(error).__name__}: {error}"},
                 )
         elif not said and not moving.stuck and stuck_move(moving.since, now, threshold):
             moving.stuck = True
             who, scope, slot = self._moved_scope(error)
             waits = WAITS if scope is not None else "new scopes wait meanwhile"
             self._said_stuck(who, error, slot, now - moving.since, waits, scope)
+        self._raised_move = None
         return moving
 
     def _reconnected(self, down_since: float) -> None:
