@@ -129,6 +129,11 @@ class Parked:
     moved: bool = False
     """Set aside because its slot moved (a MOVED: routine, said at info), not because its
     node could not be reached."""
+    probe: bool = False
+    """Set aside for an ASK or a TRYAGAIN (a slot being moved): only its sweep tries it,
+    which answers a move for as long as the move lasts (a read or a claim goes through in
+    it, and counts a delivery). After a MOVED the slots, read again, show where it went:
+    a read tries it too."""
 
 
 @dataclass(slots=True)
@@ -334,7 +339,8 @@ class Worker:
 
     def _serving(self, whole: bool = False) -> list[str]:
         """The scopes to serve now: all but the parked ones whose next try has not come, and
-        those set aside for a move, but for a `whole` step (the sweep: it names a key never
+        those set aside for a slot being moved (ASK, TRYAGAIN: `Parked.probe`; one set aside
+        for a MOVED is tried by a read too), but for a `whole` step (the sweep: it names a key never
         written, so it answers a move for as long as the slot is being moved (Store.sweep),
         and counts no delivery, where a read or a claim of its entries counts one each time,
         and SFC_MAX_DELIVERIES of them in a reshard under way buried them). A
@@ -367,7 +373,7 @@ class Worker:
                     self._back_off(self.parked[scope], now)
                 due -= set(group)
         if not whole:
-            due = {s for s in due if not self.parked[s].moved}
+            due = {s for s in due if not self.parked[s].probe}
         return [s for s in self.scopes if s not in self.parked or s in due]
 
     @staticmethod
@@ -392,6 +398,8 @@ class Worker:
         if not (unreachable(error) and self._isolating()):
             return False
         moved = a_move(error)
+        where = moved_to(error)
+        probe = moved and (where is None or where.answer == "ASK")  # a slot being moved
         if moved:
             self.store.refresh_routes()  # a move it shows ends the park at once (_serving)
             group = [scope]
@@ -414,9 +422,10 @@ class Worker:
                 first = PARK_FIRST_S
                 if moved and s in self._moving:  # the same move: its backoff goes on
                     first = min(PARK_MAX_S, max(PARK_FIRST_S, self._moving[s].backoff * 2))
-                self.parked[s] = Parked(now, now + first, first, reason, moved)
+                self.parked[s] = Parked(now, now + first, first, reason, moved, probe)
             else:
                 self._back_off(parked, now)
+                parked.probe = probe
                 if parked.moved == moved:
                     if not moved:
                         continue  # away, said already
@@ -520,14 +529,14 @@ class Worker:
 
     def _served(self, scope: str, whole: bool = False) -> None:
         """A call for `scope` went through: if it was parked, it is served again. One set
-        aside for a move only by a `whole` call (its sweep, which names a key never written
+        aside for a slot being moved (ASK, TRYAGAIN: `Parked.probe`) only by a `whole` call (its sweep, which names a key never written
         and so answers a move for as long as the slot is being moved, or a batch's
         commit): in a reshard under way a read of its work stream alone goes through, and
         the commit after it answered TRYAGAIN, so ending the park at the read parked the
         scope again at every batch, each said twice (and the move's timer, started again
         each time, never came to its warning)."""
         parked = self.parked.get(scope)
-        if parked is None or (parked.moved and not whole):
+        if parked is None or (parked.probe and not whole):
             return
         del self.parked[scope]
         if parked.moved:

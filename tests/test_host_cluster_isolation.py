@@ -1566,3 +1566,37 @@ def test_a_worker_of_several_scopes_names_the_scope_of_a_move_its_loop_waits_out
     finally:
         stop.set()
         host.close()
+
+
+def test_a_scope_set_aside_for_a_moved_is_read_again_before_its_sweep(
+    cluster: LocalCluster,
+) -> None:
+    """A slot whose move is over (a failover, the end of a reshard) answers MOVED to a
+    worker that had not read the slots again: the scope was set aside until its next sweep
+    (up to 1.2 x SFC_SWEEP_INTERVAL), where before the next read served it. After a MOVED
+    the slots, read again, show where it went: a read tries it, and serves it; only a slot
+    being moved (ASK, TRYAGAIN) waits for its sweep. (A long sweep interval: no sweep
+    comes meanwhile.)"""
+    moved, other = scope_on(1, "moved-read"), scope_on(0, "moved-read-other")
+    host = Host(cluster.url)
+    try:
+        host.scopes += [moved, other]
+        worker = Worker(
+            host.store(),
+            replace(FAST, sweep_interval=60_000, outage_threshold=120_000),
+            [moved, other],
+        )
+        worker.refresh_scopes()
+        move_slot(cluster, keys.work(moved))  # a whole reshard: the old node answers MOVED
+        worker.read_once(block_ms=5)
+        assert moved in worker.parked
+        host.submit(moved, linear_recipe(3), job_id="after")
+        wait_for(
+            lambda: moved not in worker.parked and worker.store.unread(moved) == 0,
+            timeout=10,
+            step=lambda: worker.read_once(block_ms=5),
+            what="the scope read again, and its job started",
+        )
+        assert not host.store().dead(moved)
+    finally:
+        host.close()
