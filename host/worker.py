@@ -291,6 +291,9 @@ class Worker:
                 # the registry's node is away: the scopes served go on, new ones wait
                 log.debug("the scope registry cannot be read now: %s", unreachable_reason(e))
                 return []
+        for gone in [s for s in self._moving if s not in wanted and s not in self.scopes]:
+            del self._moving[gone]  # left the registry before it was taken up
+        self._not_taken.intersection_update(wanted)
         new = [s for s in wanted if s not in self.scopes]
         several = self.store.cluster is not None and len(wanted) > 1
         taken: list[str] = []
