@@ -342,11 +342,12 @@ class Worker:
 
     def _serving(self, whole: bool = False) -> list[str]:
         """The scopes to serve now: all but the parked ones whose next try has not come, and
-        those set aside for a slot being moved (ASK, TRYAGAIN: `Parked.probe`; one set aside
-        for a MOVED is tried by a read too), but for a `whole` step (the sweep: it names a key never
-        written, so it answers a move for as long as the slot is being moved (Store.sweep),
-        and counts no delivery, where a read or a claim of its entries counts one each time,
-        and SFC_MAX_DELIVERIES of them in a reshard under way buried them). A
+        those set aside for a slot being moved (ASK, TRYAGAIN: `Parked.probe`; one set
+        aside for a MOVED is tried by a read too), but for a `whole` step (the sweep: it
+        names a key never written, so it answers a move for as long as the slot is being
+        moved (Store.sweep), and counts no delivery, where a read or a claim of its entries
+        counts one each time, and SFC_MAX_DELIVERIES of them in a reshard under way buried
+        them). A
         slot that another node serves now (a failover: Store.moves, whoever's read of the
         slots found it) ends every park at once, as it ends the loop's backoff
         (Store.wait_out). A parked node whose try has come is probed first (Store.answers,
@@ -394,7 +395,8 @@ class Worker:
 
         A slot that moved or is moving (MOVED, ASK: a failover, a reshard; TRYAGAIN: a
         reshard under way) parks its scope alone, until its sweep goes through (`_served`:
-        it answers a move for as long as the slot is being moved): its node answered, and the other scopes there find out for
+        it answers a move for as long as the slot is being moved; after a MOVED, until a
+        read goes through): its node answered, and the other scopes there find out for
         themselves. That is routine, said at info and not counted as a park; the scope's
         node away later is said at warning, and a scope parked for an outage whose node
         answers a move is parked for the move from then on."""
@@ -532,12 +534,12 @@ class Worker:
 
     def _served(self, scope: str, whole: bool = False) -> None:
         """A call for `scope` went through: if it was parked, it is served again. One set
-        aside for a slot being moved (ASK, TRYAGAIN: `Parked.probe`) only by a `whole` call (its sweep, which names a key never written
-        and so answers a move for as long as the slot is being moved, or a batch's
-        commit): in a reshard under way a read of its work stream alone goes through, and
-        the commit after it answered TRYAGAIN, so ending the park at the read parked the
-        scope again at every batch, each said twice (and the move's timer, started again
-        each time, never came to its warning)."""
+        aside for a slot being moved (ASK, TRYAGAIN: `Parked.probe`) only by a `whole` call
+        (its sweep, which names a key never written and so answers a move for as long as
+        the slot is being moved, or a batch's commit): in a reshard under way a read of its
+        work stream alone goes through, and the commit after it answered TRYAGAIN, so
+        ending the park at the read parked the scope again at every batch, each said twice
+        (and the move's timer, started again each time, never came to its warning)."""
         parked = self.parked.get(scope)
         if parked is None or (parked.probe and not whole):
             return
