@@ -325,6 +325,7 @@ def test_the_scope_keys_are_all_there() -> None:
         "equipment",
         "heartbeat",
         "outage",
+        "probe",
     }
 
 
