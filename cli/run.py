@@ -104,6 +104,7 @@ def run(
                 store = connect(url)
                 # SFC_MAX_ATTEMPTS, SFC_EQUIPMENT_HOLD and SFC_EXPIRY_GRACE are scope
                 # settings: stored in the run's scope, as `sfc serve --scope` stores them
+                store.ensure_library()  # an ACL user without FUNCTION LOAD relies on setup
                 setup_scope(store, scope, scope_settings)
                 serving.start_workers()
                 _workers_serve(store, scope, workers, time.monotonic() + timeout, serving)

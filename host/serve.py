@@ -3,7 +3,7 @@
 
 - `resolve_url` finds the server: `--redis URL`, then `SFC_REDIS_URL`, then the connection
   file `<data-dir>/server.json` that a running `sfc serve` wrote.
-- `setup_scope` loads the function library and writes a scope's settings.
+- `setup_scope` registers a scope and writes its settings.
 - `Serving` is what `sfc serve` and `sfc run` run: the embedded server when no URL is given
   (or attached to the one another `serve` runs on the same data directory), and N worker
   processes, each with a consumer name of its own. `stop()` stops the workers with SIGTERM
@@ -135,9 +135,9 @@ def scope_values(
 
 
 def setup_scope(store: Store, scope: str, values: Mapping[str, str]) -> None:
-    """Load the function library, register the scope, create its group, write its settings."""
+    """Register the scope, create its group, write its settings. The caller loads the
+    function library first, once (`Store.ensure_library`; `sfc setup`: `load_library`)."""
     keys.check_scope(scope)
-    store.ensure_library()
     store.put_scope_settings(scope, values)
     store.register_scope(scope)
     store.create_group(scope)

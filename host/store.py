@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -699,6 +699,21 @@ class StoreError(RuntimeError):
     """The server cannot be reached or refused the login; the message says which and where."""
 
 
+@contextlib.contextmanager
+def _no_permission() -> Iterator[None]:
+    """A FUNCTION LOAD that this user may not run: a StoreError that says to run `sfc
+    setup` as an admin user."""
+    try:
+        yield
+    except redis.ResponseError as e:
+        if isinstance(e, redis.exceptions.NoPermissionError) or "NOPERM" in str(e):
+            raise StoreError(
+                f"the function library {keys.LIBRARY} is not loaded, or not this version, "
+                f"and this user may not load it ({e}); run `sfc setup` as an admin user"
+            ) from None
+        raise
+
+
 def redacted(url: str) -> str:
     """The URL without its password, for messages and logs."""
     scheme, sep, rest = url.partition("://")
@@ -962,32 +977,65 @@ class Store:
         `key`, to the node of its slot alone: a call that found the library missing loads
         it where it goes. Loaded on every primary, a node that was away failed the load,
         and the call of a scope whose node answered with it (parked or waited out for the
-        wrong node); the other nodes load it at their own first call that misses it."""
-        try:
+        wrong node); the other nodes load it at their own first call that misses it. A
+        primary that cannot be reached fails the load on every primary with a StoreError
+        that names it (`sfc setup`, an admin step, is strict: `ensure_library` is not)."""
+        if self.cluster is not None and key is None:
+            away = self._load_on_primaries()
+            if away:
+                nodes = ", ".join(f"{node} ({error})" for node, error in away)
+                raise StoreError(
+                    f"the function library {keys.LIBRARY} cannot be loaded on every primary: "
+                    f"{'node' if len(away) == 1 else 'nodes'} {nodes} cannot be reached; "
+                    "run this again once the cluster is whole"
+                )
+            return
+        with _no_permission():
             if self.cluster is None:
                 self.r.function_load(library_source(), replace=True)
-            elif key is not None:
-                self._for_key(key).function_load(library_source(), replace=True)
             else:
-                for node in self.cluster.get_primaries():
+                self._for_key(key or "").function_load(library_source(), replace=True)
+
+    def _load_on_primaries(self) -> list[tuple[str, BaseException]]:
+        """Load the library on every primary of the cluster; those that cannot be reached
+        (host:port) with their error, the others loaded. A StoreError when this user may
+        not load it."""
+        assert self.cluster is not None
+        away: list[tuple[str, BaseException]] = []
+        for node in self.cluster.get_primaries():
+            try:
+                with _no_permission():
                     self.cluster.get_redis_connection(node).function_load(
                         library_source(), replace=True
                     )
-        except redis.ResponseError as e:
-            if isinstance(e, redis.exceptions.NoPermissionError) or "NOPERM" in str(e):
-                raise StoreError(
-                    f"the function library {keys.LIBRARY} is not loaded, or not this version, "
-                    f"and this user may not load it ({e}); run `sfc setup` as an admin user"
-                ) from None
-            raise
+            except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+                away.append((f"{node.host}:{node.port}", e))
+        return away
 
     def ensure_library(self) -> bool:
         """Load the library if this user may; True when loaded now. A user without FUNCTION
-        LOAD (an ACL user set up by an admin) relies on `sfc setup` having loaded it."""
+        LOAD (an ACL user set up by an admin) relies on `sfc setup` having loaded it.
+
+        On a cluster, a primary that cannot be reached is passed over, said once at warning:
+        a host restarted while a node without a replica is down serves the other nodes'
+        scopes ("A node away"), and that node loads the library at the first call that
+        misses it there (`load_library(key)`)."""
         try:
-            self.load_library()
+            if self.cluster is None:
+                self.load_library()
+                return True
+            away = self._load_on_primaries()
         except StoreError:
             return False
+        for node, error in away:
+            log.warning(
+                "the function library %s is not loaded on node %s, which cannot be reached "
+                "(%s); passed over: its first call that misses the library loads it there",
+                keys.LIBRARY,
+                node,
+                error,
+                extra={"node": node},
+            )
         return True
 
     def _fcall(self, name: str, keys_: Sequence[str], args: Sequence[Any]) -> Any:

@@ -31,6 +31,7 @@ from host.scripted import ScriptedEquipment, load_host_script
 from host.server import RANGES, EmbeddedServer
 from host.store import Store, a_move, slot_of, unreachable
 from host.worker import Worker
+from tests.clikit import processes, sfc
 from tests.clusterkit import LocalCluster, end_move, move_slot
 from tests.faultkit import COMPLETED, check, wide_recipe
 from tests.hostkit import FAST, Host, linear_recipe, new_scope, wait_for
@@ -1177,6 +1178,46 @@ def test_a_library_missing_on_a_node_is_loaded_there_while_another_node_is_away(
             r.function_flush()
         # the wait's event: the job waits for its type, so it is queued
         assert worker.store.publish(scope, "com.example.result.v1", b"{}", "n") is not None
+    finally:
+        host.close()
+
+
+def test_a_host_starts_while_a_primary_is_down(
+    cluster: LocalCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A host (re)started while a primary without a replica is down: loading the function
+    library on every primary failed at that node (connection refused), and `sfc serve` exited
+    2, "the server went away", though its workers would serve the other nodes' scopes.
+    `ensure_library` passes over the node, says which once at warning, and serve starts and
+    serves a scope of a live node; `sfc setup`, an admin step, stays strict and names it."""
+    caplog.set_level(logging.INFO, logger="sfc.host.store")
+    node = cluster.servers[1]  # not the node of `sfc:scopes`, which serve registers its scope in
+    assert not RANGES[1][0] <= key_slot(keys.SCOPES.encode()) <= RANGES[1][1]
+    node.kill()
+    gone = f"node 127.0.0.1:{node.port}"
+    store = Store.from_url(cluster.url)
+    try:
+        assert store.ensure_library()
+    finally:
+        store.close()
+    said = [r.getMessage() for r in caplog.records if r.name == "sfc.host.store"]
+    assert len(said) == 1 and gone in said[0] and "passed over" in said[0], said
+    scope = scope_on(0, "down-start")
+    setup = sfc("setup", "--redis", cluster.url, "--scope", scope, cwd=tmp_path)
+    assert setup.code == 2 and gone in setup.err and "Traceback" not in setup.err, setup
+    host = Host(cluster.url)
+    try:
+        with processes(tmp_path / "logs") as started:
+            serve = started.start(
+                "serve", "serve", "--redis", cluster.url, "--scope", scope, "--workers", "1",
+                cwd=tmp_path,
+            )  # fmt: skip
+            serve.wait_for_stderr(f"serving scope {scope}")
+            assert serve.stderr().count(gone) == 1, serve.stderr()
+            job = host.submit(scope, linear_recipe(1), job_id="j").job
+            responder = host.responder(scope)
+            wait_for(host.ended(scope, [job]), step=responder.pump, what="the job, served by serve")
+            assert host.order_path(scope, job).startswith("Ended"), host.order_path(scope, job)
     finally:
         host.close()
 
