@@ -1153,8 +1153,8 @@ def test_a_library_missing_on_a_node_is_loaded_there_while_another_node_is_away(
     """A call that finds the function library missing on its node (FUNCTION FLUSH, a node
     that lost its data) loads it and calls again. It loaded it on every primary: one away
     failed the load (connection refused), and the call of a scope whose node answered
-    with it. It loads it on the node of the call alone: the worker's commits, the sweep and
-    the equipment's events of a scope there go through."""
+    with it. It loads it on the node of the call alone: the worker's commits, the sweep, the
+    equipment's events and the calls sent in one pipeline of a scope there go through."""
     here, away = cluster.servers[0], cluster.servers[1]
     scope = scope_on(0, "reload")
     host = Host(cluster.url)
@@ -1178,6 +1178,10 @@ def test_a_library_missing_on_a_node_is_loaded_there_while_another_node_is_away(
             r.function_flush()
         # the wait's event: the job waits for its type, so it is queued
         assert worker.store.publish(scope, "com.example.result.v1", b"{}", "n") is not None
+        with Store.from_url(here.url, cluster=False).r as r:
+            r.function_flush()
+        # calls in one pipeline (Store._fcalls): an ack of an entry not pending writes nothing
+        assert worker.store.acks(scope, [(["1-1"], "acked")]) == ["gone"]
     finally:
         host.close()
 
