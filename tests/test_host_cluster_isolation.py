@@ -1650,9 +1650,9 @@ def test_a_scope_set_aside_for_a_moved_is_read_again_before_its_sweep(
 def test_a_scope_not_taken_up_that_left_the_registry_is_forgotten(
     cluster: LocalCluster,
 ) -> None:
-    """A registered scope not taken up because its slot moved, then dropped from
-    `sfc:scopes`: the worker kept its move (and, for a node away, its name) for as long as
-    it ran. It forgets them at the refresh that no longer lists it."""
+    """A registered scope not taken up because its slot moved, or because its node is away,
+    then dropped from `sfc:scopes`: the worker kept its move, or its name, for as long as it
+    ran. It forgets them at the refresh that no longer lists it."""
     moving, other = scope_on(1, "left-moved"), scope_on(0, "left-stays")
     host = Host(cluster.url)
     try:
@@ -1665,6 +1665,16 @@ def test_a_scope_not_taken_up_that_left_the_registry_is_forgotten(
         assert moving in worker._moving
         store.r.srem(keys.SCOPES, moving)
         assert worker.refresh_scopes() == []
-        assert moving not in worker._moving and moving not in worker._not_taken
+        assert moving not in worker._moving
+        away = scope_on(1, "left-away")  # node 1, whose slot `moving` left it
+        assert slot_of(away) != slot_of(moving)
+        assert not RANGES[1][0] <= key_slot(keys.SCOPES.encode()) <= RANGES[1][1]
+        store.register_scope(away)
+        cluster.servers[1].kill()
+        assert worker.refresh_scopes() == []
+        assert away in worker._not_taken
+        store.r.srem(keys.SCOPES, away)
+        assert worker.refresh_scopes() == []
+        assert away not in worker._not_taken
     finally:
         host.close()
