@@ -1404,10 +1404,10 @@ class Worker:
                         self._reconnected(down_since)
                         down_since = None
                     moving = self._waits_move(e, moving)
-                    # its sweep tries it next, before a claim or a read: those count a
-                    # delivery each time (SFC_MAX_DELIVERIES of them buried the entries),
-                    # the sweep none, and it answers a move for as long as the slot is being
-                    # moved (it names a key never written: Store.sweep)
+                    # its sweep tries it next, before a claim or a read: a read counts a
+                    # delivery of each entry added meanwhile, whose commit answers the move
+                    # in turn; the sweep counts none, and it answers a move for as long as
+                    # the slot is being moved (it names a key never written: Store.sweep)
                     next_sweep = min(next_sweep, now)
                 elif down_since is None:
                     down_since = self.clock()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -842,30 +842,33 @@ def test_a_worker_of_one_scope_waits_out_a_reshard_stuck_with_its_keys_on_two_no
         host.close()
 
 
-def test_a_worker_of_one_scope_claims_nothing_while_its_slot_is_moving(
+def test_a_worker_of_one_scope_reads_nothing_while_its_slot_is_moving(
     cluster: LocalCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A worker of one scope whose commit answers TRYAGAIN (a reshard stuck half way) while
-    its next sweep is not due: it claimed and read at every round of its loop until then,
-    each claim a delivery, and an entry pending through more than SFC_MAX_DELIVERIES rounds
-    was buried, though nothing was wrong with it. Its sweep tries the scope first (it counts
-    no delivery, and answers TRYAGAIN for as long as the move lasts); once it goes through,
-    the worker claims and reads again, and the entry is applied. (A long sweep interval
-    keeps the sweep from coming due on its own.)"""
+    its next sweep and claim are not due: it read at every round of its loop until then, a
+    delivery for each entry added meanwhile, whose commit answered TRYAGAIN in turn. Its
+    sweep tries the scope next, before a claim or a read (it counts no delivery, and answers
+    TRYAGAIN for as long as the move lasts): an answer added during the move stays unread
+    until the move is over, and is applied then. (Long sweep and claim intervals keep them
+    from coming due on their own.)"""
     caplog.set_level(logging.INFO, logger=LOGGER)
     scope = scope_on(1, "rehash-claims")
     host = Host(cluster.url)
     stop = threading.Event()
     try:
         host.scopes.append(scope)
-        settings = replace(FAST, sweep_interval=60_000, outage_threshold=120_000)
+        settings = replace(
+            FAST, sweep_interval=60_000, autoclaim_idle=120_000, outage_threshold=120_000
+        )
         worker = Worker(host.store(), settings, [scope])
         worker.refresh_scopes()
-        host.submit(scope, linear_recipe(3), job_id="first")
+        for job in ("first", "second"):
+            host.submit(scope, linear_recipe(3), job_id=job)
         wait_for(
             lambda: worker.store.unread(scope) == 0,
             step=lambda: worker.read_once(block_ms=5),
-            what="the first job started (its indexes written)",
+            what="both jobs started (their indexes written)",
         )
         rounds = [0]  # rounds of the loop that failed, each followed by its backoff
         wait_out = worker.store.wait_out
@@ -883,22 +886,36 @@ def test_a_worker_of_one_scope_claims_nothing_while_its_slot_is_moving(
         )
         # an answer is one key's XADD, which goes through; its commit answers TRYAGAIN
         entry = respond(host.store(), scope, "first", "a1", outcome="ok")
+        wait_for(lambda: rounds[0] >= 1, timeout=30, what="the commit's TRYAGAIN")
+        looker = host.store()  # the worker's store is the worker thread's
+        later = respond(looker, scope, "second", "a1", outcome="ok")
+        seen = rounds[0]
         wait_for(
-            lambda: rounds[0] > settings.max_deliveries + 2 or worker.counters.buried > 0,
+            lambda: (
+                rounds[0] > seen + settings.max_deliveries + 2
+                or worker.counters.buried > 0
+                or looker.deliveries(scope, later) > 0
+            ),
             timeout=30,
-            what="more rounds of the loop than SFC_MAX_DELIVERIES",
+            what="more rounds of the loop than SFC_MAX_DELIVERIES, or the answer read",
         )
         assert worker.counters.buried == 0
         assert worker.store.deliveries(scope, entry) == 1
+        assert looker.deliveries(scope, later) == 0 and looker.unread(scope) == 1
         end_move(cluster, slot, port)
 
-        def applied() -> bool:  # the answer moved the job on: its second command
-            return [d.job for _, _, d in host.equipment(scope)].count("first") == 2
+        def applied(job: str) -> Callable[[], bool]:  # the answer moved the job on
+            return lambda: [d.job for _, _, d in host.equipment(scope)].count(job) == 2
 
-        wait_for(applied, timeout=20, what="the answer applied")
+        wait_for(applied("second"), timeout=20, what="the answer added during the move")
         stop.set()
         thread.join(10)
-        assert worker.counters.buried == 0 and not host.store().dead(scope)
+        # the answer whose commit failed is claimed once idle (SFC_AUTOCLAIM_IDLE)
+        claimer = Worker(host.store(), FAST, [scope])
+        claimer.refresh_scopes()
+        wait_for(applied("first"), step=claimer.claim_once, what="the first answer")
+        assert worker.counters.buried == 0 and claimer.counters.buried == 0
+        assert not host.store().dead(scope)
     finally:
         stop.set()
         host.close()
