@@ -60,7 +60,15 @@ from host.entries import Entry, EntryError, decode_equipment, encode, fields
 from host.equipment import answer_data, event_data
 from host.scripted import ASKED_RETENTION_MS, FORGET_EVERY, ScriptAnswers, host_script_problem
 from host.scripted import Counters as ScriptCounters
-from host.store import Store, slot_moved, unreachable, unreachable_reason
+from host.store import (
+    Store,
+    a_move,
+    moving_reason,
+    slot_moved,
+    slot_of,
+    unreachable,
+    unreachable_reason,
+)
 from sfc.simulation import Reply
 
 log = logging.getLogger("sfc.host.mqtt")
@@ -1411,9 +1419,10 @@ class MqttBridge:
     def run(self, stop: threading.Event, block_ms: int = 100) -> None:
         """Pump until `stop` is set, then disconnect. While the server cannot be reached it
         retries, waiting up to 5 s between tries; what it had read stays pending. A slot
-        that moved is said once at info, and a server that cannot be reached once at
-        warning, until a pump goes through (it was said at every try: a reshard stuck half
-        way, ASK for as long as it lasts, said so every 5 s)."""
+        that moved or is being moved (`a_move`: a TRYAGAIN too) is said once at info, and
+        a server that cannot be reached once at warning, until a pump goes through (it was
+        said at every try: a reshard stuck half way, ASK for as long as it lasts, said so
+        every 5 s; and a TRYAGAIN was said at warning as the server being unreachable)."""
         backoff = 0.1
         said: set[bool] = set()  # what was said since the last pump that went through: moved?
         try:
@@ -1426,11 +1435,11 @@ class MqttBridge:
                     if not unreachable(e):
                         raise
                     self.store.refresh_routes()  # a cluster's slot may have moved
-                    moved = slot_moved(e)  # routine: the node answered (a failover, a reshard)
+                    moved = a_move(e)  # routine: the node answered (a failover, a reshard)
                     if moved not in said:
                         said.add(moved)
                         if moved:
-                            log.info("%s; reading the slots again", unreachable_reason(e))
+                            log.info("%s", moving_reason(e, slot_of(self.topics.scope)))
                         else:
                             log.warning(
                                 "the server cannot be reached (%s); retrying",
@@ -1458,26 +1467,26 @@ class MqttBridge:
         except Exception as e:
             if not unreachable(e):
                 raise
-            moved = slot_moved(e)
-            if moved:
+            if slot_moved(e):
                 self.store.refresh_routes()
             with self._unwritten_lock:
                 if not self._unwritten:
-                    self._said_held(msg.topic, e, moved)
+                    self._said_held(msg.topic, e, slot_of(self.topics.scope))
                 self._unwritten.append((self._conn.generation, msg))
             return False
         return True
 
     @staticmethod
-    def _said_held(topic: str, error: Exception, moved: bool) -> None:
-        """Say why a message is held: a slot that moved (a MOVED: the node answered; a
-        failover or a reshard) is routine, said at info as the worker says it; a server
-        that cannot be reached is said at warning."""
-        if moved:
+    def _said_held(topic: str, error: Exception, slot: int) -> None:
+        """Say why a message is held: a slot that moved or is being moved (`a_move`: a
+        MOVED, an ASK, a TRYAGAIN; the node answered: a failover or a reshard) is routine,
+        said at info as the worker says it; a server that cannot be reached is said at
+        warning."""
+        if a_move(error):
             log.info(
-                "a message on %s is held: %s; reading the slots again, and it is written then",
+                "a message on %s is held: %s, and it is written then",
                 topic,
-                unreachable_reason(error),
+                moving_reason(error, slot),
             )
             return
         log.warning(

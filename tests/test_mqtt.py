@@ -1418,6 +1418,80 @@ def test_a_response_held_for_a_slot_that_moved_is_said_at_info_and_written(
 
 
 @pytest.mark.cluster
+def test_a_bridge_says_an_event_held_for_a_reshard_stuck_half_way_once_at_info(
+    tmp_path: Path, mqtt_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An event comes while a reshard of its scope's slot is stuck with its keys on two
+    nodes: its write (`sfc1_publish`, three keys) answers TRYAGAIN. The bridge said at
+    warning that the server was unreachable; it is a move, said as a worker says it, at
+    info, once while the event is held and tried at each pump; the event is written once
+    the reshard is over."""
+    from tests.clusterkit import LocalCluster, end_move, move_slot
+
+    caplog.set_level(logging.INFO, logger="sfc.host.mqtt")
+    own = LocalCluster(tmp_path).start()
+    h = Host(own.url)
+    pub: Connection | None = None
+    stop = threading.Event()
+    t: threading.Thread | None = None
+    try:
+        store = h.store()
+        store.load_library()
+        scope = h.scope("held-rehash")
+        topics = Topics(scope, "m")
+        store.create_group(scope)  # sfc:work:{S}: left on the node the slot is leaving
+        store.put_scope_settings(scope, {"maxAttempts": "3"})  # moved ahead of it
+        source = store.node_name(scope)
+        broker = parse_broker_url(mqtt_url)
+        bridge = MqttBridge(h.store(), broker, topics, group="g", consumer="b").start()
+        pub = Connection(broker, f"pub-{scope}", [], lambda m: True)
+        pub.start()
+        assert pub.wait_ready(10) and bridge.ready
+        slot, port = move_slot(own, keys.work(scope), only=[keys.settings(scope)])
+        old = next(x for x in own.servers if source.endswith(f":{x.port}"))
+
+        def tries() -> int:  # TRYAGAIN replies of the node the slot is leaving
+            with redis.Redis(host="127.0.0.1", port=old.port) as r:
+                stat = r.info("errorstats").get("errorstat_TRYAGAIN", {})
+            return int(stat.get("count", 0)) if isinstance(stat, dict) else 0
+
+        event = CloudEvent(
+            {"specversion": "1.0", "source": "dev", "type": "com.example.done.v1", "id": "e1"},
+            b'{"outcome":"ok"}',
+            JSON,
+        )
+        topic = topics.event("com.example.done.v1")
+        mid = pub.publish(Message(topic, event.data, JSON, tuple(event.attributes.items())))
+        assert mid is not None and pub.wait_acked([mid], 10) == {mid}
+        wait_for(lambda: len(bridge._unwritten) == 1, timeout=10, what="the event held")
+        t = threading.Thread(target=bridge.run, args=(stop,), daemon=True)
+        t.start()
+        wait_for(lambda: tries() >= 5, timeout=20, what="five tries of the event's write")
+        said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "sfc.host.mqtt"]
+        assert said == [
+            (
+                logging.INFO,
+                f"a message on {topic} is held: slot {slot} is being moved (TRYAGAIN: "
+                "a reshard under way, its keys on two nodes); trying it again with backoff, "
+                "and it is written then",
+            )
+        ], said
+        end_move(own, slot, port)
+        wait_for(
+            lambda: bridge.counters.events_unmatched == 1, timeout=20, what="the event written"
+        )
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    finally:
+        stop.set()
+        if t is not None:
+            t.join(10)
+        if pub is not None:
+            pub.close()
+        h.close()
+        own.stop()
+
+
+@pytest.mark.cluster
 def test_a_bridge_says_a_slot_stuck_moving_once_not_at_every_try(
     tmp_path: Path, mqtt_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
