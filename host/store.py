@@ -1034,7 +1034,7 @@ class Store:
                 keys.LIBRARY,
                 node,
                 error,
-                extra={"node": node},
+                extra={"reason": f"{type(error).__name__}: {error}"},
             )
         return True
 
