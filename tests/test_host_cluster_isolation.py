@@ -60,6 +60,15 @@ def partial(servers: list[EmbeddedServer]) -> None:
             r.config_set("cluster-require-full-coverage", "no")
 
 
+def rejoin(cluster: LocalCluster, node: EmbeddedServer) -> None:
+    """Start a killed `node` again (its directory and port: it keeps its data and rejoins),
+    let it serve while another is down (`partial`), and wait until the cluster is ok."""
+    node.start()
+    partial([node])
+    index = cluster.servers.index(node)
+    wait_for(lambda: cluster_ok(cluster), timeout=20, what=f"node {index} to rejoin")
+
+
 def scope_on(node: int, hint: str) -> str:
     """A new scope whose slot (of `{scope}`) is in the range of node `node` (RANGES)."""
     low, high = RANGES[node]
@@ -138,9 +147,7 @@ def test_a_node_away_parks_its_scope_and_the_others_run_to_the_end(
         assert node.process is not None and node.process.poll() is not None, "node 1 came back"
         said = messages(caplog, away)
         assert any("its node cannot be reached" in m for m in said), said
-        node.start()  # its directory and port: it keeps its data and rejoins
-        partial([node])
-        wait_for(lambda: cluster_ok(cluster), timeout=20, what="node 1 to rejoin")
+        rejoin(cluster, node)
         wait_for(host.ended(away, jobs[away]), timeout=20, what=f"the jobs of {away}")
         said = messages(caplog, away)
         assert sum("its node cannot be reached" in m for m in said) == 1, said
@@ -254,9 +261,7 @@ def test_an_own_pending_entry_delivered_too_often_is_buried_when_read_again_afte
         node.kill()
         worker.read_once(block_ms=5)
         assert away in worker.parked
-        node.start()
-        partial([node])
-        wait_for(lambda: cluster_ok(cluster), timeout=20, what="node 1 to rejoin")
+        rejoin(cluster, node)
         # delivered again and not acked up to SFC_MAX_DELIVERIES: as by a worker that read
         # it and failed each time (the server counts every read of it)
         assert worker.store.deliveries(away, entry) >= 1
@@ -309,9 +314,7 @@ def test_an_own_pending_entry_buried_when_read_again_after_a_park_records_its_de
         node.kill()
         worker.read_once(block_ms=5)
         assert away in worker.parked
-        node.start()
-        partial([node])
-        wait_for(lambda: cluster_ok(cluster), timeout=20, what="node 1 to rejoin")
+        rejoin(cluster, node)
         # read again once more, as by a worker that failed: the re-read after the park is
         # its third delivery, within SFC_MAX_DELIVERIES (3)
         worker.store.read([away], 1, None, after="0")
@@ -355,9 +358,7 @@ def test_own_entries_read_again_and_not_applied_are_read_again_with_the_servers_
         node.kill()
         worker.read_once(block_ms=5)
         assert away in worker.parked
-        node.start()
-        partial([node])
-        wait_for(lambda: cluster_ok(cluster), timeout=20, what="node 1 to rejoin")
+        rejoin(cluster, node)
         worker.store.client(served).xgroup_destroy(keys.work(served), keys.GROUP)
         raised: list[Exception] = []
 
@@ -432,9 +433,7 @@ def test_a_jobs_entries_across_a_park_are_applied_in_their_order_and_once(
 
         wait_for(host.ended(served, [other]), timeout=20, step=step, what="the other scope's job")
         assert away in worker.parked
-        node.start()
-        partial([node])
-        wait_for(lambda: cluster_ok(cluster), timeout=20, what="node 1 to rejoin")
+        rejoin(cluster, node)
         wait_for(host.ended(away, [job]), timeout=20, step=step, what="the job across the park")
         history = [decode_history(f) for _, f in worker.store.history(away, job, count=100)]
         applied = [h.entry for h in history if h.entry is not msgspec.UNSET]
@@ -1004,9 +1003,7 @@ def test_a_worker_of_one_scope_says_a_move_after_an_outage(
         wait_for(lambda: bool(said(moving)), timeout=20, what="the move")
         node.kill()
         wait_for(lambda: bool(said("the server is unreachable")), timeout=20, what="the outage")
-        node.start()  # still migrating the slot (its nodes.conf says so)
-        partial([node])
-        wait_for(lambda: cluster_ok(cluster), timeout=20, what="node 1 to rejoin")
+        rejoin(cluster, node)  # still migrating the slot (its nodes.conf says so)
         wait_for(lambda: bool(said("reconnected after")), timeout=20, what="the outage's end")
         wait_for(lambda: bool(said("has answered ASK")), timeout=20, what="the stuck warning")
         (stuck,) = said("has answered ASK")
@@ -1052,9 +1049,7 @@ def test_a_scope_parked_for_an_outage_whose_node_answers_a_move_says_the_move(
         node.kill()
         wait_for(lambda: away in worker.parked, timeout=20, step=later, what="the park")
         assert not worker.parked[away].moved
-        node.start()
-        partial([node])
-        wait_for(lambda: cluster_ok(cluster), timeout=20, what="node 1 to rejoin")
+        rejoin(cluster, node)
         slot, port = move_slot(cluster, keys.work(away), half_way=True)
         wait_for(
             lambda: away in worker.parked and worker.parked[away].moved,
@@ -1139,9 +1134,7 @@ def test_a_scope_not_taken_up_times_a_move_after_an_outage_from_then(
         )
 
         def back() -> None:
-            node.start()
-            partial([node])
-            wait_for(lambda: cluster_ok(cluster), timeout=20, what="node 1 to rejoin")
+            rejoin(cluster, node)
 
         node.kill()
         assert worker.refresh_scopes() == [other]  # away: not taken up, at warning
@@ -1301,9 +1294,7 @@ def test_every_scope_away_falls_back_to_the_loops_backoff(
             timeout=20,
             what="the worker to wait the node out",
         )
-        node.start()
-        partial([node])
-        wait_for(lambda: cluster_ok(cluster), timeout=20, what="node 1 to rejoin")
+        rejoin(cluster, node)
         for s in scopes:
             wait_for(host.ended(s, jobs[s]), timeout=20, what=f"the jobs of {s}")
         stop.set()
