@@ -37,12 +37,12 @@ from host.mqtt import (
     DEFAULT_PREFIX,
     BrokerURL,
     ClientIdTaken,
-    MqttBridge,
-    MqttDevice,
     Topics,
     check_group,
     parse_broker_url,
 )
+from host.mqtt.bridge import MqttBridge
+from host.mqtt.device import MqttDevice
 from host.serve import stop_on_signals
 from host.settings import SettingsError, duration_ms
 from host.worker import consumer_name

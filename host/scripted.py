@@ -138,7 +138,7 @@ asks again later (a loop) starts its replies again from the script's first."""
 @dataclass
 class ScriptAnswers:
     """What the script's equipment remembers and how it chooses: the one place both the
-    scripted equipment on the stream and the MQTT device (host/mqtt.py) ask the script.
+    scripted equipment on the stream and the MQTT device (host/mqtt/device.py) ask the script.
 
     `ask` deduplicates by command id, drops what is read past its `expiresAt` (unasked),
     counts per job and script key, and returns the parsed reply (`sfc.simulation`'s

@@ -35,11 +35,8 @@ from host.mqtt import (
     ClientIdTaken,
     ClientLease,
     CloudEvent,
-    Connection,
     Message,
     MessageError,
-    MqttBridge,
-    MqttDevice,
     Topics,
     binary_message,
     command_message,
@@ -54,6 +51,9 @@ from host.mqtt import (
     response_answer,
     structured,
 )
+from host.mqtt.bridge import MqttBridge
+from host.mqtt.connection import Connection
+from host.mqtt.device import MqttDevice
 from host.scripted import load_host_script
 from host.store import Store
 from sfc.simulation import Reply
@@ -244,7 +244,7 @@ def test_the_device_forgets_the_work_of_jobs_long_gone() -> None:
     """The device remembered every action it received work for, for as long as it ran."""
     import msgspec
 
-    from host.mqtt import MqttDevice, Received
+    from host.mqtt import Received
     from host.scripted import ASKED_RETENTION_MS, FORGET_EVERY, load_host_script
 
     now = [1_700_000_000.0]
