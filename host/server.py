@@ -12,8 +12,10 @@ import contextlib
 import fcntl
 import json
 import os
+import random
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.parse
 from pathlib import Path
@@ -264,19 +266,58 @@ def read_connection_file(data_dir: Path) -> str | None:
 RANGES = [(0, 5460), (5461, 10922), (10923, 16383)]
 
 
-def free_cluster_port() -> int:
-    """A free port whose cluster bus port (10,000 higher) is free too."""
-    for _ in range(1000):
-        port = free_port()
-        if port > 55535:
+BUS_OFFSET = 10_000
+"""A cluster node's bus port is its port plus this."""
+HELD_LOW = 15_000
+HELD_LOCKS = Path(tempfile.gettempdir()) / "sfc-held-ports"
+_held: list[IO[bytes]] = []
+"""The lock files of the ports this process holds (`held_port`), open until it exits."""
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's range for outgoing connections (32768 by default)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
+def _bindable(port: int) -> bool:
+    """Whether nothing listens on `port` (SO_REUSEADDR, as valkey-server binds)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def held_port(bus: bool = True) -> int:
+    """A port for a server that is killed and started again (tests, benchmarks), held by this
+    process until it exits: below the range the kernel gives outgoing connections (with its
+    bus port, when `bus`), and locked in HELD_LOCKS against every other process that asks."""
+    top = _ephemeral_low() - (BUS_OFFSET if bus else 0)
+    if top - HELD_LOW < 100:
+        return free_port()  # an unusual ephemeral range: no room below it
+    HELD_LOCKS.mkdir(parents=True, exist_ok=True)
+    for port in random.sample(range(HELD_LOW, top), k=min(2000, top - HELD_LOW)):
+        handle = open(HELD_LOCKS / f"{port}.lock", "wb")  # noqa: SIM115 - held till exit
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
             continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as bus:
-            try:
-                bus.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
-        return port
-    raise ServerError("no free port pair for a cluster node")
+        if _bindable(port) and (not bus or _bindable(port + BUS_OFFSET)):
+            _held.append(handle)
+            return port
+        handle.close()
+    raise ServerError("no free port below the ephemeral range to hold")
+
+
+def free_cluster_port() -> int:
+    """A port for a cluster node, its bus port free too (`held_port`)."""
+    return held_port(bus=True)
 
 
 class LocalCluster:

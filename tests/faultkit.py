@@ -45,7 +45,7 @@ from host.entries import decode_equipment, decode_history
 from host.joborder import ended, path_text
 from host.jobs import job_response, job_responses, submit
 from host.scripted import ScriptedEquipment, load_host_script
-from host.server import EmbeddedServer, Fsync
+from host.server import EmbeddedServer, Fsync, held_port
 from host.store import Store, unreachable
 from tests.hostkit import new_scope
 
@@ -143,7 +143,7 @@ class Server:
     def __init__(self, data_dir: Path, fsync: Fsync = "everysec") -> None:
         self.data_dir = data_dir
         self.fsync: Fsync = fsync
-        self.embedded = EmbeddedServer(data_dir, fsync=fsync)
+        self.embedded = EmbeddedServer(data_dir, port=held_port(bus=False), fsync=fsync)
         self.port = self.embedded.port
         self.kills = 0
         self.stops = 0
