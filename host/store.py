@@ -805,12 +805,10 @@ class Store:
         owns the slot of `{scope}`, so every call and pipeline goes there directly."""
         return self._for_key(keys.work(scope))
 
-    def refresh_routes(self) -> bool:
+    def refresh_routes(self, away: str | None = None) -> bool:
         """On a cluster, read which node owns which slot again (CLUSTER SLOTS), at most once
-        a second: calls go straight to the node of their scope's slot, by a map read at the
-        start, and a slot that moved (a reshard, a failover) answered MOVED, or not at all,
-        for ever. The loops that wait out an unreachable server call this each time (and
-        `wait_out` while they wait). True when a slot is served by another node now."""
+        a second, asking node `away` (host:port, one that does not answer) last. True when
+        a slot is served by another node now."""
         if self.cluster is None:
             return False
         now = time.monotonic()
@@ -819,7 +817,9 @@ class Store:
         self._routes_at = now
         before = self._routes()
         try:
-            self.cluster.nodes_manager.initialize()
+            # redis-py asks the nodes in a random order: a frozen one first cost the whole
+            # socket timeout, and stalled a worker that serves the other nodes' scopes
+            self.cluster.nodes_manager.initialize(last_failed_node_name=away)
         except (redis.RedisError, redis.exceptions.RedisClusterException, OSError) as e:
             # every node away ("Redis Cluster cannot be connected", which is no RedisError):
             # the next call says so. It escaped, from the worker's wait-it-out branch, and

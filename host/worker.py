@@ -358,7 +358,8 @@ class Worker:
         if not self.parked:
             return self.scopes
         now = self.clock()
-        self.store.refresh_routes()
+        away = next((self.store.node_name(s) for s, p in self.parked.items() if not p.moved), None)
+        self.store.refresh_routes(away)
         if self.store.moves != self._moves:
             self._moves = self.store.moves
             for p in self.parked.values():
