@@ -1,4 +1,4 @@
-"""`sfc render`: draw a recipe's chart as Mermaid or Graphviz DOT source (docs/cli.md)."""
+"""`sfc render`: draw a recipe's chart as Mermaid, Graphviz DOT or SVG (docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import typer
 from cli.files import load_graph, load_state, one_stdin
 from cli.main import app
 from sfc.render import render as render_chart
+from sfc.svg import render_svg
 
 
 @app.command()
@@ -24,15 +25,19 @@ def render(
         ),
     ] = None,
     fmt: Annotated[
-        Literal["mermaid", "dot"],
-        typer.Option("--format", help="mermaid (renders on GitHub) or dot (Graphviz)."),
+        Literal["mermaid", "dot", "svg"],
+        typer.Option(
+            "--format",
+            help="mermaid (renders on GitHub), dot (Graphviz) or svg (a picture, no tools needed).",
+        ),
     ] = "mermaid",
 ) -> None:
-    """Print RECIPE's chart in IEC 61131-3 style as Mermaid or DOT source.
+    """Print RECIPE's chart in IEC 61131-3 style as Mermaid, DOT or SVG.
 
     Steps are boxes (the initial one with a double border), transitions carry their conditions, simultaneous divergences are double bars. Exit 1 for an invalid recipe or state (the errors go to stderr, never into the chart), 2 for an unreadable file.
     """
     one_stdin(recipe, state)
     graph = load_graph(recipe, 1)
     job = None if state is None else load_state(state, graph)
-    typer.echo(render_chart(graph, job, fmt), nl=False)
+    text = render_svg(graph, job) if fmt == "svg" else render_chart(graph, job, fmt)
+    typer.echo(text, nl=False)
