@@ -39,7 +39,7 @@ import msgspec
 from generated.command_v1_0 import StartWork
 from generated.event_v1_0 import ActionCompleted, Start
 from generated.recipe_v1_1_0 import Recipe
-from generated.state_v1_4 import SfcState
+from generated.state_v1_5 import SfcState
 from sfc.codec import encode, state_decoder
 from sfc.evolution import evolve, new_state
 from sfc.graph import Graph, index

@@ -32,7 +32,7 @@ def explain(
         Path | None,
         typer.Option(
             metavar="STATE",
-            help="A job's state (JSON, format 1.4; older formats are migrated): explain where "
+            help="A job's state (JSON, format 1.5; older formats are migrated): explain where "
             "the job is instead.",
         ),
     ] = None,

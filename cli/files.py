@@ -27,7 +27,7 @@ from rich.console import Console
 from cli.published import schema_errors
 from generated.capabilities_v1_0 import Capabilities
 from generated.simulation_script_v1_0 import SimulationScript
-from generated.state_v1_4 import SfcState
+from generated.state_v1_5 import SfcState
 from host.jobs import RECIPE_LIMIT
 from sfc import codec
 from sfc.builder import (

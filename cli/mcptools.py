@@ -44,7 +44,7 @@ from cli.job import _listed_row, _show_text, show_doc
 from cli.work import pending_row
 from generated.capabilities_v1_0 import Capabilities
 from generated.simulation_script_v1_0 import SimulationScript
-from generated.state_v1_4 import SfcState
+from generated.state_v1_5 import SfcState
 from generated.work_entry_v1_0 import TickData
 from host import joborder, jobs, keys
 from host.entries import fields
@@ -205,7 +205,7 @@ def sfc_validate(
 
 def sfc_explain(recipe: str, state: Document = None) -> str:
     """Describe a recipe (wire JSON text) in plain words: steps, actions, transitions,
-    divergences and what ends a job. With a job's state (JSON text, format 1.4 or older),
+    divergences and what ends a job. With a job's state (JSON text, format 1.5 or older),
     say where the job is, what it waits for and when the next deadline is due."""
     graph = _graph(recipe)
     job = None if state is None else _state(state, graph)

@@ -26,7 +26,7 @@ from cli.hostcommon import (
     where_else,
 )
 from cli.main import app
-from generated.state_v1_4 import SfcState
+from generated.state_v1_5 import SfcState
 from host import jobs
 from host.entries import EntryError, dead_job, decode_work, entry_ms
 from host.equipment import answer_data, publish_event

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeAlias
 
-from msgspec import Meta, Struct, field
+from msgspec import UNSET, Meta, Struct, UnsetType, field
 
 
 class CancelWork(
@@ -21,7 +21,9 @@ class CancelWork(
     command_id: str = field(name="commandId")
     reason: Annotated[
         str,
-        Meta(description="redispatch, teardown, held, superseded, timeout, or the cancel reason."),
+        Meta(
+            description="redispatch, teardown, held, superseded, timeout, the cancel reason, or (for actions other than N) limit, reset, deactivated or ended: stop the work."
+        ),
     ]
 
 
@@ -50,6 +52,25 @@ class StartWork(
     deadline: Annotated[int, Meta(description="Epoch milliseconds.", ge=0)]
     parameters: dict[str, Any]
     selector: WorkSelector | None
+    qualifier: (
+        Annotated[
+            Literal["P", "P1", "P0", "S", "L", "D", "SD", "DS", "SL"],
+            Meta(
+                description="The IEC 61131-3 qualifier of the action block whose work this is; absent for N (and for the hold and restart commands of an N action)."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    stop_at: (
+        Annotated[
+            int,
+            Meta(
+                description="Epoch milliseconds, L and SL only: when the equipment stops the work on its own clock; the engine withdraws it then (reason limit) as a backstop.",
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = field(name="stopAt", default=UNSET)
 
 
 Command: TypeAlias = Annotated[

@@ -38,7 +38,7 @@ from generated.event_v1_0 import (
 from generated.history_entry_v1_0 import HistoryEntry
 from generated.job_order_v1_0 import JobOrder
 from generated.snapshot_v1_0 import Snapshot
-from generated.state_v1_4 import SfcState
+from generated.state_v1_5 import SfcState
 from generated.step_result_v1_0 import Defer
 from generated.work_entry_v1_0 import AnswerData, EventData, ResumeData, StartData, TickData
 from host import joborder, waits

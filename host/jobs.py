@@ -22,7 +22,7 @@ from generated.capabilities_v1_0 import Features
 from generated.history_entry_v1_0 import HistoryEntry
 from generated.job_order_v1_0 import JobOrder
 from generated.job_response_v1_0 import JobResponse
-from generated.state_v1_4 import SfcState
+from generated.state_v1_5 import SfcState
 from generated.work_entry_v1_0 import ResumeData, StartData
 from host import joborder, keys
 from host.apply import Applier, MethodCall, ScopeConfig, decode_order

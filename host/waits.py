@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from generated.state_v1_4 import SfcState
+from generated.state_v1_5 import SfcState
 from sfc.graph import Graph
 
 WaitOp = tuple[str, str, str, int]

@@ -10,8 +10,8 @@ from generated.capabilities_v1_0 import Capabilities
 from generated.command_v1_0 import Command
 from generated.event_v1_0 import Event
 from generated.snapshot_v1_0 import Snapshot
-from generated.state_v1_4 import SfcState
-from generated.step_result_v1_1 import StepResult
+from generated.state_v1_5 import SfcState
+from generated.step_result_v1_2 import StepResult
 
 encoder = msgspec.json.Encoder()
 """Encodes any wire struct; field order is the schema's, so equal values give equal bytes."""

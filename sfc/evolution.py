@@ -38,7 +38,7 @@ Where each rule lives (methods of `_Evaluation` unless marked)
 - ending the job ........................................... `complete_job`, `fault_job`,
                                                               `_on_cancel`
 - the propagation limit (dispatches, entries) ............... `start_work`, `enter_step`
-- which records the state keeps (format 1.4) ............... `leave`, `start_action`
+- which records the state keeps (format 1.5) ............... `leave`, `start_action`
 - bounded texts (outcome, error, cancel reason) ............ `_on_answer`, `_on_event`,
                                                               `_on_cancel`, `cut`
 
@@ -73,7 +73,7 @@ from generated.event_v1_0 import (
     Tick,
 )
 from generated.snapshot_v1_0 import Snapshot
-from generated.state_v1_4 import ActionRecord, DivergenceRecord, Fault, SfcState
+from generated.state_v1_5 import ActionRecord, DivergenceRecord, Fault, SfcState
 from generated.step_result_v1_0 import (
     Cancelled,
     Complete,
@@ -81,7 +81,8 @@ from generated.step_result_v1_0 import (
     Defer,
     FaultContinuation,
 )
-from generated.step_result_v1_1 import Decision, StepResult
+from generated.step_result_v1_1 import Decision
+from generated.step_result_v1_2 import StepResult
 from sfc.graph import (
     DEFAULT_OUTCOME,
     RESERVED_OUTCOMES,
@@ -93,7 +94,7 @@ from sfc.graph import (
 from sfc.graph import OUTCOME_LIMIT as OUTCOME_LIMIT  # also sfc.evolution's, as before
 from sfc.words import duration, when
 
-STATE_FORMAT: Literal["1.4"] = "1.4"
+STATE_FORMAT: Literal["1.5"] = "1.5"
 PROPAGATION_LIMIT = 10_000
 """Most dispatches, and most step entries, in one evaluation; beyond it the job faults."""
 DEFAULT_MAX_ATTEMPTS = 3
@@ -136,6 +137,7 @@ def new_state(graph: Graph, job_id: str, scope: str) -> SfcState:
         outcomes=[],
         cancel_reason=None,
         rounds={},
+        dwells={},
         ended_at=None,
     )
 
@@ -564,6 +566,7 @@ class _Evaluation:
             round=last_round + 1,
             first_command=self.sequence,
             deadline=self.at + spec.timeout_ms,
+            timer=None,
             command_id=command_id,
             outcome=None,
             error=None,

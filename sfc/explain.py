@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from generated.state_v1_4 import ActionRecord, SfcState
+from generated.state_v1_5 import ActionRecord, SfcState
 from sfc.evolution import DEFAULT_MAX_ATTEMPTS, ENDED, next_deadline
 from sfc.graph import TRUE, ActionSpec, DivergenceSpec, Graph, TransitionSpec, visible
 from sfc.words import duration as duration

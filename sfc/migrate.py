@@ -1,4 +1,4 @@
-"""State migrations: any state format ever written, read into the current one (1.4).
+"""State migrations: any state format ever written, read into the current one (1.5).
 
     state = migrate(document_bytes, graph)
 
@@ -19,6 +19,13 @@ documents of every old format are kept as test fixtures and replayed after migra
   and it is 1: the round number alone tells rounds apart, as in 1.3.
 - Texts over the 1.4 caps (outcome 256, error 4096, cancel reason 1024 characters) are cut,
   with a mark.
+
+1.4 -> 1.5
+----------
+- Every record gets `timer` None and the state `dwells` {}: a 1.4 state was written under a
+  recipe of v1.0.0 or v1.1.0, whose actions are all N (gating) and whose steps have no
+  MinSeconds, so it has no process timer and no record that outlives its step. Nothing else
+  changes: the meaning is the same, and the rest of a job replays as before.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import msgspec
 
 from generated import state_v1_3 as v1_3
 from generated import state_v1_4 as v1_4
+from generated import state_v1_5 as v1_5
 from sfc.codec import state_decoder
 from sfc.evolution import (
     ENDED,
@@ -53,6 +61,7 @@ _format_decoder = msgspec.json.Decoder(_Format)
 
 READERS: dict[str, msgspec.json.Decoder[Any]] = {
     "1.3": msgspec.json.Decoder(v1_3.SfcState),
+    "1.4": msgspec.json.Decoder(v1_4.SfcState),
     STATE_FORMAT: state_decoder,
 }
 """The decoder of every state format this engine reads."""
@@ -67,7 +76,7 @@ def state_format(document: bytes) -> str | None:
     return found if isinstance(found, str) else None
 
 
-def migrate(document: bytes, graph: Graph) -> v1_4.SfcState:
+def migrate(document: bytes, graph: Graph) -> v1_5.SfcState:
     """Read a state of any format ever written and bring it to the current one.
 
     Raises MigrationError for an unknown format or (for an old format, whose records are
@@ -89,7 +98,7 @@ def migrate(document: bytes, graph: Graph) -> v1_4.SfcState:
             )
         fmt, step = _MIGRATIONS[fmt]
         state = step(state, graph)
-    assert isinstance(state, v1_4.SfcState)
+    assert isinstance(state, v1_5.SfcState)
     return state
 
 
@@ -153,7 +162,54 @@ def _from_1_3(old: v1_3.SfcState, graph: Graph) -> v1_4.SfcState:
     )
 
 
+def _from_1_4(old: v1_4.SfcState, graph: Graph) -> v1_5.SfcState:
+    return v1_5.SfcState(
+        format="1.5",
+        job_id=old.job_id,
+        scope=old.scope,
+        recipe_hash=old.recipe_hash,
+        status=old.status,
+        active_steps=old.active_steps,
+        divergences=[
+            v1_5.DivergenceRecord(name=d.name, sequences=d.sequences, finished=d.finished)
+            for d in old.divergences
+        ],
+        actions={
+            name: v1_5.ActionRecord(
+                status=rec.status,
+                work=rec.work,
+                type_id=rec.type_id,
+                attempt=rec.attempt,
+                round=rec.round,
+                first_command=rec.first_command,
+                deadline=rec.deadline,
+                timer=None,
+                command_id=rec.command_id,
+                outcome=rec.outcome,
+                error=rec.error,
+                hold=rec.hold,
+                hold_command_id=rec.hold_command_id,
+                hold_deadline=rec.hold_deadline,
+                restarted=rec.restarted,
+            )
+            for name, rec in old.actions.items()
+        },
+        rounds=old.rounds,
+        dwells={},
+        sequence=old.sequence,
+        started_at=old.started_at,
+        held_at=old.held_at,
+        ended_at=old.ended_at,
+        fault=None
+        if old.fault is None
+        else v1_5.Fault(code=old.fault.code, message=old.fault.message),
+        outcomes=old.outcomes,
+        cancel_reason=old.cancel_reason,
+    )
+
+
 _MIGRATIONS: dict[str, tuple[str, Callable[[Any, Graph], Any]]] = {
     "1.3": ("1.4", _from_1_3),
+    "1.4": ("1.5", _from_1_4),
 }
 """For each old format: the format it migrates to, and how."""

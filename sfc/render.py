@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Literal
 
-from generated.state_v1_4 import ActionRecord, SfcState
+from generated.state_v1_5 import ActionRecord, SfcState
 from sfc.graph import ActionSpec, Graph, TransitionSpec, visible
 from sfc.words import duration, when
 

@@ -81,7 +81,7 @@ from generated.simulation_script_v1_0 import (
     SimulationScript,
 )
 from generated.snapshot_v1_0 import Snapshot
-from generated.state_v1_4 import SfcState
+from generated.state_v1_5 import SfcState
 from generated.step_result_v1_0 import Cancelled, Complete, FaultContinuation
 from sfc.evolution import evolve, new_state, next_deadline
 from sfc.graph import RESERVED_OUTCOMES, Graph

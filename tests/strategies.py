@@ -48,8 +48,8 @@ from generated.event_v1_0 import (
     Tick,
 )
 from generated.snapshot_v1_0 import Snapshot
-from generated.state_v1_4 import SfcState
-from generated.step_result_v1_1 import StepResult
+from generated.state_v1_5 import SfcState
+from generated.step_result_v1_2 import StepResult
 from sfc.builder import build
 from sfc.evolution import ENDED, evolve, new_state, next_deadline
 from sfc.graph import Graph

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from generated.dryrun_result_v1_2 import DryRunResult
-from generated.state_v1_4 import SfcState
+from generated.state_v1_5 import SfcState
 from tests.corehelpers import push, recipe, t
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -36,9 +36,9 @@ import pytest
 from msgspec.structs import replace
 
 from generated.command_v1_0 import CancelWork, StartWork
-from generated.state_v1_4 import ActionRecord, SfcState
+from generated.state_v1_5 import ActionRecord, SfcState
 from generated.step_result_v1_0 import Cancelled, Complete, Defer, FaultContinuation
-from generated.step_result_v1_1 import StepResult
+from generated.step_result_v1_2 import StepResult
 from tests.corehelpers import Job, push, recipe, summary, t
 
 WORK_S, HOLD_S, RESTART_S = 60, 10, 30
@@ -149,6 +149,7 @@ RUNNING = ActionRecord(
     round=1,
     first_command=1,
     deadline=WORK_S * 1000,
+    timer=None,
     command_id=cid(1),
     outcome=None,
     error=None,

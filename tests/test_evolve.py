@@ -873,7 +873,7 @@ def test_a_state_round_trips_through_the_wire():
     job.start(at=0)
     job.respond("init_push", at=1)
     data = encode(job.state)
-    from generated.state_v1_4 import SfcState
+    from generated.state_v1_5 import SfcState
 
     assert msgspec.json.decode(data, type=SfcState) == job.state
 

@@ -40,14 +40,14 @@ from msgspec.structs import replace
 
 from generated.command_v1_0 import CancelWork, StartWork
 from generated.event_v1_0 import ActionCompleted, Release, Start, Tick
-from generated.state_v1_4 import ActionRecord, DivergenceRecord, SfcState
+from generated.state_v1_5 import ActionRecord, DivergenceRecord, SfcState
 from generated.step_result_v1_0 import (
     Cancelled,
     Complete,
     Defer,
     FaultContinuation,
 )
-from generated.step_result_v1_1 import StepResult
+from generated.step_result_v1_2 import StepResult
 from sfc.builder import build
 from sfc.codec import encode, state_decoder, step_result_decoder
 from sfc.evolution import ENDED, evolve, new_state, next_deadline
@@ -387,6 +387,7 @@ def state_bound(graph: Graph, job_id: str, scope: str, texts: tuple[int, int, in
                 round=_WIDEST,
                 first_command=_WIDEST,
                 deadline=_WIDEST,
+                timer=_WIDEST,
                 command_id=f"{job_id}:{a.name}#{_WIDEST}",
                 outcome="o" * ow,
                 error="e" * ew,
@@ -399,7 +400,7 @@ def state_bound(graph: Graph, job_id: str, scope: str, texts: tuple[int, int, in
         }
         n = 0 if spec is None else len(spec.sequences)
         state = SfcState(
-            format="1.4",
+            format="1.5",
             job_id=job_id,
             scope=scope,
             recipe_hash=graph.recipe_hash,
@@ -412,6 +413,7 @@ def state_bound(graph: Graph, job_id: str, scope: str, texts: tuple[int, int, in
             ],
             actions=records,
             rounds={a: _WIDEST for a in graph.cyclic},
+            dwells={},
             sequence=_WIDEST,
             started_at=_WIDEST,
             held_at=_WIDEST,

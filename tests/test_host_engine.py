@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from generated.state_v1_4 import SfcState
+from generated.state_v1_5 import SfcState
 from generated.work_entry_v1_0 import TickData
 from host import keys
 from host.entries import decode_history, fields

@@ -1,9 +1,11 @@
-"""sfc.migrate: every state format ever written is read into 1.4 (SpiffWorkflow's habit).
+"""sfc.migrate: every state format ever written is read into 1.5 (SpiffWorkflow's habit).
 
 The fixtures in tests/data/frozen_v1_3/ were written by the 1.3 core before 1.4 existed:
 each example's transcript, and the 1.3 state after each of its evaluations. Every one of
 those states is migrated, and the rest of the transcript is replayed on the migrated state
-by the 1.4 core: the dispositions, continuations and commands must be the frozen ones.
+by the current core: the dispositions, continuations and commands must be the frozen ones.
+The fixtures in tests/data/frozen_v1_4/ were written by the 1.4 core before 1.5 existed, in
+the same way; a migrated 1.4 state is byte for byte the state the 1.5 core writes.
 """
 
 from __future__ import annotations
@@ -17,24 +19,26 @@ from syrupy.assertion import SnapshotAssertion
 from typer.testing import CliRunner
 
 from cli.main import app
-from generated.state_v1_4 import SfcState
-from sfc import MigrationError, build, evolve, migrate
+from generated.state_v1_5 import SfcState
+from sfc import MigrationError, build, evolve, migrate, new_state
 from sfc.codec import encode, state_decoder
+from sfc.evolution import STATE_FORMAT
 from sfc.migrate import state_format
 from sfc.transcript import from_json
 from tests.test_wire_snapshots import WireBytes
 
 ROOT = Path(__file__).resolve().parent.parent
 FROZEN = ROOT / "tests" / "data" / "frozen_v1_3"
+FROZEN_1_4 = ROOT / "tests" / "data" / "frozen_v1_4"
 CASES = sorted(p.name.removesuffix(".transcript.json") for p in FROZEN.glob("*.transcript.json"))
 
 
-def _frozen(case: str):  # type: ignore[no-untyped-def]
+def _frozen(case: str, where: Path = FROZEN):  # type: ignore[no-untyped-def]
     example = case.split(".")[0]
     graph = build((ROOT / "examples" / example / "recipe.json").read_bytes()).graph
     assert graph is not None
-    run = from_json((FROZEN / f"{case}.transcript.json").read_bytes())
-    states = (FROZEN / f"{case}.states.jsonl").read_bytes().splitlines()
+    run = from_json((where / f"{case}.transcript.json").read_bytes())
+    states = (where / f"{case}.states.jsonl").read_bytes().splitlines()
     assert len(states) == len(run.transcript)
     return graph, run.transcript, states
 
@@ -53,13 +57,43 @@ def test_every_frozen_state_migrates_and_the_rest_replays_as_before(case: str) -
     for i, document in enumerate(states):
         assert state_format(document) == "1.3"
         state = migrate(document, graph)
-        assert state.format == "1.4"
-        assert state_decoder.decode(encode(state)) == state  # a valid 1.4 document
+        assert state.format == STATE_FORMAT
+        assert state_decoder.decode(encode(state)) == state  # a valid current document
         for j in range(i + 1, len(transcript)):
             entry = transcript[j]
             result = evolve(graph, state, None, entry.event)
             where = f"state {i}, then entry {j}"
             assert result.disposition == entry.disposition, (where, result.reason)
+            assert result.commands == entry.commands, where
+            assert result.continuation == entry.continuation, where
+            state = result.state
+
+
+CASES_1_4 = sorted(
+    p.name.removesuffix(".transcript.json") for p in FROZEN_1_4.glob("*.transcript.json")
+)
+
+
+def test_there_is_a_frozen_1_4_fixture_for_every_example_of_1_4() -> None:
+    assert set(CASES) <= set(CASES_1_4)
+
+
+@pytest.mark.parametrize("case", CASES_1_4)
+def test_every_frozen_1_4_state_migrates_to_what_the_current_core_writes(case: str) -> None:
+    """A 1.4 state, migrated, is byte for byte the state the current core reaches by the
+    same events; the rest of the transcript replays on it as frozen."""
+    graph, transcript, states = _frozen(case, FROZEN_1_4)
+    fresh = new_state(graph, "job-1", "sim")
+    for i, document in enumerate(states):
+        assert state_format(document) == "1.4"
+        fresh = evolve(graph, fresh, None, transcript[i].event).state
+        state = migrate(document, graph)
+        assert encode(state) == encode(fresh), i
+        for j in range(i + 1, len(transcript)):
+            entry = transcript[j]
+            result = evolve(graph, state, None, entry.event)
+            where = f"state {i}, then entry {j}"
+            assert (result.disposition, result.reason) == (entry.disposition, entry.reason), where
             assert result.commands == entry.commands, where
             assert result.continuation == entry.continuation, where
             state = result.state
@@ -130,7 +164,7 @@ def test_a_document_of_an_unknown_format_is_refused_naming_it(document: bytes, s
     with pytest.raises(MigrationError) as caught:
         migrate(document, graph)
     assert said in str(caught.value)
-    assert "1.3, 1.4" in str(caught.value)
+    assert "1.3, 1.4, 1.5" in str(caught.value)
 
 
 def test_an_old_state_of_another_recipe_is_refused() -> None:
@@ -167,7 +201,7 @@ def test_the_cli_migrates_an_old_state_and_says_so_on_stderr(tmp_path: Path) -> 
     for command in ("explain", "render"):
         done = CliRunner().invoke(app, [command, str(recipe), "--state", str(path)])
         assert done.exit_code == 0, done.output
-        assert f"state {path}: format 1.3 migrated to 1.4" in done.stderr
+        assert f"state {path}: format 1.3 migrated to 1.5" in done.stderr
         assert "migrated" not in done.stdout
 
 
@@ -180,8 +214,8 @@ def test_the_cli_refuses_an_unknown_format_naming_it(tmp_path: Path) -> None:
     assert "format '9.1'" in done.stderr and str(path) in done.stderr
 
 
-def test_migrated_states_explain_like_the_states_the_1_4_core_writes() -> None:
-    """The same run, written by 1.3 and migrated, or written by 1.4, is the same job."""
+def test_migrated_states_explain_like_the_states_the_current_core_writes() -> None:
+    """The same run, written by 1.3 and migrated, or written by the current core, is the same job."""
     from sfc.simulation import Simulation, load_script
 
     graph, _, states = _frozen("rear-axle-fitting.retry")

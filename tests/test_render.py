@@ -10,7 +10,7 @@ import pytest
 from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.single_file import SingleFileSnapshotExtension
 
-from generated.state_v1_4 import SfcState
+from generated.state_v1_5 import SfcState
 from sfc.builder import build
 from sfc.graph import Graph
 from sfc.render import render

@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 
 from generated.dryrun_result_v1_2 import DryRunResult
 from generated.simulation_script_v1_0 import SimulationScript
-from generated.state_v1_4 import SfcState
+from generated.state_v1_5 import SfcState
 from sfc.explain import explain
 from sfc.graph import RESERVED_OUTCOMES, Graph
 from sfc.render import FORMATS, render

@@ -37,9 +37,11 @@ from generated.recipe_v1_1_0 import Recipe as RecipeV110
 from generated.simulation_script_v1_0 import SimulationScript
 from generated.snapshot_v1_0 import Snapshot
 from generated.state_v1_3 import SfcState as SfcStateV13
-from generated.state_v1_4 import SfcState
+from generated.state_v1_4 import SfcState as SfcStateV14
+from generated.state_v1_5 import SfcState
 from generated.step_result_v1_0 import StepResult as StepResultV10
-from generated.step_result_v1_1 import StepResult
+from generated.step_result_v1_1 import StepResult as StepResultV11
+from generated.step_result_v1_2 import StepResult
 from generated.work_entry_v1_0 import WorkEntry
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,11 +52,13 @@ ROOT_TYPES: dict[str, Any] = {
     "recipe_v1_0_0": RecipeV100,
     "recipe_v1_1_0": RecipeV110,
     "state_v1_3": SfcStateV13,
-    "state_v1_4": SfcState,
+    "state_v1_4": SfcStateV14,
+    "state_v1_5": SfcState,
     "event_v1_0": Event,
     "command_v1_0": Command,
     "step_result_v1_0": StepResultV10,
-    "step_result_v1_1": StepResult,
+    "step_result_v1_1": StepResultV11,
+    "step_result_v1_2": StepResult,
     "snapshot_v1_0": Snapshot,
     "capabilities_v1_0": Capabilities,
     "simulation_script_v1_0": SimulationScript,
