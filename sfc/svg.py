@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from generated.state_v1_4 import ActionRecord, SfcState
+from generated.state_v1_5 import ActionRecord, SfcState
 from sfc.graph import RESERVED_OUTCOMES, ActionSpec, DivergenceSpec, Graph, TransitionSpec, visible
 from sfc.render import _interaction, _mark, _status
 
