@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.single_file import SingleFileSnapshotExtension
 
-from generated.state_v1_4 import SfcState
+from generated.state_v1_5 import SfcState
 from sfc.builder import build
 from sfc.graph import Graph
 from sfc.simulation import Simulation, load_script
