@@ -75,16 +75,9 @@ class BridgeCounters:
 
 @dataclass
 class MqttBridge:
-    """The MQTT bridge of one scope (docs/mqtt.md). `pump` does one round of the outgoing
-    side; the incoming side runs on the MQTT network thread. `run(stop)` pumps until
-    `stop` is set, then closes.
-
-    With `session_expiry_s` above 0 the broker keeps the bridge's session while it is away
-    (a restart, a crash): its subscriptions stay, and the responses and events that come
-    meanwhile wait for it instead of being dropped. Its `client_id` then names the session.
-    A bridge given a client id holds it through a lease on the server (ClientLease), one
-    bridge at a time: a second bridge with the same client id waits for the lease (a killed
-    holder's runs out within `lease_ttl_ms`), then gives up with ClientIdTaken."""
+    """The MQTT bridge of one scope (docs/mqtt.md): `pump` does one round of the outgoing
+    side, the incoming side runs on the MQTT network thread, `run(stop)` pumps until `stop`.
+    A `client_id` given is held through a ClientLease, one bridge at a time."""
 
     store: Store
     broker: BrokerURL
@@ -104,7 +97,8 @@ class MqttBridge:
     lease_ttl_ms: int = LEASE_TTL_MS
     counters: BridgeCounters = field(default_factory=BridgeCounters)
     _conn: Connection = field(init=False, repr=False)
-    _lease: ClientLease | None = field(default=None, repr=False)
+    _client_id_hold: ClientLease | None = field(default=None, repr=False)
+    """The hold on a client id that was given (None: one of its own, new each start)."""
     _unwritten: list[tuple[int, Received]] = field(default_factory=list, repr=False)
     """Responses and events that could not be written (the server unreachable), with the
     connection they came on: held, not acknowledged, and written by `pump` once the server
@@ -112,7 +106,6 @@ class MqttBridge:
     _unwritten_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _draining: bool = field(default=False, repr=False)
     """`pump` is writing held messages: one that comes meanwhile is held behind them."""
-    """The hold on a client id that was given (None: one of its own, new each start)."""
     _next_claim: float = field(default=0.0, repr=False)
     _claim_from: str = field(default="0-0", repr=False)
     """Where the next XAUTOCLAIM scan goes on ("0-0": from the start)."""
@@ -132,7 +125,9 @@ class MqttBridge:
             raise ValueError("a session the broker keeps needs a client id of its own")
         if self.client_id:
             keys.check_name(self.client_id, "client id", CLIENT_ID_LIMIT)
-            self._lease = ClientLease(self.store, self.client_id, self.consumer, self.lease_ttl_ms)
+            self._client_id_hold = ClientLease(
+                self.store, self.client_id, self.consumer, self.lease_ttl_ms
+            )
         self.client_id = self.client_id or f"sfc-bridge-{self.consumer}"
         self.store.equipment_group(self.topics.scope, self.group)
         self._conn = Connection(
@@ -150,29 +145,27 @@ class MqttBridge:
 
     def start(self, timeout: float = 10.0, stop: threading.Event | None = None) -> MqttBridge:
         """Take the client id's lease (a kept session), then connect and subscribe, waiting
-        at most `timeout` s (it keeps trying after). Once `stop` is set it waits no more:
-        `run(stop)` then closes at once (a stop while the broker was away waited out the
-        10 s, and a restarted bridge waited for the lease meanwhile)."""
-        if self._lease is not None:
-            if not self._lease.take(stop):
+        at most `timeout` s (it keeps trying after) and no longer once `stop` is set."""
+        if self._client_id_hold is not None:
+            if not self._client_id_hold.take(stop):
                 return self
-            self._lease.keep(self._conn.suspend, self._conn.resume)
+            self._client_id_hold.keep(self._conn.suspend, self._conn.resume)
         self._conn.start()
         if not self._conn.wait_ready(timeout, stop) and not (stop and stop.is_set()):
             log.warning("not connected to %s yet; retrying", self.broker.redacted())
         return self
 
     def close(self) -> None:
-        if self._lease is not None:
-            self._lease.stop()  # no fence or unfence after this
+        if self._client_id_hold is not None:
+            self._client_id_hold.stop()  # no fence or unfence after this
         self._conn.close()
-        if self._lease is not None:
-            self._lease.release()
+        if self._client_id_hold is not None:
+            self._client_id_hold.release()
 
     def _still_held(self) -> None:
         """ClientIdTaken when this bridge no longer holds its client id's session."""
-        if self._lease is not None and self._lease.lost is not None:
-            raise self._lease.lost
+        if self._client_id_hold is not None and self._client_id_hold.lost is not None:
+            raise self._client_id_hold.lost
         if self._conn.taken_over:
             raise ClientIdTaken(f"{self._conn.taken_over}; give each bridge its own --client-id")
 
@@ -265,47 +258,46 @@ class MqttBridge:
         return message
 
     def run(self, stop: threading.Event, block_ms: int = 100) -> None:
-        """Pump until `stop` is set, then disconnect. While the server cannot be reached it
-        retries, waiting up to 5 s between tries; what it had read stays pending. A slot
-        that moved or is being moved (`a_move`: a TRYAGAIN too) is said once at info, and
-        a server that cannot be reached once at warning, until a pump goes through (it was
-        said at every try: a reshard stuck half way, ASK for as long as it lasts, said so
-        every 5 s; and a TRYAGAIN was said at warning as the server being unreachable)."""
-        backoff = 0.1
-        said: set[bool] = set()  # what was said since the last pump that went through: moved?
+        """Pump until `stop` is set, riding out a server that cannot be reached, then close."""
         try:
-            while not stop.is_set():
-                try:
-                    self.pump(block_ms)
-                    backoff = 0.1
-                    said.clear()
-                except Exception as e:
-                    if not unreachable(e):
-                        raise
-                    self.store.refresh_routes()  # a cluster's slot may have moved
-                    moved = a_move(e)  # routine: the node answered (a failover, a reshard)
-                    if moved not in said:
-                        said.add(moved)
-                        if moved:
-                            log.info("%s", moving_reason(e, slot_of(self.topics.scope)))
-                        else:
-                            log.warning(
-                                "the server cannot be reached (%s); retrying",
-                                unreachable_reason(e),
-                            )
-                    self.store.wait_out(stop, backoff)  # a cluster's failover ends it
-                    backoff = min(backoff * 2, 5.0)
+            self.pump_until_stopped(stop, block_ms)
         finally:
             self.close()
+
+    def pump_until_stopped(self, stop: threading.Event, block_ms: int = 100) -> None:
+        """The bridge's reconnect loop: pump until `stop`; while the server cannot be reached,
+        retry with a backoff up to 5 s, saying a slot's move once at info and an unreachable
+        server once at warning until a pump goes through. What was read stays pending."""
+        backoff = 0.1
+        logged: set[bool] = set()  # logged since the last pump that went through: a move?
+        while not stop.is_set():
+            try:
+                self.pump(block_ms)
+                backoff = 0.1
+                logged.clear()
+            except Exception as e:
+                if not unreachable(e):
+                    raise
+                self.store.refresh_routes()  # a cluster's slot may have moved
+                moved = a_move(e)  # routine: the node answered (a failover, a reshard)
+                if moved not in logged:
+                    logged.add(moved)
+                    if moved:
+                        log.info("%s", moving_reason(e, slot_of(self.topics.scope)))
+                    else:
+                        log.warning(
+                            "the server cannot be reached (%s); retrying",
+                            unreachable_reason(e),
+                        )
+                self.store.wait_out(stop, backoff)  # a cluster's failover ends it
+                backoff = min(backoff * 2, 5.0)
 
     # -- incoming (the network thread)
 
     def _incoming(self, msg: Received) -> bool:
-        """Map a response or an event; True when it may be acknowledged (written, or not
-        usable: a bad message is dropped with a warning, not redelivered for ever). One that
-        cannot be written now is held for `pump` (False: not acknowledged yet), and so is
-        one that comes while others are held: messages are written, and acknowledged, in
-        the order they came (an answer before the event it led to)."""
+        """Write a response or an event; True when it may be acknowledged (written, or not
+        usable and dropped). One that cannot be written now, or comes while others are held,
+        is held for `pump` (False): messages are written in the order they came."""
         with self._unwritten_lock:
             if self._unwritten or self._draining:
                 self._unwritten.append((self._conn.generation, msg))
@@ -319,17 +311,15 @@ class MqttBridge:
                 self.store.refresh_routes()
             with self._unwritten_lock:
                 if not self._unwritten:
-                    self._said_held(msg.topic, e, slot_of(self.topics.scope))
+                    self._log_held(msg.topic, e, slot_of(self.topics.scope))
                 self._unwritten.append((self._conn.generation, msg))
             return False
         return True
 
     @staticmethod
-    def _said_held(topic: str, error: Exception, slot: int) -> None:
-        """Say why a message is held: a slot that moved or is being moved (`a_move`: a
-        MOVED, an ASK, a TRYAGAIN; the node answered: a failover or a reshard) is routine,
-        said at info as the worker says it; a server that cannot be reached is said at
-        warning."""
+    def _log_held(topic: str, error: Exception, slot: int) -> None:
+        """Log why a message is held: a slot's move (MOVED, ASK, TRYAGAIN) at info, as the
+        worker does; a server that cannot be reached at warning."""
         if a_move(error):
             log.info(
                 "a message on %s is held: %s, and it is written then",

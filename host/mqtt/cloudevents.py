@@ -281,11 +281,9 @@ def _data_value(event: CloudEvent) -> Any:
 
 
 def outcome_of(event: CloudEvent, error_type: bool = True) -> tuple[str | None, str | None]:
-    """(outcome, error) of a response or an event: an error when its type ends in `.error`
-    or its data is an object with `error` (the text: `error` or `message`); otherwise the
-    outcome is the data's `outcome`, a JSON string or a text, or None (no outcome). With
-    `error_type` False (events, whose type is the type id a wait matches) only the data
-    tells an error."""
+    """(outcome, error) of a response or an event: an error when the type ends in `.error`
+    (with `error_type`) or the data is an object with `error` (its text: `error` or
+    `message`); else the data's `outcome`, a JSON string, a text, or None."""
     value = _data_value(event)
     typed = error_type and event.type.endswith(".error")
     if typed or (isinstance(value, dict) and "error" in value):

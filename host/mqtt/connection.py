@@ -115,11 +115,9 @@ def _connect(sock: socket.socket, address: Any, timeout: float, stop: threading.
 
 
 class StoppableClient(mqtt.Client):
-    """paho's client, whose two waits on its network thread a stop cuts short (`stopping`
-    set): the TCP connect, for which paho waits up to its connect timeout (5 s) when the
-    broker's host does not answer, and the pause between two tries, which paho sleeps in
-    steps of a second. `Connection.close` joins that thread, so a bridge's stop while its
-    broker was away waited them out (a connect through a proxy still does)."""
+    """paho's client, whose TCP connect and pause between two tries end within STOP_POLL_S
+    once `stopping` is set, through paho's private `_create_socket_connection` and
+    `_reconnect_wait` (tests/test_mqtt.py checks that paho calls them)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -184,7 +182,7 @@ class Connection:
         them (TAKEN_OVER_AFTER)."""
         self._down_since: float | None = None
         """Since when the broker could not be reached (monotonic), once that was logged:
-        a lost connection is said once, and so is its return."""
+        a lost connection is logged once, and so is its return."""
         self.clean_start = clean_start
         self.session_expiry_s = session_expiry_s
         self.client = StoppableClient(
@@ -277,7 +275,7 @@ class Connection:
     def _connected(
         self, client: mqtt.Client, userdata: Any, flags: Any, reason: ReasonCode, props: Any
     ) -> None:
-        if reason.is_failure:  # said once, as a lost connection is, not at every retry
+        if reason.is_failure:  # logged once, as a lost connection is, not at every retry
             self._cut_short = 0
             self._down(f"refused the connection ({reason})")
             return

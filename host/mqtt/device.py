@@ -51,15 +51,9 @@ class DeviceCounters:
 
 @dataclass
 class MqttDevice:
-    """Equipment on MQTT that answers from a dry-run script (docs/mqtt.md, "The device").
-
-    It subscribes to the commands and notices of a scope, asks the script once per command
-    id (`ScriptAnswers`: deduplicated, dropped past `expiresAt`, counted per job), and
-    answers after the reply's delay (times `time_scale`) from the command's `time`, on the
-    Response Topic with the command id as Correlation Data. A wait is answered with an
-    event on the event topic. A hold for an action whose work it has not received answers `notHeld`.
-    `seen_ids` lists the last SEEN_IDS command ids received, copies included, in order.
-    """
+    """Equipment on MQTT that answers from a dry-run script (docs/mqtt.md, "The device"):
+    the script is asked once per command id, and the reply sent after its delay times
+    `time_scale`. `seen_ids` lists the last SEEN_IDS command ids received, copies included."""
 
     broker: BrokerURL
     topics: Topics

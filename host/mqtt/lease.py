@@ -26,14 +26,9 @@ class ClientIdTaken(RuntimeError):
 
 @dataclass
 class ClientLease:
-    """A bridge's hold on its MQTT client id: `sfc1_lease` on `sfc:mqtt-client:{ID}` (a
-    broker's client ids are not a scope's), for `ttl_ms`, renewed by a thread of its own
-    every third of it, whatever the bridge's loop is waiting for.
-
-    While it cannot be renewed (the server unreachable), the bridge stays connected for two
-    thirds of `ttl_ms`, then `fence` disconnects it from the broker, before the lease can
-    run out and another bridge take the session; `unfence` connects it again once renewed.
-    When another bridge holds it after all, `lost` says so, and the bridge stops."""
+    """A bridge's hold on its MQTT client id (`sfc1_lease` on `sfc:mqtt-client:{ID}`) for
+    `ttl_ms`, renewed by a thread every third of it. Unrenewed for two thirds of `ttl_ms`,
+    it calls `fence` (leave the broker) until renewed; taken by another, it sets `lost`."""
 
     store: Store
     client_id: str
@@ -54,7 +49,7 @@ class ClientLease:
         holder's lease lasts; ClientIdTaken when it is held still. False when `stop` was
         set meanwhile (not held)."""
         deadline = time.monotonic() + self.ttl_ms / 1000 + 1.0
-        said = False
+        warned = False
         while True:
             other = self.store.lease(self.key, self.holder, self.ttl_ms)
             if other is None:
@@ -64,14 +59,14 @@ class ClientLease:
                     f"the MQTT client id {self.client_id!r} is held by another bridge "
                     f"(consumer {other}): give each bridge its own --client-id"
                 )
-            if not said:
+            if not warned:
                 log.warning(
                     "the MQTT client id %s is held by %s; waiting up to %.0f s for it",
                     self.client_id,
                     other,
                     deadline - time.monotonic(),
                 )
-                said = True
+                warned = True
             pause = min(0.25, self.ttl_ms / 4000)
             if stop is None:
                 time.sleep(pause)

@@ -129,10 +129,8 @@ def check_group(group: str) -> str:
 
 
 def share_name(group: str, what: str, topic_filter: str) -> str:
-    """The share name of `group`'s subscription to `topic_filter`: one of its own for each
-    filter (`{group}-{what}-` and 8 hex digits of the filter's sha256), also across scopes
-    and prefixes; rumqttd keys a shared subscription by its name alone, and a name with two
-    filters (two scopes' bridges of one group) lost the second's messages."""
+    """The share name of `group`'s subscription to `topic_filter`, `{group}-{what}-` and 8
+    hex digits of the filter's sha256: one per filter, as rumqttd keys a share by name."""
     digest = hashlib.sha256(topic_filter.encode()).hexdigest()[:8]
     return f"{group}-{what}-{digest}"
 
