@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections import Counter
@@ -1349,6 +1350,65 @@ def test_a_lost_broker_and_a_refused_login_are_logged_once_each_way(
         )
     finally:
         bad.close()
+
+
+def test_a_broker_that_speaks_only_mqtt_311_is_named_once_with_the_fix(
+    host: Host, caplog: pytest.LogCaptureFixture
+) -> None:
+    """iotcore's default broker speaks MQTT 3.1.1 only and closes an MQTT 5 CONNECT without
+    a word: the bridge said "closed the connection before accepting it (Unspecified error)"
+    and retried for ever. It names MQTT 5 and the fix, once, at error."""
+    from iotcore import Broker
+
+    caplog.set_level(logging.WARNING, logger="sfc.host.mqtt")
+    port = _free_port()
+    broker = Broker(port=port, listen="127.0.0.1").start()  # MQTT 3.1.1 only
+    url = f"mqtt://127.0.0.1:{port}"
+    conn = Connection(parse_broker_url(url), "v5-only", ["t/#"], bool)
+    try:
+        conn.start()
+        wait_for(lambda: conn.generation >= 4, timeout=20, what="three tries more")
+        said = [r for r in caplog.records if r.name == "sfc.host.mqtt"]
+        assert len(said) == 1, [r.getMessage() for r in said]  # once, not at every try
+        (error,) = said
+        assert error.levelno == logging.ERROR
+        text = error.getMessage()
+        assert "speaks MQTT 3.1.1 and closed an MQTT 5 connection" in text, text
+        assert "sfc needs MQTT 5" in text and 'docs/mqtt.md, "A broker"' in text, text
+        assert "`listener 1883 127.0.0.1` and `allow_anonymous true`" in text, text
+        assert not conn.connected.is_set()
+    finally:
+        conn.close()
+    scope = host.scope("v311")
+    bridge = _sfc("bridge", "mqtt", "--broker", url, "--scope", scope, "--redis", host.url)
+    try:
+        said_b = _wait_line(bridge, "sfc needs MQTT 5")
+        err = _stopped(bridge, signal.SIGTERM, said_b)
+    finally:
+        broker.stop()
+    assert f"the broker {url} speaks MQTT 3.1.1" in err, err
+    assert "closed the connection before accepting it" not in err, err
+
+
+def test_the_iotcore_configuration_of_the_docs_speaks_mqtt_5(tmp_path: Path) -> None:
+    """docs/mqtt.md, "A broker": the rumqttd configuration it shows starts a broker that
+    the bridge's connection connects to and subscribes on."""
+    from iotcore import Broker
+
+    page = (Path(__file__).parent.parent / "docs" / "mqtt.md").read_text(encoding="utf-8")
+    (shown,) = re.findall(r"```toml\n(.*?)```", page, re.S)
+    config = textwrap.dedent(shown)
+    assert 'listen = "127.0.0.1:1883"' in config
+    port = _free_port()
+    (tmp_path / "rumqttd.toml").write_text(config.replace(":1883", f":{port}"))
+    broker = Broker(config_path=str(tmp_path / "rumqttd.toml")).start()
+    conn = Connection(parse_broker_url(f"mqtt://127.0.0.1:{port}"), "docs", ["t/#"], bool)
+    try:
+        conn.start()
+        assert conn.wait_ready(10)
+    finally:
+        conn.close()
+        broker.stop()
 
 
 @pytest.mark.cluster

@@ -10,6 +10,7 @@ import logging
 import os
 import select
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -38,6 +39,15 @@ SHORT_LIVED_S = 10.0
 """A connection the broker ends sooner after accepting it counts toward TAKEN_OVER_AFTER."""
 STOP_POLL_S = 0.1
 """How often a wait that a stop may cut short looks at the stop."""
+UNSUPPORTED_PROTOCOL = 0x84
+"""The CONNACK reason code of a broker that does not speak MQTT 5 (paho maps 3.1.1's 1)."""
+MQTT311_CONNECT = b"\x10\x0c\x00\x04MQTT\x04\x02\x00\x0a\x00\x00"
+"""An MQTT 3.1.1 CONNECT: clean session, keep alive 10 s, an empty client id."""
+PROBE_TIMEOUT_S = 2.0
+NEEDS_MQTT5 = (
+    "sfc needs MQTT 5: run an MQTT 5 broker (mosquitto 2 with `listener 1883 127.0.0.1` and "
+    '`allow_anonymous true`, or iotcore with a [v5] listener; docs/mqtt.md, "A broker")'
+)
 
 
 def properties_of(message: Message) -> Properties:
@@ -70,6 +80,36 @@ def received_of(msg: mqtt.MQTTMessage) -> Received:
         mid=msg.mid,
         qos=msg.qos,
     )
+
+
+def speaks_mqtt311(broker: BrokerURL, stop: threading.Event) -> bool:
+    """Whether `broker` answers an MQTT 3.1.1 CONNECT with a CONNACK, of any return code
+    (no credentials are sent); False when it cannot be asked."""
+    try:
+        sock = connect_tcp(broker.host, broker.port, PROBE_TIMEOUT_S, stop)
+    except OSError:
+        return False
+    try:
+        if broker.tls:  # as Connection's tls_set: the system's CAs, or SFC_TLS_CA
+            context = ssl.create_default_context(cafile=os.environ.get("SFC_TLS_CA") or None)
+            sock = context.wrap_socket(sock, server_hostname=broker.host)
+        sock.settimeout(PROBE_TIMEOUT_S)
+        sock.sendall(MQTT311_CONNECT)
+        reply = b""
+        while len(reply) < 4:
+            more = sock.recv(4 - len(reply))
+            if not more:
+                break
+            reply += more
+        if reply[:2] != b"\x20\x02":  # CONNACK, remaining length 2: MQTT 3.1.1's
+            return False
+        with contextlib.suppress(OSError):
+            sock.sendall(b"\xe0\x00")  # DISCONNECT
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.close()
 
 
 RECONNECT_S = (1.0, 2.0)
@@ -277,7 +317,10 @@ class Connection:
     ) -> None:
         if reason.is_failure:  # logged once, as a lost connection is, not at every retry
             self._cut_short = 0
-            self._down(f"refused the connection ({reason})")
+            if reason.value == UNSUPPORTED_PROTOCOL:
+                self._down(f"refused MQTT 5 ({reason}); {NEEDS_MQTT5}", logging.ERROR)
+            else:
+                self._down(f"refused the connection ({reason})")
             return
         self._accepted_at = time.monotonic()
         if self._down_since is not None:
@@ -298,11 +341,12 @@ class Connection:
             with self._lock:
                 self._suback_mids.add(mid)
 
-    def _down(self, what: str) -> None:
+    def _down(self, what: str, level: int = logging.WARNING) -> None:
+        """Log that the broker is away and why, once until it is back."""
         if self._closing or self._down_since is not None:
             return
         self._down_since = time.monotonic()
-        log.warning("the broker %s %s; trying again every 1-2 s", self.broker.redacted(), what)
+        log.log(level, "the broker %s %s; trying again every 1-2 s", self.broker.redacted(), what)
 
     def _connect_failed(self, client: mqtt.Client, userdata: Any) -> None:
         self._cut_short = 0  # the broker was away, not the session taken
@@ -342,8 +386,13 @@ class Connection:
                 )
             else:
                 self._down(f"dropped the connection ({reason})")
-        else:
-            self._down(f"closed the connection before accepting it ({reason})")
+        elif self._down_since is None and not self._closing:
+            # once per outage: a broker that speaks only 3.1.1 closes an MQTT 5 CONNECT
+            if speaks_mqtt311(self.broker, self.client.stopping):
+                what = f"speaks MQTT 3.1.1 and closed an MQTT 5 connection; {NEEDS_MQTT5}"
+                self._down(what, logging.ERROR)
+            else:
+                self._down(f"closed the connection before accepting it ({reason})")
         self.connected.clear()
         self.subscribed.clear()
         with self._lock:
