@@ -50,6 +50,7 @@ from host.mqtt import (
     read_cloudevent,
     reply_event,
     response_answer,
+    rfc3339,
     structured,
 )
 from host.mqtt.bridge import MqttBridge
@@ -574,6 +575,56 @@ def test_a_command_past_its_expiry_is_not_delivered(rig: Rig) -> None:
     wait_for(lambda: bool(got), timeout=10, what="the kept message")
     sub.close()
     assert got == ["kept"]
+
+
+def test_the_commands_expired_in_the_streams_history_are_logged_in_one_line(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bridge's first start reads the stream's history: it logged one INFO line per
+    command past its expiresAt (147 lines seen). They are summed up in one line."""
+    from host.entries import fields
+
+    caplog.set_level(logging.INFO, logger="sfc.host.mqtt")
+    host, scope = rig.host, rig.scope
+    client = host.client()
+    past = host.store().time_ms() - 3_600_000
+    for n in range(147):
+        kind = "hold" if n % 21 == 10 else "push"
+        job = f"old-{n}"
+        data = CommandData(
+            command_id=f"{job}:a#1" + (":hold" if kind == "hold" else ""),
+            action_key=f"{job}:a",
+            job=job,
+            type_id="t.x",
+            attempt=1,
+            round=1,
+            deadline=past + n * 1000,
+            expires_at=past + n * 1000,
+            parameters={},
+        )
+        client.xadd(keys.equipment(scope), fields(kind, data))
+
+    def expiry_lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "past" in r.getMessage()]
+
+    bridge = rig.bridge("history")
+    wait_for(lambda: bridge.counters.expired == 147, timeout=20, what="the history read")
+    wait_for(lambda: bool(expiry_lines()), timeout=10, what="the summary")
+    assert bridge.counters.published == 0
+    (line,) = expiry_lines()
+    first, last = rfc3339(past), rfc3339(past + 146_000)
+    assert line == (
+        f"147 entries of {scope} past their expiresAt were not sent (hold 7, push 140): "
+        f"from old-0:a#1 to old-146:a#1, expired {first} to {last}"
+    )
+    # one that expires later is said as ever, on its own
+    late = CommandData(
+        command_id="late:a#1", action_key="late:a", job="late", type_id="t.x", attempt=1,
+        round=1, deadline=past, expires_at=past, parameters={},
+    )  # fmt: skip
+    client.xadd(keys.equipment(scope), fields("push", late))
+    wait_for(lambda: len(expiry_lines()) == 2, timeout=10, what="the late one")
+    assert expiry_lines()[1] == "push late:a#1 is past its expiresAt: not sent"
 
 
 def test_pause_and_resume_with_equipment_hold_over_mqtt(rig: Rig) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -21,6 +22,7 @@ from host.mqtt.cloudevents import (
     event_of,
     notice_message,
     response_answer,
+    rfc3339,
 )
 from host.mqtt.connection import Connection
 from host.mqtt.lease import LEASE_TTL_MS, ClientIdTaken, ClientLease
@@ -47,6 +49,42 @@ from host.store import (
 log = logging.getLogger("sfc.host.mqtt")
 
 DEFAULT_CLAIM_IDLE_MS = 30_000
+EXPIRED_SUMMARY_S = 10.0
+"""Commands read past their expiresAt are logged in one line once the bridge has caught up
+with the stream, or after this long at most."""
+
+
+@dataclass(slots=True)
+class ExpiredSummary:
+    """The commands and notices read past their expiresAt since the last line saying so."""
+
+    since: float
+    """When the first of them was read (monotonic)."""
+    kinds: Counter[str] = field(default_factory=Counter)
+    first: str = ""
+    last: str = ""
+    earliest: int = 0
+    latest: int = 0
+
+    def add(self, kind: str, command_id: str, expires_at: int) -> None:
+        if not self.kinds:
+            self.first, self.earliest, self.latest = command_id, expires_at, expires_at
+        self.kinds[kind] += 1
+        self.last = command_id
+        self.earliest = min(self.earliest, expires_at)
+        self.latest = max(self.latest, expires_at)
+
+    def line(self, scope: str) -> str:
+        n = self.kinds.total()
+        if n == 1:
+            ((kind, _),) = self.kinds.items()
+            return f"{kind} {self.first} is past its expiresAt: not sent"
+        kinds = ", ".join(f"{k} {c}" for k, c in sorted(self.kinds.items()))
+        return (
+            f"{n} entries of {scope} past their expiresAt were not sent ({kinds}): from "
+            f"{self.first} to {self.last}, expired {rfc3339(self.earliest)} to "
+            f"{rfc3339(self.latest)}"
+        )
 
 
 @dataclass(slots=True)
@@ -107,6 +145,8 @@ class MqttBridge:
     _draining: bool = field(default=False, repr=False)
     """`pump` is writing held messages: one that comes meanwhile is held behind them."""
     _next_claim: float = field(default=0.0, repr=False)
+    _expired: ExpiredSummary | None = field(default=None, repr=False)
+    """What was read past its expiresAt and not logged yet."""
     _claim_from: str = field(default="0-0", repr=False)
     """Where the next XAUTOCLAIM scan goes on ("0-0": from the start)."""
 
@@ -156,6 +196,7 @@ class MqttBridge:
         return self
 
     def close(self) -> None:
+        self._log_expired()
         if self._client_id_hold is not None:
             self._client_id_hold.stop()  # no fence or unfence after this
         self._conn.close()
@@ -202,6 +243,7 @@ class MqttBridge:
         if self._unwritten:  # the server answers again: write what it missed, then ack it
             self._write_held()
         if not rows:
+            self._log_expired()
             return 0
         self.counters.read += len(rows)
         now_ms = self.store.time_ms()
@@ -228,7 +270,17 @@ class MqttBridge:
         self.counters.unacked += len(sent) - len(acked)
         done += [sent[m] for m in acked]
         self.store.ack_equipment(self.scope, self.group, done)
+        if len(rows) < self.count or (
+            self._expired and time.monotonic() - self._expired.since >= EXPIRED_SUMMARY_S
+        ):
+            self._log_expired()  # caught up with the stream, or a long backlog
         return len(rows)
+
+    def _log_expired(self) -> None:
+        """Log what was read past its expiresAt since the last time, in one line."""
+        if self._expired is not None:
+            log.info("%s", self._expired.line(self.scope))
+            self._expired = None
 
     def _message(self, entry_id: str, raw: Mapping[bytes, bytes], now_ms: int) -> Message | None:
         try:
@@ -246,7 +298,10 @@ class MqttBridge:
             return None
         if message is None:
             self.counters.expired += 1
-            log.info("%s %s is past its expiresAt: not sent", entry.kind, data.command_id)
+            if self._expired is None:
+                self._expired = ExpiredSummary(time.monotonic())
+            expires_at = data.expires_at if isinstance(data, CommandData | AwaitData) else 0
+            self._expired.add(entry.kind, data.command_id, expires_at)
             return None
         # a notice's topic too: it holds the same type id as its work (a wildcard in it
         # made paho raise, and every bridge of the group died on the entry in turn)
