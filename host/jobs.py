@@ -307,11 +307,12 @@ def _applier(store: Store, settings: Settings | None) -> Applier:
     A method applied here does not trim the job's history (HISTORY_LIMIT_MAX): the limit
     the workers keep (`sfc serve --history-limit`) is not known in this process, and
     trimming to this one's would cut what they keep. The next worker commit trims."""
-    store.history_limit = HISTORY_LIMIT_MAX
     if settings is None:
-        return Applier(store, Settings())
-    store.dedupe_ttl_ms = settings.event_dedupe_ttl
-    return Applier(store, settings)
+        return Applier(store.with_options(history_limit=HISTORY_LIMIT_MAX), Settings())
+    own = store.with_options(
+        history_limit=HISTORY_LIMIT_MAX, dedupe_ttl_ms=settings.event_dedupe_ttl
+    )
+    return Applier(own, settings)
 
 
 METHODS = ("Start", "RevokeStart", "Pause", "Resume", "Stop", "Abort")
@@ -521,7 +522,7 @@ def elsewhere_many(
     scopes = store.scopes() if registered is None else registered
     others = [s for s in scopes if s != scope]
     unique = list(dict.fromkeys(job_ids))
-    found = store.held([(s, j) for j in unique for s in others])
+    found = store.stored_jobs([(s, j) for j in unique for s in others])
     return {j: [s for s in others if (s, j) in found] for j in unique}
 
 

@@ -210,13 +210,14 @@ class Worker:
         metrics: WorkerMetrics | None = None,
         overlap: bool = False,
     ) -> None:
-        self.store = store
+        self.consumer = consumer or consumer_name()
+        self.store = store = store.with_options(
+            consumer=self.consumer,
+            history_limit=settings.history_limit,
+            dedupe_ttl_ms=settings.event_dedupe_ttl,
+        )
         self.settings = settings
         self.fixed_scopes = None if scopes is None else list(dict.fromkeys(scopes))
-        self.consumer = consumer or consumer_name()
-        self.store.consumer = self.consumer
-        self.store.history_limit = settings.history_limit
-        self.store.dedupe_ttl_ms = settings.event_dedupe_ttl
         self.applier = applier or Applier(store, settings)
         self.clock = clock
         self.scopes: list[str] = []

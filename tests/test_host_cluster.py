@@ -349,8 +349,7 @@ def test_a_wait_after_a_read_that_found_a_slot_moved_does_not_wait(tmp_path: Pat
         scope = "moves"
         store.client(scope).ping()  # the slot map is read
         move_slot(own, keys.work(scope))
-        store._routes_at = 0.0  # the last read was more than a second ago
-        assert store.refresh_routes()  # the loop's own read sees the move
+        assert store.refresh_routes(now=True)  # the loop's own read sees the move
         stop = Waits()
         store.wait_out(stop, 2)
         assert stop.asked == []  # it went on at once

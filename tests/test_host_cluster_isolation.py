@@ -1395,7 +1395,8 @@ def test_own_pending_entries_come_before_new_ones_even_past_deleted_ones(
         worker.store.client(a).xdel(keys.work(a), pending[0], pending[1])  # by hand
         worker._own[a] = "0"  # as a park leaves it
         host.submit(a, linear_recipe(1), job_id="late")
-        worker.store._turn = 1  # the next blocking read is a's
+        while worker.store.next_turn([a, b]) != b:
+            pass  # the next blocking read is a's
         got: list[str] = []
         while len(got) < 3:
             got += [row[1] for row in worker._read(50) if row[0] == a]
@@ -1439,9 +1440,9 @@ def test_a_worker_waits_out_a_cluster_down_as_a_whole(
             timeout=20,
             what="the worker to wait the cluster out",
         )
-        mark = worker.store._routes_at  # the worker reads the slots again while all are away
-        wait_for(lambda: worker.store._routes_at > mark, timeout=20, what="a read of the slots")
-        wait_for(lambda: worker.store._routes_at > mark + 1, timeout=20, what="another read")
+        mark = worker.store.routes_read_at  # the worker reads the slots again while all are away
+        wait_for(lambda: worker.store.routes_read_at > mark, timeout=20, what="a read of the slots")
+        wait_for(lambda: worker.store.routes_read_at > mark + 1, timeout=20, what="another read")
         for node in cluster.servers:
             node.start()
         partial(cluster.servers)

@@ -1,0 +1,358 @@
+"""The read views: what `sfc job show`, `sfc work`, the metrics and the job listing read,
+each in as few round trips as it can. Nothing here writes."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import redis
+
+from host import keys
+from host.store import wire
+from host.store.client import StoreClient
+from host.store.commit import records
+from host.store.records import (
+    JOB_FIELDS,
+    EquipmentHolder,
+    ScopeGauges,
+    ShowReads,
+    XPendingRow,
+)
+from host.store.wire import Entry
+
+STORED_CHUNK = 5_000
+"""The EXISTS of one round trip of `Store.stored_jobs`."""
+
+
+def _name(value: Any) -> str:
+    """A name the server holds that is shown (a consumer group's, a consumer's; `sfc job
+    show`, `sfc work pending`, the metrics' `group` label): one that is not UTF-8 (made by
+    hand, `XGROUP CREATE ... "bad\\xffname"`) with each byte that is not UTF-8 escaped
+    (`bad\\xffname`), not an error that fails the whole view; and two names that differ
+    only in such bytes are shown apart (a replacement character made them one)."""
+    return value.decode(errors="backslashreplace") if isinstance(value, bytes) else str(value)
+
+
+def work_unread(group: Mapping[str, Any], length: int) -> int:
+    """The work stream's entries no worker has read yet, of its group `group` (XINFO
+    GROUPS) and the stream's `length` (XLEN): the group's lag; where the server cannot tell
+    it (entries were deleted), the length less the entries pending, which is exact, since
+    every entry a worker acknowledges it deletes in the same call (commit, ack, bury): the
+    stream holds the pending entries and the unread ones. The one count `sfc job show`,
+    `sfc work pending` and the metric `sfc_work_unread` give."""
+    lag = group.get("lag")
+    return int(lag) if lag is not None else max(0, length - int(group["pending"]))
+
+
+def _work_group(groups: Any) -> Mapping[str, Any] | None:
+    """The workers' group among a reply of XINFO GROUPS (an error: no stream yet), or None."""
+    if isinstance(groups, Exception):
+        return None
+    for g in groups:
+        if g["name"] in (keys.GROUP, keys.GROUP.encode()):
+            return dict(g)
+    return None
+
+
+def _raw(value: Any) -> bytes:
+    """A name as the server holds it."""
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+class ReadViews(StoreClient):
+    """The reads of the views; none of them writes."""
+
+    def scopes(self) -> list[str]:
+        return sorted(wire.text(s) for s in self.r.smembers(keys.SCOPES))
+
+    def stored_jobs(self, pairs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which (scope, job) pairs are stored: their EXISTS in one pipeline per node,
+        STORED_CHUNK a round trip."""
+        by_node: dict[int, tuple[redis.Redis, list[tuple[str, str]]]] = {}
+        for scope, job in pairs:
+            client = self.client(scope)
+            by_node.setdefault(id(client), (client, []))[1].append((scope, job))
+        found: set[tuple[str, str]] = set()
+        for client, part in by_node.values():
+            for i in range(0, len(part), STORED_CHUNK):
+                chunk = part[i : i + STORED_CHUNK]
+                pipe = client.pipeline(transaction=False)
+                for scope, job in chunk:
+                    pipe.exists(keys.job(scope, job))
+                out: Any = pipe.execute()
+                found.update(pair for pair, n in zip(chunk, out, strict=True) if n)
+        return found
+
+    def order_ids(self, scope: str) -> list[str]:
+        """Every stored job id of the scope, oldest order first."""
+        return [wire.text(j) for j in self.client(scope).zrange(keys.orders(scope), 0, -1)]
+
+    def active_jobs(self, scope: str) -> list[str]:
+        return sorted(wire.text(j) for j in self.client(scope).smembers(keys.active(scope)))
+
+    def history(self, scope: str, job: str, count: int = 20) -> list[Entry]:
+        """The last `count` history entries, oldest first (none for 0)."""
+        if count <= 0:
+            return []
+        rows: Any = self.client(scope).xrevrange(keys.history(scope, job), count=count)
+        return [(wire.text(i), f) for i, f in reversed(rows)]
+
+    def unread(self, scope: str) -> int:
+        """Work entries no worker has read yet (`work_unread`), 0 for a scope without a
+        group; one round trip."""
+        pipe = self.client(scope).pipeline(transaction=False)
+        pipe.xinfo_groups(keys.work(scope))
+        pipe.xlen(keys.work(scope))
+        groups, length = pipe.execute(raise_on_error=False)
+        if isinstance(length, Exception):
+            raise length
+        group = _work_group(groups)
+        return 0 if group is None else work_unread(group, int(length))
+
+    def show_reads(
+        self, scope: str, job: str, history: int, dead_tail: int, pending: int
+    ) -> ShowReads:
+        """What `sfc job show` reads first, in one pipeline (one round trip, one slot): the
+        server's TIME, the job's hash, its last `history` entries, its due and active index
+        entries, the scope's settings, the work stream's unread entries (`work_unread`),
+        the equipment stream's consumer groups (XINFO GROUPS), and the last `dead_tail`
+        dead entries, and the oldest `pending` work entries pending (XPENDING: their fields
+        are read by `pending_entries`)."""
+        pipe = self.client(scope).pipeline(transaction=False)
+        pipe.time()
+        pipe.hmget(keys.job(scope, job), list(JOB_FIELDS))
+        pipe.xrevrange(keys.history(scope, job), count=max(1, history))
+        pipe.zscore(keys.due(scope), job)
+        pipe.sismember(keys.active(scope), job)
+        pipe.hgetall(keys.settings(scope))
+        pipe.xinfo_groups(keys.work(scope))
+        pipe.xlen(keys.work(scope))
+        pipe.xinfo_groups(keys.equipment(scope))
+        pipe.xrevrange(keys.dead(scope), count=dead_tail)
+        pipe.xpending_range(keys.work(scope), keys.GROUP, "-", "+", pending)
+        reply: Any = pipe.execute(raise_on_error=False)
+        (now, fields, rows, due, active, settings, work_groups, length, equipment_groups, dead,
+         held) = reply  # fmt: skip
+        for x in [now, fields, rows, due, active, settings, length, dead]:
+            if isinstance(x, Exception):
+                raise x
+        if isinstance(held, Exception):
+            if not str(held).startswith("NOGROUP"):
+                raise held
+            held = []  # no work stream or group yet
+        work_group = _work_group(work_groups)  # none: no work stream or group yet
+        groups = []
+        names: list[bytes] = []
+        if not isinstance(equipment_groups, Exception):  # no equipment stream yet
+            names = [_raw(g["name"]) for g in equipment_groups]
+            groups = [
+                {
+                    "name": _name(g["name"]),
+                    "consumers": int(g["consumers"]),
+                    "pending": int(g["pending"]),
+                    "lastDelivered": wire.text(g["last-delivered-id"]),
+                    "lag": None if g.get("lag") is None else int(g["lag"]),
+                }
+                for g in equipment_groups
+            ]
+        return ShowReads(
+            now=now[0] * 1000 + now[1] // 1000,
+            record=records([fields], [job])[job],
+            history=[(wire.text(i), f) for i, f in reversed(rows)] if history > 0 else [],
+            due=None if due is None else int(due),
+            active=bool(active),
+            settings={wire.text(k): wire.text(v) for k, v in settings.items()},
+            unread=0 if work_group is None else work_unread(work_group, int(length)),
+            equipment_groups=groups,
+            group_names=names,
+            dead=[(wire.text(i), f) for i, f in dead],
+            pending=list(held),
+        )
+
+    def equipment_from(self, scope: str, times: Sequence[int], count: int) -> list[list[Entry]]:
+        """For each time in `times`, the first `count` equipment entries from that
+        millisecond on (a commit's commands are among them), in one pipeline."""
+        if not times:
+            return []
+        pipe = self.client(scope).pipeline(transaction=False)
+        for ms in times:
+            pipe.xrange(keys.equipment(scope), str(ms), "+", count=count)
+        replies: Any = pipe.execute()
+        return [[(wire.text(i), f) for i, f in rows] for rows in replies]
+
+    def equipment_after(
+        self, scope: str, reads: Sequence[tuple[str, int]], count: int
+    ) -> list[list[Entry]]:
+        """For each (entry id, ms) of `reads`, up to `count` equipment entries after that id
+        and of that millisecond (`ms` ends the range: its last sequence), in one pipeline:
+        the rest of a millisecond that `streams_of_show` read the first entries of."""
+        if not reads:
+            return []
+        pipe = self.client(scope).pipeline(transaction=False)
+        for after, ms in reads:
+            pipe.xrange(keys.equipment(scope), "(" + after, str(ms), count=count)
+        replies: Any = pipe.execute()
+        return [[(wire.text(i), f) for i, f in rows] for rows in replies]
+
+    def equipment_pending(
+        self, scope: str, wanted: Sequence[tuple[str | bytes, str]]
+    ) -> list[EquipmentHolder | None]:
+        """For each (group, entry id) of the equipment stream, who of the group holds the
+        entry unacknowledged (consumer, idle ms, deliveries, and how long ago the consumer
+        last read the stream: `consumerIdleMs`, XINFO CONSUMERS' idle), or None when the
+        group has acknowledged it; one pipeline."""
+        if not wanted:
+            return []
+        groups = list(dict.fromkeys(g for g, _ in wanted))
+        pipe = self.client(scope).pipeline(transaction=False)
+        for group, entry_id in wanted:
+            pipe.xpending_range(keys.equipment(scope), group, entry_id, entry_id, 1)
+        for group in groups:
+            pipe.xinfo_consumers(keys.equipment(scope), group)
+        replies: Any = pipe.execute()
+        idle = {
+            (group, _raw(c["name"])): int(c["idle"])
+            for group, consumers in zip(groups, replies[len(wanted) :], strict=True)
+            for c in consumers
+        }
+        out: list[EquipmentHolder | None] = []
+        for (group, _), rows in zip(wanted, replies[: len(wanted)], strict=True):
+            out.append(
+                {
+                    "consumer": _name(rows[0]["consumer"]),
+                    "idleMs": int(rows[0]["time_since_delivered"]),
+                    "deliveries": int(rows[0]["times_delivered"]),
+                    "consumerIdleMs": idle.get((group, _raw(rows[0]["consumer"]))),
+                }
+                if rows
+                else None
+            )
+        return out
+
+    def pending_summary(self, scope: str) -> dict[str, Any]:
+        return dict(self.client(scope).xpending(keys.work(scope), keys.GROUP))
+
+    def scope_gauges(self, scope: str) -> ScopeGauges:
+        """What a metrics scrape reads of a scope, in one pipeline of cheap calls: the
+        lengths of the work, dead and equipment streams, the work entries pending (XPENDING
+        summary), the active, due and stored jobs, the counters of `sfc:scope:{S}`, and the
+        groups of the work and equipment streams (XINFO GROUPS), for the entries no consumer
+        of each group has read (`unread_of`)."""
+        pipe = self.client(scope).pipeline(transaction=False)
+        pipe.xlen(keys.work(scope))
+        pipe.xlen(keys.dead(scope))
+        pipe.xlen(keys.equipment(scope))
+        pipe.scard(keys.active(scope))
+        pipe.zcard(keys.due(scope))
+        pipe.zcard(keys.orders(scope))
+        pipe.hgetall(keys.settings(scope))
+        pipe.xpending(keys.work(scope), keys.GROUP)
+        pipe.xinfo_groups(keys.work(scope))
+        pipe.xinfo_groups(keys.equipment(scope))
+        reply: Any = pipe.execute(raise_on_error=False)
+        work, dead, equipment, active, due, orders, settings, pending, groups, adapters = reply
+        out = {
+            "work": int(work),
+            "dead": int(dead),
+            "equipment": int(equipment),
+            "active": int(active),
+            "due": int(due),
+            "orders": int(orders),
+            # no group yet (NOGROUP): nothing pending
+            "pending": 0 if isinstance(pending, Exception) else int(pending["pending"]),
+            "unread": 0,
+        }
+        work_group = _work_group(groups)  # none: no stream or group yet
+        if work_group is not None:
+            out["unread"] = work_unread(work_group, out["work"])
+        for k, v in settings.items():
+            with contextlib.suppress(ValueError):
+                out[wire.text(k)] = int(v)
+        unread = self.unread_of(scope, [] if isinstance(adapters, Exception) else adapters)
+        return ScopeGauges(out, unread)
+
+    def unread_of(self, scope: str, groups: Sequence[Any], limit: int = 1000) -> dict[str, int]:
+        """The equipment entries each adapter's group has not read (XINFO GROUPS' lag), by
+        group. The equipment stream is trimmed, not deleted from, so the server knows the
+        lag; where it cannot (an entry deleted by hand), the entries after the group's
+        last-delivered-id are counted, up to `limit`, in one more round trip."""
+        out: dict[str, int] = {}
+        counted: list[str] = []
+        pipe = self.client(scope).pipeline(transaction=False)
+        for g in groups:
+            name = _name(g["name"])
+            if g.get("lag") is not None:
+                out[name] = int(g["lag"])
+            else:
+                counted.append(name)
+                after = "(" + wire.text(g["last-delivered-id"])
+                pipe.xrange(keys.equipment(scope), after, "+", count=limit)
+        if counted:
+            rows: Any = pipe.execute()
+            out.update((name, len(r)) for name, r in zip(counted, rows, strict=True))
+        return out
+
+    def pending_entries(
+        self, scope: str, count: int = 100, rows: list[XPendingRow] | None = None
+    ) -> list[dict[str, Any]]:
+        """The oldest pending work entries: id, consumer, idle ms, deliveries, fields (none
+        for a scope without a work stream or group yet). `rows`: their XPENDING reply, read
+        already (`ShowReads.pending`)."""
+        if rows is None:
+            try:
+                rows = self.client(scope).xpending_range(  # type: ignore[assignment]
+                    keys.work(scope), keys.GROUP, "-", "+", count
+                )
+            except redis.ResponseError as e:
+                if str(e).startswith("NOGROUP"):
+                    return []
+                raise
+        if not rows:
+            return []
+        pipe = self.client(scope).pipeline(transaction=False)
+        for row in rows:
+            entry_id = wire.text(row["message_id"])
+            pipe.xrange(keys.work(scope), entry_id, entry_id)
+        found: Any = pipe.execute()
+        pairs = list(zip(rows, found, strict=True))
+        gone = [wire.text(r["message_id"]) for r, got in pairs if not got]
+        if gone:
+            # no fields: committed (acked and deleted) since the XPENDING above, or deleted
+            # while still pending; only the second is pending still, and shown
+            again = self.client(scope).pipeline(transaction=False)
+            for entry_id in gone:
+                again.xpending_range(keys.work(scope), keys.GROUP, entry_id, entry_id, 1)
+            done = {i for i, x in zip(gone, again.execute(), strict=True) if not x}
+            pairs = [(r, got) for r, got in pairs if wire.text(r["message_id"]) not in done]
+        out: list[dict[str, Any]] = []
+        for row, got in pairs:
+            out.append(
+                {
+                    "id": wire.text(row["message_id"]),
+                    "consumer": _name(row["consumer"]),
+                    "idleMs": int(row["time_since_delivered"]),
+                    "deliveries": int(row["times_delivered"]),
+                    "fields": got[0][1] if got else {},
+                }
+            )
+        return out
+
+    def dead(self, scope: str, count: int = 100) -> list[Entry]:
+        rows: Any = self.client(scope).xrange(keys.dead(scope), count=count)
+        return [(wire.text(i), f) for i, f in rows]
+
+    def heartbeat(self, scope: str) -> dict[str, str]:
+        return {
+            wire.text(k): wire.text(v)
+            for k, v in self.client(scope).hgetall(keys.heartbeat(scope)).items()
+        }
+
+    def due(self, scope: str) -> dict[str, int]:
+        rows: Any = self.client(scope).zrange(keys.due(scope), 0, -1, withscores=True)
+        return {wire.text(j): int(s) for j, s in rows}
+
+    def equipment_entries(self, scope: str) -> list[Entry]:
+        rows: Any = self.client(scope).xrange(keys.equipment(scope))
+        return [(wire.text(i), f) for i, f in rows]
