@@ -169,7 +169,11 @@ def test_a_script_with_events_or_controls_is_refused(host: Host, script: Path) -
 
 
 def test_empty_events_and_controls_are_no_clock_items() -> None:
-    load_host_script(b'{"events": [], "controls": [], "default": "ok"}')
+    """Empty `events` and `controls` lists ask for no virtual clock: the host takes them."""
+    script = load_host_script(b'{"events": [], "controls": [], "default": "ok"}')
+    assert (script.events, script.controls, script.default) == ([], [], "ok")
+    with pytest.raises(ScriptError, match="virtual clock"):
+        load_host_script(b'{"events": [], "controls": [{"kind": "hold", "atMs": 1}]}')
 
 
 def test_counting_is_per_job(host: Host) -> None:
