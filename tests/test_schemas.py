@@ -9,6 +9,7 @@ object, each enum value and union tag replaced.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterator
@@ -97,6 +98,28 @@ def test_every_schema_has_a_root_type_and_a_corpus() -> None:
     for name in wire.SCHEMA_NAMES:
         assert wire.corpus(name, "valid"), f"tests/data/{name}/valid/ is empty"
         assert wire.corpus(name, "invalid"), f"tests/data/{name}/invalid/ is empty"
+
+
+def test_every_full_document_holds_every_field_of_its_version() -> None:
+    """A `valid/full.json` pins every top-level field of its schema, and a new version's is not
+    a copy of the previous version's: a field the new version adds is never left unpinned."""
+    fulls = {n: wire.DATA / n / "valid" / "full.json" for n in wire.SCHEMA_NAMES}
+    fulls = {n: p for n, p in fulls.items() if p.is_file()}
+    assert "dryrun_result_v1_2" in fulls
+    for name, path in fulls.items():
+        doc = _load(path)
+        fields = set(wire.schema(name).get("properties", {}))
+        assert isinstance(doc, dict), name
+        assert not fields - set(doc), f"{_rel(path)} lacks {sorted(fields - set(doc))}"
+    by_family: dict[str, list[str]] = {}
+    for name in sorted(fulls):
+        by_family.setdefault(name.rsplit("_v", 1)[0], []).append(name)
+    for names in by_family.values():
+        for older, newer in itertools.pairwise(names):
+            if set(wire.schema(newer).get("properties", {})) != set(
+                wire.schema(older).get("properties", {})
+            ):
+                assert fulls[older].read_bytes() != fulls[newer].read_bytes(), newer
 
 
 @pytest.mark.parametrize("name", wire.SCHEMA_NAMES)
