@@ -170,11 +170,25 @@ class Host:
 
         wait_for(until, timeout=timeout, step=step, what=what)
 
-    def ended(self, scope: str, jobs: Iterable[str]) -> Callable[[], bool]:
+    def ended(
+        self, scope: str, jobs: Iterable[str], end: str | None = "Ended/Completed"
+    ) -> Callable[[], bool]:
+        """A condition: every job of `jobs` has ended, in a path that starts with `end`.
+
+        A job that ends any other way fails the wait at once (AssertionError naming it);
+        `end=None` accepts any end (Ended or Aborted) for a test that checks each job itself.
+        """
+        jobs = list(jobs)
+
         def check() -> bool:
-            return all(
-                self.order_path(scope, j).split("/")[0] in ("Ended", "Aborted") for j in jobs
-            )
+            done = True
+            for j in jobs:
+                path = self.order_path(scope, j)
+                if path.split("/")[0] not in ("Ended", "Aborted"):
+                    done = False
+                elif end is not None and not path.startswith(end):
+                    raise AssertionError(f"job {j} of scope {scope} ended {path}, not {end}")
+            return done
 
         return check
 

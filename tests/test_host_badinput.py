@@ -127,7 +127,7 @@ def test_odd_text_round_trips_byte_for_byte_through_commit_history_and_stream(
             else Answer(error=ODD * 10)
         ),
     )
-    host.run([worker], [responder], host.ended(scope, [job]))
+    host.run([worker], [responder], host.ended(scope, [job], "Aborted"))
     push = next(d for _, k, d in host.equipment(scope) if k == "push")
     assert push.parameters == recipe["Actions"][0]["Parameters"]
     state = state_decoder.decode(host.store().job(scope, job).state)  # type: ignore[union-attr]

@@ -166,7 +166,7 @@ def test_job_list_and_wait_tell_a_fault_from_an_operators_abort(
     aborted = host.submit(scope, linear_recipe(1)).job
     assert abort(host.store(), scope, aborted).ok
     jammed = host.responder(scope, lambda kind, data: Answer(error="jammed"))
-    host.run([host.worker([scope])], [jammed], host.ended(scope, [faulted]))
+    host.run([host.worker([scope])], [jammed], host.ended(scope, [faulted], "Aborted"))
     at = ["--scope", scope, "--redis", valkey_url]
     proc = sfc("job", "list", *at)
     rows = {line.split()[0]: line for line in proc.stdout.splitlines()}

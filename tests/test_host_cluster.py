@@ -164,7 +164,10 @@ def test_timeouts_and_redispatch_on_the_cluster(cluster: LocalCluster, chost: Ho
     job = chost.submit(scope, linear_recipe(1, timeout_s=1, max_attempts=2), job_id="j").job
     worker = chost.worker([scope])
     chost.run(
-        [worker], [chost.responder(scope, lambda k, d: None)], chost.ended(scope, [job]), timeout=15
+        [worker],
+        [chost.responder(scope, lambda k, d: None)],
+        chost.ended(scope, [job], "Aborted"),
+        timeout=15,
     )
     assert chost.order(scope, job).result.fault_code == "timeout"
     assert [d.attempt for _, k, d in chost.equipment(scope) if k == "push"] == [1, 2]

@@ -74,7 +74,7 @@ def test_silent_equipment_is_sent_again_then_the_job_aborts_with_timeout(host: H
     job = host.submit(scope, linear_recipe(1, timeout_s=1, max_attempts=2), job_id="j").job
     worker = host.worker([scope])
     silent = host.responder(scope, lambda kind, data: None)
-    host.run([worker], [silent], host.ended(scope, [job]), timeout=15)
+    host.run([worker], [silent], host.ended(scope, [job], "Aborted"), timeout=15)
     order = host.order(scope, job)
     assert path_text(order) == "Aborted"
     assert order.result.fault_code == "timeout"

@@ -166,7 +166,7 @@ def test_an_event_before_its_wait_is_dropped_and_the_wait_times_out(host: Host) 
     worker = host.worker([scope])
     # the event comes while the job is still in Prep: nothing waits yet
     assert publish_event(host.store(), scope, QA, subject="j", outcome="ok") is None
-    host.run([worker], [host.responder(scope)], host.ended(scope, ["j"]), timeout=10)
+    host.run([worker], [host.responder(scope)], host.ended(scope, ["j"], "Aborted"), timeout=10)
     order = host.order(scope, "j")
     assert order.result.fault_code == "timeout"
     assert counts(host.client(), scope)["eventsUnmatched"] == 1

@@ -508,7 +508,8 @@ def test_every_tightening_script_through_the_host_ends_as_its_dry_run(
     doc["controls"] = [
         {**c, "atMs": round(c["atMs"] * k)} for c in json.loads(script.read_bytes())["controls"]
     ]
-    expected = story(Simulation(graph_of(recipe), load_script(json.dumps(doc).encode())).run())
+    dry = Simulation(graph_of(recipe), load_script(json.dumps(doc).encode())).run()
+    expected = story(dry)
     replies = {key: value for key, value in doc.items() if key != "controls"}
     scope = host.scope("tightscript")
     store = host.store()
@@ -531,7 +532,8 @@ def test_every_tightening_script_through_the_host_ends_as_its_dry_run(
         worker.read_once(block_ms=5)
         equipment.pump(block_ms=1)
 
-    wait_for(host.ended(scope, [job]), step=step, timeout=30, what="the job to end")
+    end = {"completed": "Ended/Completed", "cancelled": "Aborted"}[dry.end]
+    wait_for(host.ended(scope, [job], end), step=step, timeout=30, what="the job to end")
     assert host_story(host, scope, job) == expected
 
 
@@ -739,5 +741,5 @@ def test_redispatch_says_what_it_costs_and_refuses_the_last_attempt(host: Host) 
     assert forced.ok and forced.message.endswith(
         "(a1 is on its last attempt (1 of 1): it times out)"
     )
-    host.run([worker], [], host.ended(scope, [once]), sweep=False)
+    host.run([worker], [], host.ended(scope, [once], "Aborted"), sweep=False)
     assert host.order_path(scope, once) == "Aborted"

@@ -42,7 +42,7 @@ def test_a_lost_due_index_is_repaired_by_a_new_instance_and_the_deadlines_fire(h
     b = host.worker([scope])  # takes the scope up: repair
     assert b.counters.repaired == 1
     assert r.zscore(keys.due(scope), job) is not None
-    host.run([b], [], host.ended(scope, [job]), timeout=10)
+    host.run([b], [], host.ended(scope, [job], "Aborted"), timeout=10)
     pushes = [d.attempt for _, k, d in host.equipment(scope) if k == "push"]
     assert pushes == [1, 2]
     assert host.order(scope, job).result.fault_code == "timeout"

@@ -114,11 +114,22 @@ def host_story(
     return end, result.fault_code, outcomes, commands
 
 
+HOST_END = {"completed": "Ended/Completed", "faulted": "Aborted"}
+"""The job order's end for a dry run's end."""
+
+
 def run_until_ended(
-    host: Host, scope: str, jobs: list[str], equipment: ScriptedEquipment, timeout: float = 30
+    host: Host,
+    scope: str,
+    jobs: list[str],
+    equipment: ScriptedEquipment,
+    *,
+    end: str,
+    timeout: float = 30,
 ) -> None:
+    """Serve `scope` until every job of `jobs` has ended as `end` (an order path prefix)."""
     worker = host.worker([scope])
-    host.run([worker], [equipment], host.ended(scope, jobs), timeout=timeout)  # type: ignore[list-item]
+    host.run([worker], [equipment], host.ended(scope, jobs, end), timeout=timeout)  # type: ignore[list-item]
 
 
 def answers_in_work(host: Host, scope: str) -> list[Any]:
@@ -143,7 +154,7 @@ def test_an_example_ends_as_its_dry_run(host: Host, script: Path) -> None:
     scope = host.scope("scripted")
     host.submit(scope, variant_recipe, job_id="job-1")
     equipment = ScriptedEquipment(host.store(), scope, load_host_script(raw), time_scale=k)
-    run_until_ended(host, scope, ["job-1"], equipment)
+    run_until_ended(host, scope, ["job-1"], equipment, end=HOST_END[variant.end])
 
     assert host_story(host, scope, "job-1") == story(variant)
     assert equipment.counters.dropped_expired == 0
@@ -184,7 +195,7 @@ def test_counting_is_per_job(host: Host) -> None:
     for job in jobs:
         host.submit(scope, linear_recipe(1), job_id=job)
     equipment = ScriptedEquipment(host.store(), scope, script)
-    run_until_ended(host, scope, jobs, equipment)
+    run_until_ended(host, scope, jobs, equipment, end="Ended/Completed")
     for job in jobs:
         assert host.order(scope, job).result.outcomes == ["first"]
     dry = Simulation(graph_of(linear_recipe(1)), script).run()
@@ -286,7 +297,7 @@ def test_a_command_delivered_twice_is_answered_once(host: Host) -> None:
             what="the copy and the answer",
         )
         answers = answers_in_work(host, scope)
-        run_until_ended(host, scope, ["j1"], equipment)
+        run_until_ended(host, scope, ["j1"], equipment, end="Ended/Completed")
     finally:
         r.xdel(stream, copy)  # the host never appends a command id twice; the test did
     assert [(a.command_id, a.outcome) for a in answers] == [("j1:a1#1", "first")]
@@ -343,7 +354,7 @@ def test_a_wait_is_answered_by_an_event_that_completes_it(
     # stop as soon as the event is sent, before the worker takes it from the work stream
     wait_for(lambda: equipment.counters.events_published == 1, step=step, what="the event")
     [event] = answers_in_work(host, scope)
-    run_until_ended(host, scope, ["w1"], equipment)
+    run_until_ended(host, scope, ["w1"], equipment, end=HOST_END[dry.end])
 
     assert host_story(host, scope, "w1") == story(dry)
     assert story(dry)[:3] == end
@@ -368,7 +379,7 @@ def test_a_withdrawn_attempts_late_answer_still_arrives(host: Host) -> None:
     dry = Simulation(graph_of(recipe), script, job_id="j1").run()
     host.submit(scope, recipe, job_id="j1")
     equipment = ScriptedEquipment(host.store(), scope, script)
-    run_until_ended(host, scope, ["j1"], equipment)
+    run_until_ended(host, scope, ["j1"], equipment, end="Ended/Completed")
     assert host_story(host, scope, "j1") == story(dry)
     assert story(dry)[2] == ["second"]
     wait_for(
@@ -390,7 +401,7 @@ def test_a_command_read_past_its_expiry_is_dropped(host: Host) -> None:
     late = ScriptedEquipment(
         host.store(), scope, script, clock=lambda: time.time() + 3600
     )  # its clock says the command expired an hour ago
-    run_until_ended(host, scope, ["j1"], late)
+    run_until_ended(host, scope, ["j1"], late, end="Aborted")
     assert host.order(scope, "j1").result.ended_by == "faulted"
     assert late.counters.dropped_expired == 1
     assert late.counters.asked == 0

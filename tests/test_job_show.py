@@ -476,7 +476,7 @@ def test_job_list_lines_up_the_times_after_the_longest_state(host: Host, tmp_pat
     faulted = host.submit(scope, linear_recipe(1, max_attempts=1), job_id="f").job
     host.submit(scope, linear_recipe(1), job_id="s", start=False)
     jammed = host.responder(scope, lambda kind, data: Answer(error="jammed"))
-    host.run([host.worker([scope])], [jammed], host.ended(scope, [faulted]))
+    host.run([host.worker([scope])], [jammed], host.ended(scope, [faulted], "Aborted"))
     # the fault's code as a timeout writes it (the longest state there is)
     r = host.client()
     raw = json.loads(r.hget(keys.job(scope, faulted), "order"))

@@ -479,7 +479,7 @@ def test_push_and_pull_jobs_complete_through_two_bridges_and_the_device(rig: Rig
     assert _paths(host, scope, ids) == ["Ended/Completed"] * 6
     # both bridges took part, and every command went out once
     assert b1.counters.published > 0 and b2.counters.published > 0
-    host.run([worker], [], host.ended(scope, [failing]))
+    host.run([worker], [], host.ended(scope, [failing], "Aborted"))
     # (a bridge counts just after it wrote the entry the worker may already have applied)
     wait_for(lambda: b1.counters.responses + b2.counters.responses == 13, timeout=5)
     assert host.order_path(scope, failing).startswith("Aborted")
@@ -518,7 +518,7 @@ def test_a_type_id_with_a_wildcard_is_not_sent_and_the_bridge_lives_on(rig: Rig)
     doc = json.loads(linear_recipe(1, timeout_s=1, max_attempts=2))
     doc["Actions"][0]["TypeId"] = "com.example.a+b.v1"
     job = host.submit(scope, json.dumps(doc).encode(), job_id="w").job
-    host.run([host.worker([scope])], [], host.ended(scope, [job]), timeout=20)
+    host.run([host.worker([scope])], [], host.ended(scope, [job], "Aborted"), timeout=20)
     assert host.order_path(scope, job) == "Aborted"  # both attempts timed out
     wait_for(lambda: _pending_of(host, scope, "") == 0, timeout=10, what="every entry acked")
     (thread,) = [t for _, t, x in rig.threads if x is bridge]
@@ -1038,7 +1038,8 @@ def test_a_restarted_bridge_gets_the_responses_sent_while_it_was_away(rig: Rig, 
     assert bridge.counters.responses == 0, "the bridge stopped after the answers came"
     wait_for(lambda: device.counters.answered == 3, timeout=10, what="the answers")
     again = rig.bridge("second", **session)
-    host.run([worker], [], host.ended(scope, ids), timeout=20)
+    end = "Ended/Completed" if kept else "Aborted"
+    host.run([worker], [], host.ended(scope, ids, end), timeout=20)
     if kept:
         assert _paths(host, scope, ids) == ["Ended/Completed"] * 3
         assert again.counters.responses == 3
