@@ -25,7 +25,7 @@ import typer
 from rich.console import Console
 
 from cli.published import schema_errors
-from generated.capabilities_v1_0 import Capabilities
+from generated.capabilities_v1_1 import Capabilities
 from generated.simulation_script_v1_0 import SimulationScript
 from generated.state_v1_5 import SfcState
 from host.jobs import RECIPE_LIMIT

@@ -42,7 +42,7 @@ from cli.files import (
 from cli.hostcommon import not_found, unreadable_job, unregistered
 from cli.job import _listed_row, _show_text, show_doc
 from cli.work import pending_row
-from generated.capabilities_v1_0 import Capabilities
+from generated.capabilities_v1_1 import Capabilities
 from generated.simulation_script_v1_0 import SimulationScript
 from generated.state_v1_5 import SfcState
 from generated.work_entry_v1_0 import TickData

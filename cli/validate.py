@@ -92,8 +92,12 @@ def validate(
                 typer.echo(f"sfc: {c.unreadable}", err=True)
                 continue
             if c.result.graph is not None:
-                steps, actions = len(c.result.graph.steps), len(c.result.graph.actions)
-                typer.echo(f"ok: {c.file} ({_plural(steps, 'step')}, {_plural(actions, 'action')})")
+                graph = c.result.graph
+                counts = [_plural(len(graph.steps), "step"), _plural(len(graph.actions), "action")]
+                resets = sum(len(names) for names in graph.resets.values())
+                if resets:
+                    counts.append(_plural(resets, "reset"))
+                typer.echo(f"ok: {c.file} ({', '.join(counts)})")
             for error in c.result.errors:
                 text = format_error(error)
                 typer.echo(f"{c.file}: {text}" if prefix else text)

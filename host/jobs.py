@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 from msgspec.structs import replace
 
-from generated.capabilities_v1_0 import Features
+from generated.capabilities_v1_1 import Features
 from generated.history_entry_v1_0 import HistoryEntry
 from generated.job_order_v1_0 import JobOrder
 from generated.job_response_v1_0 import JobResponse

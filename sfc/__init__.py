@@ -9,7 +9,14 @@ No clock, no I/O, no randomness: time arrives only as `event.at` (epoch millisec
 A stored state of an older format is read with `migrate(document, graph)`.
 """
 
-from sfc.builder import RECIPE_V1_0_0, RECIPE_V1_1_0, BuildError, BuildResult, build
+from sfc.builder import (
+    RECIPE_V1_0_0,
+    RECIPE_V1_1_0,
+    RECIPE_V1_2_0,
+    BuildError,
+    BuildResult,
+    build,
+)
 from sfc.evolution import evolve, new_state, next_deadline
 from sfc.graph import Graph
 from sfc.migrate import MigrationError, migrate
@@ -17,6 +24,7 @@ from sfc.migrate import MigrationError, migrate
 __all__ = [
     "RECIPE_V1_0_0",
     "RECIPE_V1_1_0",
+    "RECIPE_V1_2_0",
     "BuildError",
     "BuildResult",
     "Graph",

@@ -42,14 +42,18 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET
 
-from generated.capabilities_v1_0 import Capabilities
+from generated.capabilities_v1_1 import Capabilities
 from generated.recipe_v1_0_0 import Recipe as RecipeV1_0_0
-from generated.recipe_v1_1_0 import Action, EquipmentCommand, Recipe
+from generated.recipe_v1_1_0 import Recipe as RecipeV1_1_0
+from generated.recipe_v1_2_0 import Action, EquipmentCommand, Recipe
 from sfc.graph import (
     BIDI_CONTROLS,
     DEFAULT_OUTCOME,
     OUTCOME_LIMIT,
+    PULSES,
     RESERVED_OUTCOMES,
+    STORED,
+    TIMED,
     TRUE,
     Graph,
     cycles,
@@ -60,6 +64,7 @@ from sfc.graph import (
 
 RECIPE_V1_0_0: Final = "https://aschamberger.github.io/schemas/microdcs/sfc-recipe/v1.0.0/"
 RECIPE_V1_1_0: Final = "https://aschamberger.github.io/schemas/microdcs/sfc-recipe/v1.1.0/"
+RECIPE_V1_2_0: Final = "https://aschamberger.github.io/schemas/microdcs/sfc-recipe/v1.2.0/"
 
 MAX_DOCUMENT_BYTES: Final = 16 * 1024 * 1024
 """Documents above 16 MiB are refused before decoding (SFC000)."""
@@ -78,6 +83,13 @@ SELECTION: Final = "selection"
 JOB_ID: Final = "{jobId}"
 HELD: Final = "held"
 QUALIFIERS: Final = ("N", "R", "S", "L", "D", "P", "SD", "DS", "SL", "P1", "P0")
+
+QUALIFIER_FEATURES: Final = {
+    **dict.fromkeys(PULSES, ("pulseActions", "a pulse action")),
+    **dict.fromkeys(("L", "D"), ("timedActions", "a timed action")),
+    **dict.fromkeys((*STORED, "R"), ("storedActions", "a stored action")),
+}
+"""Qualifier -> (the capabilities feature it needs, what it is called in a message)."""
 
 _PLACEHOLDER = re.compile(r"\{[^{}]*\}")
 _AT = re.compile(r"^(?P<message>.*) - at `(?P<path>\$[^`]*)`$", re.DOTALL)
@@ -145,13 +157,14 @@ def refused(code: str, path: str, message: str) -> BuildResult:
 # -- decoding (SFC000)
 
 _canonical = msgspec.json.Encoder(order="deterministic")
-_decoder_v1_1_0 = msgspec.json.Decoder(Recipe)
+_decoder_v1_2_0 = msgspec.json.Decoder(Recipe)
 
 FORMATS: Final[dict[str, tuple[str, msgspec.json.Decoder[Any] | None]]] = {
     RECIPE_V1_0_0: ("v1.0.0", msgspec.json.Decoder(RecipeV1_0_0)),
-    RECIPE_V1_1_0: ("v1.1.0", None),
+    RECIPE_V1_1_0: ("v1.1.0", msgspec.json.Decoder(RecipeV1_1_0)),
+    RECIPE_V1_2_0: ("v1.2.0", None),
 }
-"""Dataschema URI -> (version, the decoder of that format; None for v1.1.0 itself)."""
+"""Dataschema URI -> (version, the decoder of that format; None for v1.2.0 itself)."""
 
 
 def decode_error(exc: msgspec.DecodeError, what: str = "recipe") -> tuple[str, str]:
@@ -195,10 +208,11 @@ def decode_and_check(
     capabilities: Capabilities | None,
     version: str,
 ) -> BuildResult:
-    """Decode with `decoder` (None: v1.1.0 itself), then check and index as v1.1.0.
+    """Decode with `decoder` (None: v1.2.0 itself), then check and index as v1.2.0.
 
-    A document of an older format that decodes is a valid v1.1.0 document too (v1.1.0 only
-    adds fields), so it is decoded again with the v1.1.0 model for the checks.
+    A document of an older format that decodes is a valid v1.2.0 document too (each version
+    only adds fields), so it is decoded again with the v1.2.0 model for the checks; its
+    actions may have qualifier N only (SFC010).
     """
     size = len(recipe_json)
     if size > MAX_DOCUMENT_BYTES:
@@ -211,7 +225,7 @@ def decode_and_check(
     try:
         if decoder is not None:
             decoder.decode(recipe_json)
-        recipe = _decoder_v1_1_0.decode(recipe_json)
+        recipe = _decoder_v1_2_0.decode(recipe_json)
     except msgspec.DecodeError as exc:
         if not bytes(recipe_json).strip():
             return refused("SFC000", "$", "the document is empty")
@@ -221,10 +235,19 @@ def decode_and_check(
         path, message = decode_error(exc, f"recipe format {version}")
         if path.endswith((".Hold", ".Restart")) and "is not a field" in message:
             message += f"; Hold and Restart need dataschema {RECIPE_V1_1_0}"
+        elif path.endswith((".DurationSeconds", ".MinSeconds")) and "is not a field" in message:
+            message += f"; DurationSeconds and MinSeconds need dataschema {RECIPE_V1_2_0}"
+        elif path.endswith((".DurationSeconds", ".MinSeconds")) and "expected" in message:
+            field = path.rsplit(".", 1)[1]
+            message = (
+                f"{field} must be a number above 0 and at most {MAX_TIMEOUT_SECONDS} (one week)"
+            )
+        elif path.endswith(".Qualifier") and "is not an allowed value" in message:
+            return refused("SFC010", path, message)
         return refused("SFC000", path, message)
     except RecursionError:
         return refused("SFC000", "$", "the document is nested too deeply")
-    errors = check(recipe, capabilities)
+    errors = check(recipe, capabilities, version)
     if errors:
         return BuildResult(None, tuple(errors))
     try:
@@ -257,9 +280,14 @@ def recipe_hash_of(recipe: Recipe) -> str:
 # -- the checks
 
 
-def check(recipe: Recipe, capabilities: Capabilities | None = None) -> list[BuildError]:
-    """Every build error of a decoded recipe, in the order of the passes."""
-    return _Checker(recipe, capabilities).run()
+def check(
+    recipe: Recipe, capabilities: Capabilities | None = None, version: str = "v1.2.0"
+) -> list[BuildError]:
+    """Every build error of a decoded recipe, in the order of the passes.
+
+    `version` is the format the document was read as; before v1.2.0 only N is allowed.
+    """
+    return _Checker(recipe, capabilities, version).run()
 
 
 def _q(name: str) -> str:
@@ -292,8 +320,11 @@ AMBIGUOUS: Final = 3
 class _Checker:
     """One pass per method; each reads the tables the earlier passes filled."""
 
-    def __init__(self, recipe: Recipe, capabilities: Capabilities | None) -> None:
+    def __init__(self, recipe: Recipe, capabilities: Capabilities | None, version: str) -> None:
         self.recipe = recipe
+        self.version = version
+        self.qualified = version not in ("v1.0.0", "v1.1.0")
+        """The format has the qualifiers besides N (v1.2.0 on)."""
         self.steps = recipe.steps
         self.transitions = recipe.transitions
         self.actions = recipe.actions
@@ -314,7 +345,15 @@ class _Checker:
         self.div_usable: list[bool] = []
         """Divergences the chart checks can rely on."""
         self.step_actions: dict[str, list[int]] = {}
-        """Step name -> its actions (those whose Step resolved)."""
+        """Step name -> its gating (N) actions (those whose Step resolved)."""
+        self.gating: list[bool] = []
+        """Per action block: N (before v1.2.0 every block counts as N)."""
+        self.type_ids: list[str] = []
+        """Per action block: its TypeId, "" for an R block or one without it."""
+        self.defined: dict[str, int] = {}
+        """Action name -> its first defining block (not an R)."""
+        self.resets: dict[str, list[int]] = {}
+        """Step name -> its R blocks."""
         self.interaction_ok: list[bool] = []
         self.selector_ok: list[bool] = []
         self.equipment_ok: list[bool] = []
@@ -435,6 +474,8 @@ class _Checker:
             self.div_at.setdefault(d.name, k)
         seen: dict[str, int] = {}
         for i, a in enumerate(self.actions):
+            if self.qualified and a.qualifier == "R":
+                continue  # it names an action defined elsewhere: check_resets
             if a.name == "":
                 self.error("SFC017", f"$.Actions[{i}].Name", "an action has an empty name")
             elif ":" in a.name:
@@ -484,7 +525,7 @@ class _Checker:
                 "exactly one step is the initial step",
             )
 
-    # -- SFC003, SFC009, SFC010, SFC019 on each action
+    # -- SFC003, SFC009, SFC010, SFC019, SFC021 to SFC026 on each action
 
     def check_actions(self) -> None:
         step_actions: dict[str, list[int]] = {name: [] for name in self.step_at}
@@ -493,20 +534,55 @@ class _Checker:
         interaction_ok = self.interaction_ok
         selector_ok = self.selector_ok
         equipment_ok = self.equipment_ok
+        defined = self.defined
         for i, a in enumerate(self.actions):
-            acts = step_actions.get(a.step)
-            if acts is not None:
-                acts.append(i)
-            else:
+            if a.step not in step_actions:
                 self.unknown_step(i, a)
-            if a.qualifier != "N":
+            qualifier = a.qualifier if self.qualified else "N"
+            if not self.qualified and a.qualifier != "N":
                 self.error(
                     "SFC010",
                     f"$.Actions[{i}].Qualifier",
-                    f"action {_q(a.name)} has qualifier {a.qualifier}; "
-                    "only N (non-stored) is supported",
+                    f"action {_q(a.name)} has qualifier {a.qualifier}; the recipe format "
+                    f"{self.version} supports only N (non-stored): the other qualifiers "
+                    f"need dataschema {RECIPE_V1_2_0}",
                 )
-            interaction = a.interaction
+            gating = qualifier == "N"
+            self.gating.append(gating)
+            if qualifier == "R":
+                self.check_reset_block(i, a)
+                for flags in (interaction_ok, selector_ok, equipment_ok):
+                    flags.append(False)
+                self.type_ids.append("")
+                continue
+            defined.setdefault(a.name, i)
+            if gating and a.step in step_actions:
+                step_actions[a.step].append(i)
+            self.check_duration(i, a, qualifier)
+            missing = [
+                field
+                for field, value in (
+                    ("Interaction", a.interaction),
+                    ("TypeId", a.type_id),
+                    ("TimeoutSeconds", a.timeout_seconds),
+                )
+                if value is UNSET
+            ]
+            for field in missing:
+                self.error(
+                    "SFC000",
+                    f"$.Actions[{i}].{field}",
+                    f"the required field {field} is missing (only an R block goes without it)",
+                )
+            if missing:
+                for flags in (interaction_ok, selector_ok, equipment_ok):
+                    flags.append(False)
+                self.type_ids.append("")
+                continue
+            interaction, type_id, timeout = a.interaction, a.type_id, a.timeout_seconds
+            assert isinstance(interaction, str) and isinstance(type_id, str)
+            assert isinstance(timeout, int)
+            self.type_ids.append(type_id)
             ok = interaction in (PUSH, PULL)
             interaction_ok.append(ok)
             if not ok:
@@ -516,12 +592,20 @@ class _Checker:
                     f"action {_q(a.name)} has interaction {_q(interaction)}; "
                     f"it must be {PUSH} or {PULL}",
                 )
-            self.check_type_id(f"$.Actions[{i}].TypeId", f"action {_q(a.name)}", a.type_id)
-            if not 1 <= a.timeout_seconds <= MAX_TIMEOUT_SECONDS:
+            elif interaction == PULL and not gating:
+                self.error(
+                    "SFC024",
+                    f"$.Actions[{i}].Qualifier",
+                    f"action {_q(a.name)} waits for an event and has qualifier {qualifier}; "
+                    "a pull event is always N (the step waits for it): send a command instead, "
+                    "or make it N",
+                )
+            self.check_type_id(f"$.Actions[{i}].TypeId", f"action {_q(a.name)}", type_id)
+            if not 1 <= timeout <= MAX_TIMEOUT_SECONDS:
                 self.error(
                     "SFC009",
                     f"$.Actions[{i}].TimeoutSeconds",
-                    f"action {_q(a.name)} has TimeoutSeconds {a.timeout_seconds}; "
+                    f"action {_q(a.name)} has TimeoutSeconds {timeout}; "
                     f"it must be from 1 to {MAX_TIMEOUT_SECONDS} (one week)",
                 )
             if a.max_attempts is not UNSET and not 1 <= a.max_attempts <= MAX_ATTEMPTS:
@@ -533,11 +617,106 @@ class _Checker:
                 )
             selector = a.selector is UNSET or self.check_selector(i, a)
             selector_ok.append(selector)
-            if interaction == PULL and selector and acts is not None:
+            if interaction == PULL and gating and selector and a.step in step_actions:
                 waiting.setdefault(a.step, []).append(i)
-            equipment_ok.append(
-                not (a.hold is UNSET and a.restart is UNSET) and self.check_equipment(i, a)
+            held = not (a.hold is UNSET and a.restart is UNSET)
+            if held and not gating:
+                field = "Hold" if a.hold is not UNSET else "Restart"
+                self.error(
+                    "SFC025",
+                    f"$.Actions[{i}].{field}",
+                    f"action {_q(a.name)} has qualifier {qualifier} and a {field} command; "
+                    "equipment hold (Hold and Restart) is for N actions only",
+                )
+            equipment_ok.append(held and self.check_equipment(i, a))
+        self.check_resets()
+
+    def check_duration(self, i: int, a: Action, qualifier: str) -> None:
+        """SFC023: DurationSeconds is T of L, D, SD, DS and SL, and of no other qualifier."""
+        if qualifier in TIMED and a.duration_seconds is UNSET:
+            self.error(
+                "SFC023",
+                f"$.Actions[{i}].Qualifier",
+                f"action {_q(a.name)} has qualifier {qualifier} and no DurationSeconds; "
+                f"{qualifier} needs its time T: add DurationSeconds",
             )
+        elif qualifier not in TIMED and a.duration_seconds is not UNSET:
+            self.error(
+                "SFC023",
+                f"$.Actions[{i}].DurationSeconds",
+                f"action {_q(a.name)} has qualifier {qualifier} and DurationSeconds; only "
+                "L, D, SD, DS and SL have a time: remove it, or use a timed qualifier",
+            )
+
+    def check_reset_block(self, i: int, a: Action) -> None:
+        """SFC026: an R block is `{"Name", "Step", "Qualifier": "R"}` and nothing more."""
+        extra = [
+            field
+            for field, value in (
+                ("Interaction", a.interaction),
+                ("TypeId", a.type_id),
+                ("TimeoutSeconds", a.timeout_seconds),
+                ("MaxAttempts", a.max_attempts),
+                ("Parameters", a.parameters),
+                ("Selector", a.selector),
+                ("Hold", a.hold),
+                ("Restart", a.restart),
+                ("DurationSeconds", a.duration_seconds),
+            )
+            if value is not UNSET
+        ]
+        if extra:
+            self.error(
+                "SFC026",
+                f"$.Actions[{i}].{extra[0]}",
+                f"the R block of action {_q(a.name)} has {', '.join(extra)}; an R block has "
+                "only Name, Step and Qualifier: it resets the action that Name defines elsewhere",
+            )
+        if a.step in self.step_at:
+            self.resets.setdefault(a.step, []).append(i)
+
+    def check_resets(self) -> None:
+        """SFC021, SFC022, SFC002: each R names one stored action of another step, once a step."""
+        names = self.defined
+        for step, blocks in self.resets.items():
+            seen: dict[str, int] = {}
+            for i in blocks:
+                a = self.actions[i]
+                path = f"$.Actions[{i}].Name"
+                if a.name in seen:
+                    self.error(
+                        "SFC002",
+                        path,
+                        f"step {_q(step)} resets action {_q(a.name)} twice "
+                        f"(also at $.Actions[{seen[a.name]}]); one R block is enough",
+                    )
+                    continue
+                seen[a.name] = i
+                target = names.get(a.name)
+                if target is None:
+                    self.error(
+                        "SFC021",
+                        path,
+                        f"the R block in step {_q(step)} resets action {_q(a.name)}, which no "
+                        "block defines" + self.did_you_mean(a.name, names),
+                    )
+                    continue
+                stored = self.actions[target]
+                if stored.qualifier not in STORED:
+                    self.error(
+                        "SFC021",
+                        path,
+                        f"the R block in step {_q(step)} resets action {_q(a.name)}, which has "
+                        f"qualifier {stored.qualifier} ($.Actions[{target}]); R resets only "
+                        "stored actions (S, SD, DS, SL)",
+                    )
+                elif stored.step == step:
+                    self.error(
+                        "SFC022",
+                        path,
+                        f"step {_q(step)} both starts ({stored.qualifier}, $.Actions[{target}]) "
+                        f"and resets action {_q(a.name)}; reset it in a later step",
+                    )
 
     def check_type_id(self, path: str, owner: str, type_id: str) -> None:
         """SFC009: a type id that no command or event can carry (empty, or with white space)."""
@@ -986,27 +1165,27 @@ class _Checker:
         any_type: dict[str, int] = {}
         for group in groups:
             for i in group:
-                a = self.actions[i]
+                a, type_id = self.actions[i], self.type_ids[i]
                 subj, corr = self.literals(a)
                 found: list[int] = []
                 if subj is not None and corr is not None:
                     for key in ((subj, corr), (None, corr), (subj, None), (None, None)):
-                        if (a.type_id, *key) in seen:
-                            found.append(seen[(a.type_id, *key)])
+                        if (type_id, *key) in seen:
+                            found.append(seen[(type_id, *key)])
                 elif subj is None and corr is not None:
                     found += [
                         any_subject[key]
-                        for key in ((a.type_id, corr), (a.type_id, None))
+                        for key in ((type_id, corr), (type_id, None))
                         if key in any_subject
                     ]
                 elif corr is None and subj is not None:
                     found += [
                         any_correlation[key]
-                        for key in ((a.type_id, subj), (a.type_id, None))
+                        for key in ((type_id, subj), (type_id, None))
                         if key in any_correlation
                     ]
-                elif a.type_id in any_type:
-                    found.append(any_type[a.type_id])
+                elif type_id in any_type:
+                    found.append(any_type[type_id])
                 if found and i not in flagged:
                     flagged.add(i)
                     other = self.actions[min(found)]
@@ -1014,17 +1193,17 @@ class _Checker:
                         "SFC011",
                         f"$.Actions[{i}].Selector",
                         f"actions {_q(other.name)} and {_q(a.name)} both wait for event type "
-                        f"{_q(a.type_id)} at the same time ({where}), so one event could "
+                        f"{_q(type_id)} at the same time ({where}), so one event could "
                         "complete either; give both a Selector whose Subject or CorrelationId "
                         "are two different fixed values (a value with {jobId} tells nothing apart)",
                     )
             for i in group:
-                a = self.actions[i]
+                a, type_id = self.actions[i], self.type_ids[i]
                 subj, corr = self.literals(a)
-                seen.setdefault((a.type_id, subj, corr), i)
-                any_subject.setdefault((a.type_id, corr), i)
-                any_correlation.setdefault((a.type_id, subj), i)
-                any_type.setdefault(a.type_id, i)
+                seen.setdefault((type_id, subj, corr), i)
+                any_subject.setdefault((type_id, corr), i)
+                any_correlation.setdefault((type_id, subj), i)
+                any_type.setdefault(type_id, i)
 
     @staticmethod
     def literals(a: Action) -> tuple[str | None, str | None]:
@@ -1088,14 +1267,20 @@ class _Checker:
     def loops(self) -> None:
         """A loop of nodes that all pass through at once would run without end."""
         kind, position, step_actions = self.kind, self.position, self.step_actions
-        free = {
+        # A step waits for its gating actions, and for its MinSeconds; nothing else holds it.
+        waits = {
             name
             for name, acts in step_actions.items()
-            if not acts and kind[name] == STEP and name not in position
+            if acts or self.steps[self.step_at[name]].min_seconds is not UNSET
+        }
+        free = {
+            name
+            for name in step_actions
+            if name not in waits and kind[name] == STEP and name not in position
         }
         for k, d in enumerate(self.divergences):
             if self.div_usable[k]:
-                seqs = [all(not step_actions[s] for s in seq) for seq in d.branches]
+                seqs = [all(s not in waits for s in seq) for seq in d.branches]
                 if any(seqs) if d.type == SELECTION else all(seqs):
                     free.add(d.name)
         if not free:
@@ -1132,7 +1317,8 @@ class _Checker:
                 "SFC013",
                 f"$.Transitions[{closing}]",
                 f"the loop through {_names(order)} has nothing to wait for: none of its steps has "
-                "an action (a selection divergence passes through when one of its sequences "
+                + ("an N action or MinSeconds" if self.qualified else "an action")
+                + " (a selection divergence passes through when one of its sequences "
                 "has none), so the chart would run around it without end",
             )
 
@@ -1151,7 +1337,12 @@ class _Checker:
             SIMULTANEOUS: features is UNSET or features.simultaneous is not False,
             SELECTION: features is UNSET or features.selection is not False,
             "equipmentHold": features is UNSET or features.equipment_hold is not False,
+            "pulseActions": features is UNSET or features.pulse_actions is not False,
+            "timedActions": features is UNSET or features.timed_actions is not False,
+            "storedActions": features is UNSET or features.stored_actions is not False,
         }
+        if self.qualified:
+            self.qualifier_features(enabled)
         for k, d in enumerate(self.divergences):
             if d.type in (SIMULTANEOUS, SELECTION) and not enabled[d.type]:
                 self.error(
@@ -1192,6 +1383,18 @@ class _Checker:
                 f"(possible: {', '.join(sorted(possible))})",
             )
 
+    def qualifier_features(self, enabled: dict[str, bool]) -> None:
+        """SFC015 for each action block whose qualifier needs a feature the station lacks."""
+        for i, a in enumerate(self.actions):
+            feature = QUALIFIER_FEATURES.get(a.qualifier)
+            if feature is not None and not enabled[feature[0]]:
+                self.error(
+                    "SFC015",
+                    f"$.Actions[{i}].Qualifier",
+                    f"action {_q(a.name)} has qualifier {a.qualifier} ({feature[1]}), which this "
+                    f"station does not support (its capabilities set {feature[0]} false)",
+                )
+
     def station_action(
         self, i: int, a: Action, declared: dict[tuple[str, str], set[str]], enabled: dict[str, bool]
     ) -> set[str] | None:
@@ -1208,9 +1411,9 @@ class _Checker:
             )
             return None
         result: set[str] | None = None
-        own = declared.get((a.type_id, kind))
+        own = declared.get((self.type_ids[i], kind))
         if own is None:
-            self.undeclared(f"$.Actions[{i}].TypeId", a.name, a.type_id, kind, declared)
+            self.undeclared(f"$.Actions[{i}].TypeId", a.name, self.type_ids[i], kind, declared)
         else:
             result = own | set(RESERVED_OUTCOMES)
             if kind == "push":

@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from generated.capabilities_v1_0 import Capabilities
+from generated.capabilities_v1_1 import Capabilities
 from generated.command_v1_0 import Command
 from generated.event_v1_0 import Event
 from generated.snapshot_v1_0 import Snapshot

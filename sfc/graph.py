@@ -14,17 +14,31 @@ exits (divergence -> anything else, cleared at the convergence).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
-from generated.recipe_v1_1_0 import Recipe
+from generated.recipe_v1_2_0 import Recipe
+
+_T = TypeVar("_T")
 
 TRUE = "true"
 """The condition of a default transition."""
 
 RESERVED_OUTCOMES = ("timeout", "error")
 """Outcomes the core gives itself: attempts used up, and a failure reported."""
+
+QUALIFIERS = ("N", "P", "P1", "P0", "S", "R", "L", "D", "SD", "DS", "SL")
+"""IEC 61131-3's action qualifiers (docs/qualifiers.md); only N is gating."""
+
+TIMED = frozenset({"L", "D", "SD", "DS", "SL"})
+"""Qualifiers with a duration T (DurationSeconds)."""
+
+STORED = frozenset({"S", "SD", "DS", "SL"})
+"""Qualifiers of stored actions: their work outlives the step until an R resets it."""
+
+PULSES = frozenset({"P", "P1", "P0"})
+"""One-shot qualifiers: their work is started once and never withdrawn."""
 
 DEFAULT_OUTCOME = "done"
 """The outcome of a push response that names none."""
@@ -88,6 +102,12 @@ class ActionSpec:
     """Selector.CorrelationId, with {jobId} still in it; pull events only."""
     hold: EquipmentCommandSpec | None
     restart: EquipmentCommandSpec | None
+    qualifier: str = "N"
+    """One of QUALIFIERS; never R (R blocks are indexed in Graph.resets)."""
+    duration_ms: int | None = None
+    """T of the qualifier in ms (DurationSeconds); set exactly for L, D, SD, DS and SL."""
+    gating: bool = True
+    """True only for N: the step waits for its outcome, and its transitions see it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,9 +149,10 @@ class Graph:
     steps: tuple[str, ...]
     """Step names in recipe order."""
     actions: dict[str, ActionSpec]
-    """Action blocks by name, in recipe order."""
+    """Action blocks by name, in recipe order: the block that defines each name (never an R)."""
     step_actions: dict[str, tuple[ActionSpec, ...]]
-    """The action blocks of each step (every step has an entry, possibly empty)."""
+    """The action blocks of each step but its R blocks, gating or not, in recipe order (every
+    step has an entry, possibly empty)."""
     transitions: tuple[TransitionSpec, ...]
     outgoing: dict[str, tuple[TransitionSpec, ...]]
     """Transitions leaving each top-level step, by priority (every step outside a sequence has an entry)."""
@@ -145,6 +166,16 @@ class Graph:
     is on a cycle of the chart. Only these need a round counter once their step is left."""
     divergence_actions: dict[str, tuple[ActionSpec, ...]] = field(default_factory=dict)
     """The action blocks of every sequence of each divergence."""
+    resets: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Step -> the stored actions (S, SD, DS, SL) its R blocks reset at its entry, in recipe
+    order; only steps with R blocks have an entry."""
+    min_ms: dict[str, int] = field(default_factory=dict)
+    """Step -> its MinSeconds in ms: the step is not done before entry + this. Only steps
+    that have MinSeconds have an entry."""
+
+    def gating_actions(self, step: str) -> tuple[ActionSpec, ...]:
+        """The action blocks of a step whose outcomes it waits for (N), in recipe order."""
+        return tuple(a for a in self.step_actions[step] if a.gating)
 
     def sequence_actions(self, divergence: str, sequences: list[int]) -> list[ActionSpec]:
         """The action blocks of the given sequences of a divergence, in sequence order."""
@@ -156,6 +187,12 @@ def _opt(value: Any, default: Any = None) -> Any:
     return default if value is UNSET else value
 
 
+def _given(value: _T | UnsetType) -> _T:
+    """A field that validation made sure of (every block but R has its TypeId, ...)."""
+    assert not isinstance(value, UnsetType), "index() of a recipe that did not validate"
+    return value
+
+
 def _equipment(cmd: Any) -> EquipmentCommandSpec | None:
     if cmd is UNSET:
         return None
@@ -164,6 +201,11 @@ def _equipment(cmd: Any) -> EquipmentCommandSpec | None:
         timeout_ms=cmd.timeout_seconds * 1000,
         parameters=_opt(cmd.parameters, {}),
     )
+
+
+def seconds_to_ms(seconds: float) -> int:
+    """A DurationSeconds or MinSeconds in whole milliseconds: the nearest, and at least 1."""
+    return max(1, round(seconds * 1000))
 
 
 def _by_priority(ts: list[TransitionSpec]) -> tuple[TransitionSpec, ...]:
@@ -178,21 +220,29 @@ def index(recipe: Recipe, recipe_hash: str, dataschema: str) -> Graph:
     actions: dict[str, ActionSpec] = {}
     step_actions: dict[str, list[ActionSpec]] = {s: [] for s in steps}
     waits: dict[str, list[ActionSpec]] = {}
+    resets: dict[str, list[str]] = {}
     for i, a in enumerate(recipe.actions):
+        if a.qualifier == "R":
+            resets.setdefault(a.step, []).append(a.name)
+            continue
         selector = _opt(a.selector)
+        duration = _opt(a.duration_seconds)
         spec = ActionSpec(
             index=i,
             name=a.name,
             step=a.step,
             push=a.interaction == "push_command",
-            type_id=a.type_id,
-            timeout_ms=a.timeout_seconds * 1000,
+            type_id=_given(a.type_id),
+            timeout_ms=_given(a.timeout_seconds) * 1000,
             max_attempts=_opt(a.max_attempts),
             parameters=_opt(a.parameters, {}),
             subject=None if selector is None else _opt(selector.subject),
             correlation_id=None if selector is None else _opt(selector.correlation_id),
             hold=_equipment(a.hold),
             restart=_equipment(a.restart),
+            qualifier=a.qualifier,
+            duration_ms=None if duration is None else seconds_to_ms(duration),
+            gating=a.qualifier == "N",
         )
         actions[a.name] = spec
         step_actions[a.step].append(spec)
@@ -259,6 +309,10 @@ def index(recipe: Recipe, recipe_hash: str, dataschema: str) -> Graph:
         waits_by_type={t: tuple(a) for t, a in waits.items()},
         cyclic=cyclic,
         divergence_actions=divergence_actions,
+        resets={step: tuple(names) for step, names in resets.items()},
+        min_ms={
+            s.name: seconds_to_ms(s.min_seconds) for s in recipe.steps if s.min_seconds is not UNSET
+        },
     )
 
 

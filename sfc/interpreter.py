@@ -1,8 +1,9 @@
 """Recipe interpreters: the dataschema URI of a work master picks the one that builds it.
 
 The SFC interpreter is the first implementation. It is registered once per recipe format it
-reads: v1.1.0, and v1.0.0 (the same chart without Hold and Restart; a v1.0.0 document that
-declares them is refused with SFC000 naming the field). Both build the same Graph.
+reads: v1.2.0; v1.1.0 (the same chart with qualifier N only, and no DurationSeconds or
+MinSeconds); and v1.0.0 (v1.1.0 without Hold and Restart). A document that declares a field
+its format lacks is refused with SFC000 naming the field. All build the same Graph.
 """
 
 from __future__ import annotations
@@ -11,8 +12,15 @@ from typing import Any, Protocol
 
 import msgspec
 
-from generated.capabilities_v1_0 import Capabilities
-from sfc.builder import FORMATS, RECIPE_V1_0_0, RECIPE_V1_1_0, BuildResult, decode_and_check
+from generated.capabilities_v1_1 import Capabilities
+from sfc.builder import (
+    FORMATS,
+    RECIPE_V1_0_0,
+    RECIPE_V1_1_0,
+    RECIPE_V1_2_0,
+    BuildResult,
+    decode_and_check,
+)
 
 
 class RecipeInterpreter(Protocol):
@@ -35,7 +43,7 @@ class SfcInterpreter:
         self._dataschema = dataschema
         self._version = version
         self._decoder = decoder
-        """Decodes the format first when it is older than v1.1.0; None for v1.1.0 itself."""
+        """Decodes the format first when it is older than v1.2.0; None for v1.2.0 itself."""
 
     @property
     def dataschemas(self) -> tuple[str, ...]:
@@ -52,9 +60,12 @@ class SfcInterpreter:
 
 SFC_V1_0_0 = SfcInterpreter(RECIPE_V1_0_0, *FORMATS[RECIPE_V1_0_0])
 SFC_V1_1_0 = SfcInterpreter(RECIPE_V1_1_0, *FORMATS[RECIPE_V1_1_0])
+SFC_V1_2_0 = SfcInterpreter(RECIPE_V1_2_0, *FORMATS[RECIPE_V1_2_0])
 
 _REGISTRY: dict[str, RecipeInterpreter] = {
-    uri: interpreter for interpreter in (SFC_V1_0_0, SFC_V1_1_0) for uri in interpreter.dataschemas
+    uri: interpreter
+    for interpreter in (SFC_V1_0_0, SFC_V1_1_0, SFC_V1_2_0)
+    for uri in interpreter.dataschemas
 }
 
 

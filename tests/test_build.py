@@ -12,8 +12,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from generated.capabilities_v1_0 import Capabilities
-from sfc import RECIPE_V1_0_0, RECIPE_V1_1_0, BuildError, BuildResult, build
+from generated.capabilities_v1_1 import Capabilities
+from sfc import RECIPE_V1_0_0, RECIPE_V1_1_0, RECIPE_V1_2_0, BuildError, BuildResult, build
 from sfc.builder import MAX_DOCUMENT_BYTES, MAX_ELEMENTS
 from sfc.interpreter import SfcInterpreter, interpreter_for, known_dataschemas
 
@@ -204,7 +204,7 @@ CASES = [
     Case("SFC000", "$.Steps[0].Name", mutate(chain(), ("Steps.0.Name", 7))),
     Case("SFC000", "$.Transitions", mutate(chain(), ("Transitions", DROP))),
     Case("SFC000", "$.Actions[1].Colour", mutate(chain(), ("Actions.1.Colour", "red"))),
-    Case("SFC000", "$.Actions[0].Qualifier", mutate(chain(), ("Actions.0.Qualifier", "X"))),
+    Case("SFC010", "$.Actions[0].Qualifier", mutate(chain(), ("Actions.0.Qualifier", "X"))),
     Case(
         "SFC000", "$.Actions[0].TimeoutSeconds", mutate(chain(), ("Actions.0.TimeoutSeconds", 1.5))
     ),
@@ -1080,8 +1080,8 @@ def test_an_unknown_dataschema_is_sfc000_naming_it() -> None:
 
 
 def test_the_dataschema_picks_the_interpreter() -> None:
-    assert known_dataschemas() == (RECIPE_V1_0_0, RECIPE_V1_1_0)
-    for uri in (RECIPE_V1_0_0, RECIPE_V1_1_0):
+    assert known_dataschemas() == (RECIPE_V1_0_0, RECIPE_V1_1_0, RECIPE_V1_2_0)
+    for uri in (RECIPE_V1_0_0, RECIPE_V1_1_0, RECIPE_V1_2_0):
         interpreter = interpreter_for(uri)
         assert isinstance(interpreter, SfcInterpreter)
         assert interpreter.dataschemas == (uri,)

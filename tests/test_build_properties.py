@@ -18,7 +18,7 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from generated.capabilities_v1_0 import Capabilities
+from generated.capabilities_v1_1 import Capabilities
 from sfc import RECIPE_V1_0_0, BuildResult, build
 
 RECIPES = Path(__file__).parent / "data" / "python_recipes"

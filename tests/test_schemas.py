@@ -20,6 +20,7 @@ import pytest
 
 from generated.recipe_v1_0_0 import Recipe as RecipeV100
 from generated.recipe_v1_1_0 import Recipe as RecipeV110
+from generated.recipe_v1_2_0 import Recipe as RecipeV120
 from tests import wire
 
 PYTHON_RECIPES = wire.DATA / "python_recipes"
@@ -30,7 +31,7 @@ NOT_RECIPES = {
     # The docs' snake_case form, which the original accepted by field name; not the wire format.
     "RearAxleFitting.docs.orig.json",
 }
-RECIPE_SCHEMAS = ("recipe_v1_0_0", "recipe_v1_1_0")
+RECIPE_SCHEMAS = ("recipe_v1_0_0", "recipe_v1_1_0", "recipe_v1_2_0")
 
 KNOWN_DISAGREEMENTS = {
     "state_v1_3/invalid/sequence_float.json": (
@@ -134,7 +135,7 @@ AGREED_KEYWORDS = frozenset(
     {"$schema", "$id", "$defs", "$ref", "title", "description", "default", "discriminator"}
     | {"type", "properties", "required", "additionalProperties", "items", "enum", "const"}
     | {"oneOf", "anyOf", "minimum", "maximum", "maxItems", "maxLength", "pattern"}
-    | {"minItems", "minLength"}
+    | {"minItems", "minLength", "exclusiveMinimum"}
 )
 
 
@@ -234,6 +235,7 @@ def test_id_carries_the_version_of_the_file_name(name: str) -> None:
 
 def test_recipe_ids_are_the_dataschema_uris() -> None:
     base = "https://aschamberger.github.io/schemas/microdcs/sfc-recipe"
+    assert wire.schema("recipe_v1_2_0")["$id"] == f"{base}/v1.2.0/"
     assert wire.schema("recipe_v1_1_0")["$id"] == f"{base}/v1.1.0/"
     assert wire.schema("recipe_v1_0_0")["$id"] == f"{base}/v1.0.0/"
 
@@ -254,6 +256,23 @@ def test_v1_0_0_recipe_decodes_under_the_current_model(path: Path) -> None:
     data = path.read_bytes()
     old = msgspec.json.decode(data, type=RecipeV100)
     current = msgspec.json.decode(data, type=RecipeV110)
+    assert msgspec.json.encode(current) == msgspec.json.encode(old)
+
+
+V1_1_0_RECIPES = [
+    pytest.param(path, id=_rel(path))
+    for name, path in VALID
+    if name in ("recipe_v1_0_0", "recipe_v1_1_0")
+]
+
+
+@pytest.mark.parametrize("path", V1_1_0_RECIPES)
+def test_v1_1_0_recipe_encodes_the_same_under_v1_2_0(path: Path) -> None:
+    """v1.2.0 only adds fields (and lets an R block go without TypeId, ...), so a v1.1.0
+    recipe decodes to the same canonical bytes: the recipe hash a state pins stays."""
+    data = path.read_bytes()
+    old = msgspec.json.decode(data, type=RecipeV110)
+    current = msgspec.json.decode(data, type=RecipeV120)
     assert msgspec.json.encode(current) == msgspec.json.encode(old)
 
 

@@ -22,7 +22,8 @@ from jsonschema.exceptions import best_match
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from generated.capabilities_v1_0 import Capabilities
+from generated.capabilities_v1_0 import Capabilities as CapabilitiesV10
+from generated.capabilities_v1_1 import Capabilities
 from generated.command_v1_0 import Command
 from generated.dryrun_result_v1_0 import DryRunResult
 from generated.dryrun_result_v1_1 import DryRunResult as DryRunResultV11
@@ -34,6 +35,7 @@ from generated.job_order_v1_0 import JobOrder
 from generated.job_response_v1_0 import JobResponse
 from generated.recipe_v1_0_0 import Recipe as RecipeV100
 from generated.recipe_v1_1_0 import Recipe as RecipeV110
+from generated.recipe_v1_2_0 import Recipe as RecipeV120
 from generated.simulation_script_v1_0 import SimulationScript
 from generated.snapshot_v1_0 import Snapshot
 from generated.state_v1_3 import SfcState as SfcStateV13
@@ -51,6 +53,7 @@ DATA = Path(__file__).resolve().parent / "data"
 ROOT_TYPES: dict[str, Any] = {
     "recipe_v1_0_0": RecipeV100,
     "recipe_v1_1_0": RecipeV110,
+    "recipe_v1_2_0": RecipeV120,
     "state_v1_3": SfcStateV13,
     "state_v1_4": SfcStateV14,
     "state_v1_5": SfcState,
@@ -60,7 +63,8 @@ ROOT_TYPES: dict[str, Any] = {
     "step_result_v1_1": StepResultV11,
     "step_result_v1_2": StepResult,
     "snapshot_v1_0": Snapshot,
-    "capabilities_v1_0": Capabilities,
+    "capabilities_v1_0": CapabilitiesV10,
+    "capabilities_v1_1": Capabilities,
     "simulation_script_v1_0": SimulationScript,
     "dryrun_result_v1_0": DryRunResult,
     "dryrun_result_v1_1": DryRunResultV11,
