@@ -124,11 +124,18 @@ def workers_killed(
 
         wait_until(enough, timeout=120, what=f"{at} commands of wave {w}")
         holding = caught_holding(store, scope, fleet_of)
-        victim, n = rnd.choice(holding) if holding else (rnd.choice(fleet_of), 0)
+        while not holding:
+            # the kill must land on entries in flight: look again while the wave still runs
+            assert ended_count(store, scope, expected) < len(expected), (
+                f"wave {w} ended before any instance was caught holding entries: no kill in flight"
+            )
+            holding = caught_holding(store, scope, fleet_of)
+        victim, n = rnd.choice(holding)
         held.append(n)
         victim.kill()
         victim.start().wait_serving()
     wait_until(settled(store, scope, expected), timeout=180, what="every job to end")
+    assert len(held) == kills and all(n > 0 for n in held), held  # every kill hit entries
     figures = check(store, scope, expected, answers=fleet.answers())
     assert equipment.error is None
     print_figures(
