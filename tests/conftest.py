@@ -33,6 +33,28 @@ def host(valkey_url: str) -> Iterator[Host]:
         h.close()
 
 
+@pytest.fixture
+def own_valkey_url(tmp_path: Path) -> Iterator[str]:
+    """A server of the test's own, for a test that changes the server itself (deletes the
+    library, pauses or kills every client, flushes a database): the session's is shared."""
+    server = EmbeddedServer(tmp_path / "own-valkey").start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def own_host(own_valkey_url: str) -> Iterator[Host]:
+    """`host`, on a server of the test's own (own_valkey_url)."""
+    h = Host(own_valkey_url)
+    try:
+        yield h
+        h.check_exactly_once()
+    finally:
+        h.close()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The long fault tests run only when asked: `-m faults_long`, or SFC_FAULTS_LONG=1."""
     import os

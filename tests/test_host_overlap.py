@@ -315,11 +315,13 @@ def test_several_scopes_take_a_batch_of_each_and_hold_few_rows_ahead(host: Host)
 
 
 def test_an_outage_while_a_batch_lands_keeps_the_batch_evaluated_meanwhile_first(
-    host: Host,
+    own_host: Host,
 ) -> None:
     """The server drops the worker's connections while a batch is in flight: landing it
     raises, and the batch evaluated meanwhile goes back before the rows after it, so that
-    no job's entries are applied out of order; nothing is lost or applied twice."""
+    no job's entries are applied out of order; nothing is lost or applied twice. (It pauses
+    and kills every client: a server of its own.)"""
+    host = own_host
     scope = host.scope("outage")
     jobs = [host.submit(scope, linear_recipe(1), job_id=f"j{i}").job for i in range(6)]
     w = host.worker([scope], ONE, overlap=True)

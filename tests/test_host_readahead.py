@@ -107,7 +107,8 @@ def test_a_stopping_worker_applies_what_it_read_ahead(host: Host) -> None:
     assert r.xlen(keys.work(scope)) == 0
 
 
-def test_a_missing_library_sends_the_commits_again_but_not_the_read(host: Host) -> None:
+def test_a_missing_library_sends_the_commits_again_but_not_the_read(own_host: Host) -> None:
+    host = own_host  # it deletes the library: a server of its own
     scope = host.scope("nolib")
     for i in range(2):
         host.submit(scope, linear_recipe(1), job_id=f"j{i}")

@@ -49,13 +49,11 @@ def test_a_lost_due_index_is_repaired_by_a_new_instance_and_the_deadlines_fire(h
 
 
 def test_a_scope_first_used_through_one_instance_is_picked_up_by_a_later_one(
-    valkey_url: str,
+    own_valkey_url: str,
 ) -> None:
-    # the registry is server-wide: this test has a database of its own
-    url = valkey_url.rsplit("/", 1)[0] + "/3"
-    host = Host(url)
+    # the registry is server-wide: this test has a server of its own, empty at the start
+    host = Host(own_valkey_url)
     try:
-        host.client().flushdb()
         a = Worker(host.store(), FAST, None)
         assert a.refresh_scopes() == []
         scope = host.scope("late")
