@@ -22,10 +22,24 @@ An evaluation has two phases.
    actions is done at once, so it is passed through in the same loop. The loop ends when
    every active step waits for something, the job is held, or the job ended.
 
+Action qualifiers (IEC 61131-3, recipe v1.2.0; docs/qualifiers.md)
+------------------------------------------------------------------
+Only *gating* action blocks (N) decide when a step is done: a step is done when every gating
+block has an outcome and its MinSeconds (its *dwell*) have passed. Every other qualifier
+starts and withdraws work by the rules of `_RULES`, a table, and its outcome is recorded and
+routes nothing. Two kinds of time run: attempt deadlines (`deadline`, `holdDeadline`; an
+outage and a hold move them) and process timers (a record's `timer`, the state's `dwells`;
+only a hold moves them). A tick handles everything due in time order (`expire`); before a
+process timer fires, the chart settles on what came before it, so a step left at exactly
+entry+T does not start its D.
+
 Where each rule lives (methods of `_Evaluation` unless marked)
 --------------------------------------------------------------
 - entering a step or a divergence .......................... `enter`, `enter_step`
 - starting an action block (push command or await) ......... `start_action`
+- what each qualifier starts and withdraws (the table) ...... `_RULES` (module), `enter_step`,
+                                                              `exit_step`, `reset`, `pend`
+- process timers: D/SD/DS starts, L/SL limits, dwells ....... `expire`, `fire_timer`
 - a step's and a divergence's outcome set .................. `outcomes_of`
 - which transition fires ................................... `_select` (module)
 - sequences, convergence, ending without a transition ...... `clear`, `fire`
@@ -36,15 +50,16 @@ Where each rule lives (methods of `_Evaluation` unless marked)
                                                               `not_held`, `restart`
 - job hold and release ..................................... `_on_hold`, `_on_release`
 - ending the job ........................................... `complete_job`, `fault_job`,
-                                                              `_on_cancel`
+                                                              `_on_cancel`, `end_work`
 - the propagation limit (dispatches, entries) ............... `start_work`, `enter_step`
 - which records the state keeps (format 1.5) ............... `leave`, `start_action`
 - bounded texts (outcome, error, cancel reason) ............ `_on_answer`, `_on_event`,
                                                               `_on_cancel`, `cut`
 
-The state keeps a record only while it can still matter: those of active steps, and of the
-steps of a divergence that has not converged (their outcomes count at the convergence).
-Leaving a step, or a divergence that converged, drops its records; an action on a cycle of
+The state keeps a record only while it can still matter: those of active steps, of the
+steps of a divergence that has not converged (their outcomes count at the convergence), and
+of non-gating actions whose work is open or whose timer is pending (never more than one per
+action block). Leaving a step, or a divergence that converged, drops the others; an action on a cycle of
 the chart keeps its round in `rounds`, so its next entry counts on. An ended job keeps its
 verdict (status, outcomes, fault, cancel reason, endedAt). There is no log: the decisions of
 an evaluation come back in `StepResult.decisions`. So the state's size, and evolve's cost,
@@ -55,6 +70,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from msgspec import UNSET
@@ -119,6 +135,55 @@ class _PropagationLimit(Exception):
     """Raised inside one evaluation when it dispatches or enters too much; caught by evolve."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    """What one qualifier does with its action block's work (QUALIFIERS.md, "The table")."""
+
+    entry: Literal["start", "timer", "none"]
+    """At the step's entry: start the work, start the timer (the work starts when it runs
+    out), or nothing."""
+    limited: bool = False
+    """The work is withdrawn (reason `limit`, outcome `done`) at start + T."""
+    stored: bool = False
+    """Survives its step's exit; not started again while open or pending; an R resets it."""
+    pulse: bool = False
+    """Never withdrawn, not even at the job's end."""
+    start_at_exit: bool = False
+    """P0: the work starts when the step is left."""
+    withdraw_at_exit: bool = False
+    """Open work is withdrawn (reason `deactivated`) when the step is left."""
+    drop_pending_at_exit: bool = False
+    """A timer still running when the step is left is dropped: the work never starts."""
+
+
+_RULES: dict[str, _Rule] = {
+    "N": _Rule(entry="start"),
+    "P": _Rule(entry="start", pulse=True),
+    "P1": _Rule(entry="start", pulse=True),
+    "P0": _Rule(entry="none", pulse=True, start_at_exit=True),
+    "L": _Rule(entry="start", limited=True, withdraw_at_exit=True),
+    "D": _Rule(entry="timer", withdraw_at_exit=True, drop_pending_at_exit=True),
+    "S": _Rule(entry="start", stored=True),
+    "SD": _Rule(entry="timer", stored=True),
+    "DS": _Rule(entry="timer", stored=True, drop_pending_at_exit=True),
+    "SL": _Rule(entry="start", stored=True, limited=True),
+}
+"""Each qualifier's rule; R is not here: an R block is no work, it resets (`reset`)."""
+
+REASON_LIMIT_REACHED = "limit"
+REASON_RESET = "reset"
+REASON_DEACTIVATED = "deactivated"
+REASON_ENDED = "ended"
+"""The withdraw reasons of non-gating work; each means: stop the work."""
+
+
+def _label(spec: ActionSpec) -> str:
+    """An action block as a plant engineer reads it: `andon (D 10 s)`, `conveyor (S)`."""
+    if spec.duration_ms is None:
+        return f"{spec.name} ({spec.qualifier})"
+    return f"{spec.name} ({spec.qualifier} {duration(spec.duration_ms)})"
+
+
 def new_state(graph: Graph, job_id: str, scope: str) -> SfcState:
     """The state of a job that has not started; a `start` event enters the initial step."""
     return SfcState(
@@ -164,6 +229,13 @@ def next_deadline(state: SfcState) -> int | None:
     for rec in state.actions.values():
         for d in _due(rec, held):
             if d is not None and (best is None or d < best):
+                best = d
+        # A process timer waits for the release, like a work deadline.
+        if rec.timer is not None and not held and (best is None or rec.timer < best):
+            best = rec.timer
+    if state.dwells and not held:
+        for d in state.dwells.values():
+            if best is None or d < best:
                 best = d
     return best
 
@@ -229,6 +301,7 @@ class _Evaluation:
         "decisions",
         "dispatched",
         "divergences",
+        "dwells",
         "ended_at",
         "entered",
         "fault",
@@ -255,6 +328,7 @@ class _Evaluation:
         self.status = state.status
         self.active: dict[str, None] = dict.fromkeys(state.active_steps)
         self.divergences = {d.name: d for d in state.divergences} if state.divergences else {}
+        self.dwells = dict(state.dwells) if state.dwells else {}
         self.actions = dict(state.actions)
         self.rounds = state.rounds  # copied on the first change (it grows with the recipe)
         self.rounds_copied = False
@@ -321,6 +395,9 @@ class _Evaluation:
                 deadline=deadline,
                 parameters=params,
                 selector=self.selector(spec) if work == "await" else None,
+                # N says nothing (the wire of an N-only recipe is as before 1.5).
+                qualifier=UNSET if spec.gating else spec.qualifier,  # type: ignore[arg-type]
+                stop_at=UNSET if rec.timer is None else rec.timer,
             )
         )
 
@@ -344,12 +421,39 @@ class _Evaluation:
         return [(n, r) for n, r in self.actions.items() if r.status == "open"]
 
     def withdraw_all(self, reason: str) -> None:
-        """cancelWork for every open command and every unanswered hold command."""
+        """cancelWork for every open command and every unanswered hold command, pulses
+        (P, P1, P0) aside: they run to their end. The state then forgets every non-gating
+        record but open non-pulse work (which shows as withdrawn, as N work does)."""
         for name, rec in self.open_work():
+            spec = self.g.actions[name]
+            if not spec.gating and _RULES[spec.qualifier].pulse:
+                continue
             if rec.hold != "held":  # a held attempt was withdrawn already
                 self.cancel_work(name, rec.command_id, reason)
             if rec.hold == "open":
                 self.cancel_work(name, rec.hold_command_id, reason)
+        self.forget_non_gating(keep_open=True)
+
+    def forget_non_gating(self, keep_open: bool) -> None:
+        """At the job's end: drop pending timers, pulses and ended non-gating records."""
+        self.dwells = {}
+        for name, rec in list(self.actions.items()):
+            spec = self.g.actions[name]
+            if spec.gating:
+                continue
+            if keep_open and rec.status == "open" and not _RULES[spec.qualifier].pulse:
+                continue
+            del self.actions[name]
+
+    def end_work(self, reason: str) -> None:
+        """The job completed: every open non-pulse work is withdrawn (`ended`), and the
+        state forgets every non-gating record."""
+        for name, rec in self.open_work():
+            spec = self.g.actions[name]
+            if not spec.gating and not _RULES[spec.qualifier].pulse:
+                self.cancel_work(name, rec.command_id, reason)
+                self.note(f"{_label(spec)} withdrawn: the job ended")
+        self.forget_non_gating(keep_open=False)
 
     # -- the evolution
 
@@ -364,19 +468,22 @@ class _Evaluation:
             step = worklist.popleft()
             if step not in self.active:
                 continue
-            # A step is done when all its action blocks are (a plain loop: all() with a
-            # generator costs a frame on the hot path).
+            # A step is done when all its gating action blocks are and its dwell passed (a
+            # plain loop: all() with a generator costs a frame on the hot path).
             for spec in self.g.step_actions[step]:
-                if self.actions[spec.name].status != "done":
+                if spec.gating and self.actions[spec.name].status != "done":
                     break
             else:
-                self.clear(step)
+                if step not in self.dwells:
+                    self.clear(step)
 
     def outcomes_of(self, specs: Iterable[ActionSpec]) -> tuple[list[str], str | None]:
         """The outcome set of some action blocks, in recipe order, and the first failure."""
         outcomes: list[str] = []
         failure: str | None = None
         for spec in specs:
+            if not spec.gating:  # recorded, never routed
+                continue
             outcome = self.actions[spec.name].outcome
             if outcome is None:
                 continue
@@ -395,7 +502,9 @@ class _Evaluation:
             return
         pos = self.g.position[step]
         if failure is not None:
-            failed = next(s.name for s in specs if self.actions[s.name].outcome == failure)
+            failed = next(
+                s.name for s in specs if s.gating and self.actions[s.name].outcome == failure
+            )
             self.fault_job(
                 failure,
                 f"action {failed} in step {step} ended with {failure}"
@@ -403,7 +512,7 @@ class _Evaluation:
                 f"a sequence of divergence {pos.divergence}, and a sequence cannot route a failure",
             )
             return
-        del self.active[step]
+        self.exit_step(step)
         spec = self.g.divergences[pos.divergence]
         if not pos.last:
             nxt = spec.sequences[pos.sequence][pos.index + 1]
@@ -460,7 +569,7 @@ class _Evaluation:
         failed = [
             a.name
             for a in self.g.step_actions.get(source, ())
-            if self.actions[a.name].outcome == failure
+            if a.gating and self.actions[a.name].outcome == failure
         ]
         who = f"{', '.join(failed)} in step {source}" if failed else source
         ended = f"{who} ended with {failure}{self._reported(failed)}"
@@ -486,18 +595,60 @@ class _Evaluation:
     def leave(self, node: str) -> None:
         """Leave a step, or a divergence that converged: their action records are dropped.
 
-        An action block's record is forgotten; one on a cycle keeps the round it was in.
+        An action block's record is forgotten; one on a cycle keeps the round it was in. A
+        non-gating record whose work is open or whose timer is pending outlives its step.
         """
-        self.active.pop(node, None)
         if self.divergences.pop(node, None) is not None:
+            self.active.pop(node, None)
             specs = self.g.divergence_actions[node]
         else:
+            self.exit_step(node)
             specs = self.g.step_actions.get(node, ())
         actions, cyclic = self.actions, self.g.cyclic
         for spec in specs:
+            if not spec.gating:
+                rec = actions.get(spec.name)
+                if rec is None or rec.status != "done":
+                    continue
             rec = actions.pop(spec.name, None)
             if rec is not None and spec.name in cyclic:
                 self.set_round(spec.name, rec.round)
+
+    def drop(self, name: str) -> None:
+        """Forget one record; an action on a cycle keeps the round it was in."""
+        rec = self.actions.pop(name, None)
+        if rec is not None and name in self.g.cyclic:
+            self.set_round(name, rec.round)
+
+    def live(self, step: str) -> bool:
+        """Whether a step's records still count: it is active, or in a divergence that has
+        not converged."""
+        if step in self.active:
+            return True
+        pos = self.g.position.get(step)
+        return pos is not None and pos.divergence in self.divergences
+
+    def exit_step(self, step: str) -> None:
+        """The step leaves the active steps: P0 starts, L and D are withdrawn, a D or DS
+        timer still running is dropped (QUALIFIERS.md, "exit")."""
+        self.active.pop(step, None)
+        for spec in self.g.step_actions.get(step, ()):
+            if spec.gating:
+                continue
+            rule = _RULES[spec.qualifier]
+            if rule.start_at_exit:
+                self.start_action(spec)
+                continue
+            rec = self.actions.get(spec.name)
+            if rec is None:
+                continue
+            if rec.status == "pending" and rule.drop_pending_at_exit:
+                self.note(f"{_label(spec)} not started: {step} was left before its time")
+                self.drop(spec.name)
+            elif rec.status == "open" and rule.withdraw_at_exit:
+                self.cancel_work(spec.name, rec.command_id, REASON_DEACTIVATED)
+                self.note(f"{_label(spec)} withdrawn: {step} was left")
+                self.drop(spec.name)
 
     def set_round(self, name: str, value: int | None) -> None:
         if not self.rounds_copied:
@@ -541,11 +692,83 @@ class _Evaluation:
         if self.entered > PROPAGATION_LIMIT:
             raise _PropagationLimit
         self.active[step] = None
-        specs = self.g.step_actions[step]
-        for spec in specs:
-            self.start_action(spec)
-        if not specs:  # done at once; a step with actions waits for their outcomes
+        resets = self.g.resets.get(step)
+        if resets:
+            for name in resets:
+                self.reset(name, step)
+        waits = False
+        for spec in self.g.step_actions[step]:
+            if spec.gating:
+                waits = True
+                self.start_action(spec)
+            else:
+                self.enter_qualified(spec)
+        dwell = self.g.min_ms.get(step)
+        if dwell:
+            self.dwells[step] = self.at + dwell
+        elif not waits:  # done at once; a step with gating actions waits for their outcomes
             self.worklist.append(step)
+
+    def enter_qualified(self, spec: ActionSpec) -> None:
+        """A non-gating action block at its step's entry, by its qualifier's rule."""
+        rule = _RULES[spec.qualifier]
+        rec = self.actions.get(spec.name)
+        if rule.stored and rec is not None and rec.status != "done":
+            running = "its timer runs" if rec.status == "pending" else "its work is open"
+            self.note(
+                f"{_label(spec)} not started again: {running} since round {rec.round} "
+                "(a stored action starts again once it has ended)"
+            )
+            return
+        if rule.entry == "start":
+            self.start_action(spec)
+        elif rule.entry == "timer":
+            self.pend(spec)
+
+    def next_round(self, spec: ActionSpec) -> int:
+        prev = self.actions.get(spec.name)
+        if prev is not None:
+            return prev.round + 1
+        last_round = self.rounds.get(spec.name, 0)
+        if last_round:
+            self.set_round(spec.name, None)  # the record carries it from now on
+        return last_round + 1
+
+    def pend(self, spec: ActionSpec) -> None:
+        """A D, SD or DS block: its work starts when its timer runs out (`fire_timer`)."""
+        assert spec.duration_ms is not None
+        self.actions[spec.name] = ActionRecord(
+            status="pending",
+            work="push" if spec.push else "await",
+            type_id=spec.type_id,
+            attempt=0,
+            round=self.next_round(spec),
+            first_command=self.sequence + 1,  # any command issued before is an earlier round's
+            deadline=None,
+            timer=self.at + spec.duration_ms,
+            command_id=None,
+            outcome=None,
+            error=None,
+            hold=None,
+            hold_command_id=None,
+            hold_deadline=None,
+            restarted=False,
+        )
+
+    def reset(self, name: str, step: str) -> None:
+        """An R block at its step's entry: withdraw the stored action's open work (`reset`),
+        or drop its pending timer."""
+        spec = self.g.actions[name]
+        rec = self.actions.get(name)
+        if rec is None or rec.status == "done":
+            self.note(f"{step}: R {name}: {_label(spec)} is not running; nothing to reset")
+            return
+        if rec.status == "open":
+            self.cancel_work(name, rec.command_id, REASON_RESET)
+            self.note(f"{step}: R {name}: {_label(spec)} withdrawn")
+        else:
+            self.note(f"{step}: R {name}: the timer of {_label(spec)} dropped; it never starts")
+        self.drop(name)
 
     def start_action(self, spec: ActionSpec) -> None:
         """A fresh record in a new round, and the command that starts the action block."""
@@ -558,6 +781,11 @@ class _Evaluation:
                 self.set_round(spec.name, None)  # the record carries it from now on
         work: Literal["push", "await"] = "push" if spec.push else "await"
         command_id = self.new_command_id(spec.name)
+        limit = (
+            self.at + spec.duration_ms
+            if not spec.gating and spec.duration_ms is not None and _RULES[spec.qualifier].limited
+            else None
+        )
         rec = ActionRecord(
             status="open",
             work=work,
@@ -566,7 +794,7 @@ class _Evaluation:
             round=last_round + 1,
             first_command=self.sequence,
             deadline=self.at + spec.timeout_ms,
-            timer=None,
+            timer=limit,
             command_id=command_id,
             outcome=None,
             error=None,
@@ -581,9 +809,21 @@ class _Evaluation:
     # -- outcomes, deadlines, attempts
 
     def record_outcome(self, name: str, outcome: str, error: str | None = None) -> None:
-        """An action block has its outcome: an answer, an event, or a timeout."""
+        """An action block has its outcome: an answer, an event, or a timeout.
+
+        A non-gating outcome is recorded and routes nothing; once its step no longer counts,
+        the record is dropped at once (the decision keeps what it was).
+        """
         rec = self.actions[name]
-        self.worklist.append(self.g.actions[name].step)
+        spec = self.g.actions[name]
+        if not spec.gating:
+            self.actions[name] = replace(
+                rec, status="done", outcome=outcome, error=error, deadline=None, timer=None
+            )
+            if not self.live(spec.step):
+                self.drop(name)
+            return
+        self.worklist.append(spec.step)
         if rec.hold == "open":  # the work answered before its hold did
             self.cancel_work(name, rec.hold_command_id, "superseded")
         self.actions[name] = replace(
@@ -636,11 +876,63 @@ class _Evaluation:
                 self.actions[name] = replace(self.actions[name], **changes)
         return moved
 
-    def expire(self) -> list[str]:
-        """Handle every deadline at or before now; says what became of each."""
+    def shift_timers(self, gap: int) -> None:
+        """Move every process timer and dwell by `gap` (a hold's length; an outage's never)."""
+        for name, rec in self.actions.items():
+            if rec.timer is not None:
+                self.actions[name] = replace(rec, timer=rec.timer + gap)
+        for step, due in self.dwells.items():
+            self.dwells[step] = due + gap
+
+    def due_now(self) -> list[tuple[int, int, int, str]]:
+        """Everything due at or before now, in the order it fires: by time; at one time,
+        deadlines and dwells before process timers (an answer or a timeout that ends a step
+        at entry+T wins over its D); then in the recipe's order of action blocks (dwells
+        after them, in step order). Items: (time, 0 deadline / 1 timer, order, name)."""
+        held = self.held_at is not None
+        at = self.at
+        due: list[tuple[int, int, int, str]] = []
+        for name, rec in self.actions.items():
+            work_deadline, hold_deadline = _due(rec, held)
+            if hold_deadline is not None and hold_deadline <= at:
+                due.append((hold_deadline, 0, self.g.actions[name].index, name))
+            elif work_deadline is not None and work_deadline <= at:
+                due.append((work_deadline, 0, self.g.actions[name].index, name))
+            if rec.timer is not None and not held and rec.timer <= at:
+                due.append((rec.timer, 1, self.g.actions[name].index, name))
+        if self.dwells and not held:
+            blocks = len(self.g.actions)
+            for step, when_due in self.dwells.items():
+                if when_due <= at:
+                    due.append((when_due, 0, blocks + self.g.steps.index(step), step))
+        due.sort()
+        return due
+
+    def expire(self) -> tuple[list[str], list[str]]:
+        """Handle every deadline, timer and dwell at or before now; says what became of each
+        (deadlines, then timers and dwells)."""
         held = self.held_at is not None
         expired: list[str] = []
-        for name, rec in self.open_work():
+        timers: list[str] = []
+        for _, kind, order, name in self.due_now():
+            if self.status != "running":
+                break
+            if kind == 1:
+                # The chart first settles on what came before (a step left earlier does not
+                # start its D). Evolving needs the job released: timers wait while held.
+                self.evolve()
+                if self.status == "running":
+                    timers.extend(self.fire_timer(name))
+                continue
+            if order >= len(self.g.actions):  # a dwell
+                if self.dwells.pop(name, None) is not None:
+                    self.worklist.append(name)
+                    self.note(f"{name}: its MinSeconds passed")
+                    timers.append(f"the dwell of {name} passed")
+                continue
+            rec = self.actions.get(name)
+            if rec is None or rec.status != "open":
+                continue  # an earlier item of this tick ended it
             _, hold_deadline = _due(rec, held)
             if hold_deadline is not None and hold_deadline <= self.at:
                 rec = self.not_held(name, "the hold was not answered in time")
@@ -656,7 +948,32 @@ class _Evaluation:
                 else:
                     self.time_out(name, f"no {spec.type_id} event arrived in time")
                     expired.append(f"{name} timed out waiting for {spec.type_id}")
-        return expired
+        return expired, timers
+
+    def fire_timer(self, name: str) -> list[str]:
+        """A process timer ran out: a pending D, SD or DS work starts, or an open L or SL
+        work is withdrawn at its limit (outcome `done`)."""
+        rec = self.actions.get(name)
+        if rec is None or rec.timer is None or rec.timer > self.at:
+            return []  # reset, withdrawn or dropped earlier in this tick
+        spec = self.g.actions[name]
+        if rec.status == "pending":
+            rec = self.actions[name] = replace(
+                rec,
+                status="open",
+                attempt=1,
+                command_id=self.new_command_id(name),
+                first_command=self.sequence,
+                deadline=self.at + spec.timeout_ms,
+                timer=None,
+            )
+            self.note(f"{_label(spec)} started: its time passed")
+            self.start_work(spec, rec, rec.work)
+            return [f"{_label(spec)} started"]
+        self.cancel_work(name, rec.command_id, REASON_LIMIT_REACHED)
+        self.record_outcome(name, DEFAULT_OUTCOME)
+        self.note(f"{_label(spec)} withdrawn at its limit; it ended {DEFAULT_OUTCOME}")
+        return [f"{_label(spec)} withdrawn at its limit"]
 
     # -- equipment hold
 
@@ -704,6 +1021,7 @@ class _Evaluation:
     # -- ending the job
 
     def complete_job(self, last: str, outcomes: list[str]) -> None:
+        self.end_work(REASON_ENDED)
         self.status = "completed"
         self.ended_at = self.at
         self.outcomes = outcomes
@@ -730,6 +1048,7 @@ class _Evaluation:
             divergences=list(self.divergences.values()),
             actions=self.actions,
             rounds=self.rounds,
+            dwells=self.dwells,
             sequence=self.sequence,
             started_at=self.started_at,
             held_at=self.held_at,
@@ -784,10 +1103,12 @@ def _on_tick(ev: _Evaluation, event: Tick) -> Handled:
         outage = 0  # nothing was open to move
     if outage > 0:
         ev.note(f"platform outage of {duration(outage)}: open deadlines moved by it")
-    expired = ev.expire()
-    if not expired and outage == 0:
+    expired, timers = ev.expire()
+    if not expired and not timers and outage == 0:
         return "absorbed", "the job is held" if held else "nothing is due"
     parts = [f"deadline passed: {'; '.join(expired)}"] if expired else []
+    if timers:
+        parts.append(f"time passed: {'; '.join(timers)}")
     if outage:
         parts.insert(0, f"deadlines moved by an outage of {duration(outage)}: {', '.join(moved)}")
     return "applied", "; ".join(parts)
@@ -852,12 +1173,19 @@ def _on_answer(ev: _Evaluation, event: ActionCompleted | ActionFailed) -> Handle
         return _on_hold_answer(ev, spec, rec, command_id, outcome)
     if rec.status == "done":
         return "absorbed", f"{name} already has outcome {rec.outcome}: duplicate or late answer"
+    if rec.status == "pending":
+        return (
+            "absorbed",
+            f"{_label(spec)} has not started: its timer runs until {when(rec.timer or 0)}",
+        )
     if rec.hold == "held":
         return "absorbed", f"the attempt of {name} was withdrawn when the equipment held it"
     if rec.work == "restart" and command_id is not None and command_id != rec.command_id:
         return "absorbed", f"answer to the held work of {name}; its restart is open"
     ev.record_outcome(name, outcome, error)
     said = f"{name} answered {outcome}" if error is None else f"{name} failed: {error}"
+    if not spec.gating:
+        said = f"{said} ({spec.qualifier}: recorded, not waited for)"
     ev.note(said)
     return "applied", said if ev.held_at is None else f"{said} (recorded; the job is held)"
 
@@ -997,6 +1325,7 @@ def _on_release(ev: _Evaluation, event: Release) -> Handled:
     gap = max(0, event.at - ev.held_at)
     ev.held_at = None
     ev.shift_deadlines(gap, work=True, holds=False)
+    ev.shift_timers(gap)
     ev.note(f"job released after {duration(gap)}")
     for name, rec in ev.open_work():
         spec = ev.g.actions[name]
@@ -1108,6 +1437,9 @@ def misfit(graph: Graph, state: SfcState) -> str | None:
     for d in state.divergences:
         if d.name not in graph.divergences:
             return f"divergence {d.name} is not in the recipe"
+    for step in state.dwells:
+        if step not in graph.step_actions:
+            return f"the dwell of step {step} is not in the recipe"
     return None
 
 

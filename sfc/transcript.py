@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import msgspec
+from msgspec import UNSET
 
 from generated.command_v1_0 import CancelWork, Command, StartWork
 from generated.dryrun_result_v1_2 import DryRunResult, Note, TranscriptEntry
@@ -164,11 +165,15 @@ def describe_command(command: Command, issued: dict[str, StartWork] | None = Non
     if isinstance(command, CancelWork):
         return f"withdraw {short} ({command.reason})" if command.reason else f"withdraw {short}"
     details = [f"attempt {command.attempt}"] if command.work == "push" else []
+    if command.qualifier is not UNSET:  # absent for N
+        details.insert(0, command.qualifier)
     if command.round > 1:
         details.append(f"round {command.round}")
     before = None if issued is None else issued.get(command.command_id)
     if before is None:
         details.append(f"deadline {seconds(command.deadline)}")
+        if command.stop_at is not UNSET:
+            details.append(f"stop at {seconds(command.stop_at)}")
         return f"{command.work} {short} ({', '.join(details)})"
     if before.deadline != command.deadline:
         details.append(
