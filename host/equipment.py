@@ -21,8 +21,8 @@ from msgspec import UNSET
 from generated.equipment_entry_v1_0 import AwaitData, CommandData
 from generated.work_entry_v1_0 import AnswerData, EventData
 from host import keys
-from host.apply import EVENTS_UNMATCHED
 from host.entries import Entry, EntryError, checked, decode_equipment, encode, fields
+from host.keys import EVENTS_UNMATCHED
 from host.store import Store
 
 log = logging.getLogger("sfc.host.equipment")

@@ -22,6 +22,17 @@ _NAME = re.compile(r"[^{}\x00-\x20\x7f\ud800-\udfff]+")
 SCOPE_LIMIT = 64
 JOB_LIMIT = 128
 
+# Counters in sfc:scope:{S}, kept by whoever drops an entry, so any process can report them.
+METHODS_APPLIED = "methodsApplied:"
+"""Then the method's name (`methodsApplied:Pause`): counted in the method's commit."""
+METHODS_REFUSED = "methodsRefused:"
+"""Then the method's name: the order's state did not allow it (ReturnStatus 8)."""
+ANSWERS_DROPPED = "answersDropped"
+ENTRIES_DROPPED = "entriesDropped"
+EVENTS_UNMATCHED = "eventsUnmatched"
+"""Events dropped at publish because no job waited for the type, or that no wait took."""
+EVENTS_DUPLICATE = "eventsDuplicate"
+
 
 class KeyError_(ValueError):
     """A scope or a job id that cannot be part of a key."""

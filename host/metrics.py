@@ -29,7 +29,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
-from host.apply import METHODS_APPLIED, METHODS_REFUSED, Outcome
+from host.keys import METHODS_APPLIED, METHODS_REFUSED
+from host.outcome import Outcome
 from host.store import ScopeGauges, Store, unreachable
 
 log = logging.getLogger("sfc.host.metrics")

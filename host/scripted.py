@@ -47,9 +47,9 @@ from msgspec import UNSET
 from generated.equipment_entry_v1_0 import AwaitData, CommandData, WithdrawData
 from generated.simulation_script_v1_0 import SimulationScript
 from host import keys
-from host.apply import EVENTS_UNMATCHED
 from host.entries import Entry, EntryError, decode_equipment, encode, fields
 from host.equipment import answer_data, event_data
+from host.keys import EVENTS_UNMATCHED
 from host.store import Store, a_move, moving_reason, slot_of, unreachable, unreachable_reason
 from sfc.simulation import (
     Reply,

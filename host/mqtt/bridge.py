@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from generated.equipment_entry_v1_0 import AwaitData, CommandData, WithdrawData
 from host import keys
-from host.apply import EVENTS_UNMATCHED
 from host.entries import Entry, EntryError, decode_equipment, encode, fields
+from host.keys import EVENTS_UNMATCHED
 from host.mqtt.cloudevents import (
     Message,
     MessageError,
