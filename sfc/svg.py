@@ -95,9 +95,23 @@ def action_status(state: SfcState | None, rec: ActionRecord | None) -> Status:
     return "failed" if rec.outcome in RESERVED_OUTCOMES else "done"
 
 
+def iec_time(ms: int) -> str:
+    """A time as IEC 61131-3 writes a TIME literal: `T#5s`, `T#1m30s`, `T#2s500ms`."""
+    parts = []
+    for size, unit in ((86_400_000, "d"), (3_600_000, "h"), (60_000, "m"), (1000, "s")):
+        n, ms = divmod(ms, size)
+        if n:
+            parts.append(f"{n}{unit}")
+    if ms or not parts:
+        parts.append(f"{ms}ms")
+    return "T#" + "".join(parts)
+
+
 def qualifier(spec: ActionSpec) -> str:
-    """The action block's qualifier cell."""
-    return "N"
+    """The action block's qualifier cell: the qualifier, and the time of a timed one."""
+    if spec.duration_ms is None:
+        return spec.qualifier
+    return f"{spec.qualifier} {iec_time(spec.duration_ms)}"
 
 
 # --------------------------------------------------------------------------- measures
@@ -108,8 +122,9 @@ class _StepBox:
     name: str
     box_w: int
     initial: bool
-    rows: list[tuple[ActionSpec, str, str, str, Status]]
-    """Per action block: the spec, qualifier, time, mark and status."""
+    rows: list[tuple[str, str, str, str, Status | None]]
+    """Per action block: its name, qualifier, time, mark and status; an R block (which
+    resets a stored action at the step's entry) has no status."""
     cols: tuple[int, int, int, int]
     """Widths of the qualifier, name, time and mark columns (the mark 0 when none)."""
 
@@ -133,18 +148,21 @@ class _StepBox:
 
 def _measure(graph: Graph, state: SfcState | None, step: str) -> _StepBox:
     active = state is not None and step in state.active_steps
-    rows = []
+    rows: list[tuple[str, str, str, str, Status | None]] = []
     for spec in graph.step_actions[step]:
         rec = None if state is None else state.actions.get(spec.name)
         mark = _mark(state, rec, active) or ""
-        rows.append((spec, qualifier(spec), _interaction(spec), mark, action_status(state, rec)))
+        status = action_status(state, rec)
+        rows.append((spec.name, qualifier(spec), _interaction(spec), mark, status))
+    for name in graph.resets.get(step, ()):
+        rows.append((name, "R", "reset at entry", "", None))
 
     def col(texts: Sequence[str], least: int) -> int:
         return max([least, *(text_width(t) + 12 for t in texts)])
 
     cols = (
         col([r[1] for r in rows], 24),
-        col([r[0].name for r in rows], 40),
+        col([r[0] for r in rows], 40),
         col([r[2] for r in rows], 40),
         col([r[3] for r in rows], 0) if any(r[3] for r in rows) else 0,
     )
@@ -251,12 +269,14 @@ class _Drawing:
         c = self.canvas
         c.line(x - LINK, mid, x, mid)
         y = mid - ROW // 2
-        for spec, qual, time, mark, status in box.rows:
+        for name, qual, time, mark, status in box.rows:
             parts = [
-                f'<g class="sfc-action" data-action="{escape(spec.name)}" data-status="{status}">'
+                f'<g class="sfc-action" data-action="{escape(name)}" data-status="{status}">'
+                if status is not None
+                else f'<g class="sfc-reset" data-reset="{escape(name)}">'
             ]
             cx = x
-            for width, text in zip(box.cols, (qual, spec.name, time, mark), strict=True):
+            for width, text in zip(box.cols, (qual, name, time, mark), strict=True):
                 if width == 0:
                     continue
                 parts.append(f'<rect x="{cx}" y="{y}" width="{width}" height="{ROW}"/>')

@@ -3,6 +3,7 @@ its IEC elements, escaping, and a layout where no two boxes overlap."""
 
 from __future__ import annotations
 
+import json
 import re
 import xml.etree.ElementTree as ET
 from itertools import combinations
@@ -14,10 +15,10 @@ from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.single_file import SingleFileSnapshotExtension
 
 from generated.state_v1_5 import SfcState
-from sfc.builder import build
+from sfc.builder import RECIPE_V1_2_0, build
 from sfc.graph import Graph
 from sfc.simulation import Simulation, load_script
-from sfc.svg import render_svg
+from sfc.svg import iec_time, render_svg
 from tests.clikit import sfc
 from tests.corehelpers import divergence, graph_of, pull, push, recipe, t
 from tests.strategies import recipe_docs
@@ -277,3 +278,33 @@ def test_a_chart_of_200_steps_stays_a_column() -> None:
     assert overlapping(root) == []
     assert int(root.attrib["width"]) < 800
     assert int(root.attrib["height"]) > 30 * 200  # a box each, one under the other
+
+
+def test_qualifiers_and_their_times_and_resets_are_drawn() -> None:
+    doc = recipe(
+        ["A", "B", "C"],
+        actions=[
+            push("lamp", "A", Qualifier="L", DurationSeconds=90),
+            push("fan", "A", Qualifier="S"),
+            push("work", "B"),
+            {"Name": "fan", "Step": "C", "Qualifier": "R"},
+        ],
+        transitions=[t("A", "B"), t("B", "C")],
+    )
+    built = build(json.dumps(doc).encode(), None, RECIPE_V1_2_0)
+    assert built.graph is not None, built.errors
+    svg = render_svg(built.graph)
+    assert re.search(r'data-action="lamp" data-status="idle">.*?>L T#1m30s</text>', svg)
+    assert re.search(r'data-action="fan" data-status="idle">.*?>S</text>', svg)
+    assert re.search(r'<g class="sfc-reset" data-reset="fan">.*?>R</text>', svg)
+    assert sorted(actions_of(parsed(svg))) == ["fan", "lamp", "work"]
+
+
+def test_iec_times() -> None:
+    assert [iec_time(ms) for ms in (5000, 90_000, 2500, 0, 3_600_000)] == [
+        "T#5s",
+        "T#1m30s",
+        "T#2s500ms",
+        "T#0ms",
+        "T#1h",
+    ]
