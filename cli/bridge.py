@@ -4,11 +4,13 @@
 `sfc bridge mqtt` is an adapter of the equipment stream: it publishes each push, hold and
 restart as a CloudEvent and maps responses and events back to `respond` and
 `publish_event`. `sfc device mqtt` is equipment on MQTT that answers from a dry-run script.
-Both run until SIGINT or SIGTERM.
+Both run until SIGINT or SIGTERM. They need paho-mqtt, the `mqtt` extra, imported when
+they run: every other command works without it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 import threading
 from pathlib import Path
@@ -41,8 +43,6 @@ from host.mqtt import (
     check_group,
     parse_broker_url,
 )
-from host.mqtt.bridge import MqttBridge
-from host.mqtt.device import MqttDevice
 from host.serve import stop_on_signals
 from host.settings import SettingsError, duration_ms
 from host.worker import consumer_name
@@ -84,6 +84,18 @@ CommandTopicOption = Annotated[
         help="Where commands go: {prefix}, {scope}, {typeId}, {kind} and {job} are replaced.",
     ),
 ]
+
+
+NO_PAHO = (
+    "the MQTT commands (bridge mqtt, device mqtt) need paho-mqtt, the `mqtt` extra: "
+    "pip install 'microdcs-sfc[mqtt]' (in a clone of the repository: uv sync --extra mqtt)"
+)
+
+
+def _needs_paho() -> None:
+    """Exit 1 saying how to get paho-mqtt when it is not installed."""
+    if importlib.util.find_spec("paho") is None:
+        fail(NO_PAHO, 1)
 
 
 def _broker(url: str) -> BrokerURL:
@@ -151,6 +163,9 @@ def bridge_mqtt(
     data_dir: DataDirOption = None,
 ) -> None:
     """Bridge the equipment stream to an MQTT 5 broker (CloudEvents), until stopped."""
+    _needs_paho()
+    from host.mqtt.bridge import MqttBridge
+
     check_scope(scope)
     url = _broker(broker)
     topics = _topics(scope, topic_prefix, command_topic)
@@ -241,6 +256,9 @@ def device_mqtt(
     scope: ScopeOption = "default",
 ) -> None:
     """Equipment on MQTT that answers commands and waits from a script, until stopped."""
+    _needs_paho()
+    from host.mqtt.device import MqttDevice
+
     check_scope(scope)
     url = _broker(broker)
     topics = _topics(scope, topic_prefix, DEFAULT_COMMAND_TOPIC)

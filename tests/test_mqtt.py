@@ -1333,6 +1333,82 @@ def test_a_connection_suspended_and_resumed_leaks_nothing(mqtt_url: str) -> None
     gc.collect()  # an unclosed socket would warn here, and warnings are errors
 
 
+def test_the_cli_works_without_paho_and_the_mqtt_commands_say_how_to_get_it() -> None:
+    """paho-mqtt is the `mqtt` extra: every other command works without it, and the two
+    that need it exit 1 naming the extra."""
+    without_paho = (
+        "import sys; sys.modules['paho'] = None; "  # an import of paho fails, as uninstalled
+        "import cli.main, cli.commands; from cli.main import app; app(prog_name='sfc')"
+    )
+
+    def sfc(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", without_paho, *args],
+            cwd=Path(__file__).parent.parent,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+
+    ok = sfc("validate", "examples/rear-axle-fitting/recipe.json")
+    assert ok.returncode == 0, ok.stderr
+    assert sfc("bridge", "mqtt", "--help").returncode == 0
+    for command in (["bridge", "mqtt"], ["device", "mqtt"]):
+        done = sfc(*command, "--broker", "mqtt://127.0.0.1:1")
+        assert done.returncode == 1, done.stderr
+        assert "need paho-mqtt, the `mqtt` extra" in done.stderr, done.stderr
+        assert "pip install 'microdcs-sfc[mqtt]'" in done.stderr, done.stderr
+        assert "uv sync --extra mqtt" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_paho_internals_the_connection_relies_on_are_taken(mqtt_url: str) -> None:
+    """StoppableClient overrides paho's private `_create_socket_connection` and
+    `_reconnect_wait`, and `Connection.resume` calls `_reset_sockets` (paho is pinned below
+    3 for them): a paho that renamed one would take its own path without a word (a stop
+    waiting out paho's 5 s, a socket pair leaked at each resume)."""
+    import paho.mqtt.client as mqtt
+
+    for name in ("_create_socket_connection", "_reconnect_wait", "_reset_sockets", "_get_proxy"):
+        assert callable(getattr(mqtt.Client, name, None)), f"paho has no Client.{name}"
+    for name in ("_host", "_port", "_sockpairR", "_thread"):
+        assert hasattr(mqtt.Client(mqtt.CallbackAPIVersion.VERSION2), name), name
+    away = parse_broker_url(f"mqtt://127.0.0.1:{_free_port()}")  # nothing listens there
+    conn = Connection(away, "internals", [], bool)
+    calls: Counter[str] = Counter()
+    for name in ("_create_socket_connection", "_reconnect_wait"):
+        taken = getattr(conn.client, name)  # StoppableClient's, bound
+
+        def counted(name: str = name, taken: Any = taken) -> Any:
+            calls[name] += 1
+            return taken()
+
+        setattr(conn.client, name, counted)
+    try:
+        conn.start()
+        wait_for(
+            lambda: calls["_create_socket_connection"] >= 2 and calls["_reconnect_wait"] >= 1,
+            timeout=10,
+            what="paho's network thread to connect through the overrides, twice",
+        )
+        assert conn.client.pause_s is not None  # StoppableClient's pause, not paho's sleep
+    finally:
+        conn.close()
+    back = Connection(parse_broker_url(mqtt_url), "internals-back", ["i/#"], bool)
+    try:
+        back.start()
+        assert back.wait_ready(10)
+        before = back.client._sockpairR
+        assert before is not None
+        back.suspend()
+        back.resume()
+        assert before.fileno() == -1  # closed by _reset_sockets before loop_start's new pair
+        assert back.wait_ready(10)
+    finally:
+        back.close()
+
+
 def test_a_user_and_password_and_tls(
     host: Host, mqtt_broker: Listeners, monkeypatch: pytest.MonkeyPatch
 ) -> None:
