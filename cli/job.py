@@ -44,11 +44,12 @@ from cli.hostcommon import (
     warn_unregistered,
 )
 from cli.main import app
-from host import joborder, jobs, keys
+from host import joborder, jobs, jobview, keys, readmodel
 from host.apply import decode_order
 from host.joborder import ReturnStatus
 from host.store import Store
-from sfc.explain import deadline_of, duration, explain_state, waits, when
+from sfc.explain import when
+from sfc.words import elapsed
 
 job_app = typer.Typer(
     name="job",
@@ -524,13 +525,14 @@ def list_(
             if not result.ok:
                 fail(result.message, 2)
             wanted = {r.job_order_id for r in responses}
-        every = jobs.listing(store, scope)
+        every = jobview.listing(store, scope)
         warning = warn_unregistered(store, scope) if not every else None
     store.close()
     listed = [j for j in every if not state or j.job in wanted]
     if as_json:
         print_json(
-            {"jobs": [_listed_row(j) for j in listed]} | ({"warning": warning} if warning else {})
+            {"jobs": [readmodel.job_row(j) for j in listed]}
+            | ({"warning": warning} if warning else {})
         )
     elif not listed:
         typer.echo(f"no job orders in scope {scope}" + (f" in {', '.join(state)}" if state else ""))
@@ -548,7 +550,7 @@ ID_WIDTH = 40
 have 128): one long id does not widen every row."""
 
 
-def _list_table(listed: list[jobs.Listed]) -> None:
+def _list_table(listed: list[jobview.Listed]) -> None:
     from rich.table import Table
     from rich.text import Text
 
@@ -568,7 +570,7 @@ def _list_table(listed: list[jobs.Listed]) -> None:
     console().print(table)
 
 
-def _list_lines(listed: list[jobs.Listed]) -> None:
+def _list_lines(listed: list[jobview.Listed]) -> None:
     """One line a job. The ids are padded to the longest of at most ID_WIDTH characters: a
     longer one is written whole (it stays one word to grep or copy) and shifts the rest of
     its own line only. The states are padded to the longest shown ("Aborted (faulted
@@ -583,23 +585,13 @@ def _list_lines(listed: list[jobs.Listed]) -> None:
         typer.echo(f"{j.job:<{width}}  {state:<{state_width}} {stored}{ended}".rstrip())
 
 
-def _listed_state(j: jobs.Listed) -> str:
+def _listed_state(j: jobview.Listed) -> str:
     if j.unreadable is not None or j.order is None:
         return "unreadable"
-    return _ended_state(j.order)
+    return readmodel.ended_state(j.order)
 
 
-def _ended_state(o: Any) -> str:
-    """The order's state path, and for one that did not complete, why it ended (its result:
-    endedBy and faultCode): a fault and an operator's abort are both Aborted."""
-    said = joborder.path_text(o)
-    r = o.result
-    if r is msgspec.UNSET or r.ended_by == "completed":
-        return said
-    return f"{said} ({r.ended_by}" + (f" {r.fault_code})" if r.fault_code else ")")
-
-
-def _say_unreadable(listed: list[jobs.Listed], hidden: int) -> None:
+def _say_unreadable(listed: list[jobview.Listed], hidden: int) -> None:
     """On stderr, why each listed job cannot be read (--json has it in the rows), and the
     way out; and how many such jobs a --state filter left out (their order cannot be read,
     so no state matches)."""
@@ -612,40 +604,6 @@ def _say_unreadable(listed: list[jobs.Listed], hidden: int) -> None:
             "`sfc job list` without --state shows them",
             err=True,
         )
-
-
-def _listed_row(j: jobs.Listed) -> dict[str, Any]:
-    """A job of `sfc job list --json`: its order's row, and `unreadable` (why) for a job whose
-    stored order or state cannot be read; what an order that cannot be read would say is
-    null."""
-    if j.order is None:
-        row: dict[str, Any] = dict.fromkeys(_ROW_KEYS) | {"job": j.job}
-    else:
-        row = _order_row(j.order)
-    if j.unreadable is not None:
-        row["unreadable"] = j.unreadable
-    return row
-
-
-_ROW_KEYS = (
-    "job", "state", "storedAt", "startedAt", "endedAt", "priority", "endedBy", "faultCode"
-)  # fmt: skip
-
-
-def _order_row(o: Any) -> dict[str, Any]:
-    """An order's row; `endedBy` and `faultCode` (its result; null before it ends, and
-    `faultCode` null but for a fault) tell a fault from an operator's abort."""
-    r = None if o.result is msgspec.UNSET else o.result
-    return {
-        "job": o.job_order_id,
-        "state": joborder.path_text(o),
-        "storedAt": o.stored_at,
-        "startedAt": o.started_at,
-        "endedAt": o.ended_at,
-        "priority": o.priority,
-        "endedBy": None if r is None else r.ended_by,
-        "faultCode": None if r is None else r.fault_code,
-    }
 
 
 @job_app.command()
@@ -665,276 +623,21 @@ def show(
     check_jobs([job_id])
     store = open_store(redis, data_dir)
     with server_errors():
-        v = jobs.view(store, scope, job_id, history)
-        now = 0 if v is None else v.now
-        missing = not_found(store, scope, job_id) if v is None else ""
+        d = readmodel.job_detail(store, scope, job_id, history)
+        missing = not_found(store, scope, job_id) if d is None else ""
     store.close()
-    if v is None:
+    if d is None:
         words = joborder.status_words(int(ReturnStatus.UNKNOWN_JOB_ORDER_ID))
         fail(f"{job_id}: {words}: {missing}", 1)
     if as_json:
-        print_json(show_doc(v, now))
+        print_json(d)
     else:
-        _print_styled(_show_text(v, now))
-    if v.unreadable is not None:
+        _print_styled(show_text(d))
+    if d.unreadable is not None:
         # as every command says of such a job (docs/host.md): what it is, the way out
-        said = unreadable_job(job_id, visible(v.unreadable), _unreadable_part(v))
+        said = unreadable_job(job_id, visible(d.unreadable), readmodel.unreadable_part(d))
         typer.echo(f"sfc: {said}", err=True)
         raise typer.Exit(2)
-
-
-def _unreadable_part(v: jobs.JobView) -> str:
-    return "order" if v.order is None else "state" if v.state is None else "order or state"
-
-
-def _way_out(job_id: str, v: jobs.JobView) -> str:
-    if "newer sfc" in (v.unreadable or ""):
-        return "an sfc as new as the one that wrote it reads it"
-    return f"no worker can evaluate it: `sfc job clear {job_id} --unreadable` removes it"
-
-
-def show_doc(v: jobs.JobView, now: int) -> dict[str, Any]:
-    """`sfc job show --json` (and `sfc_job`'s structured answer): the stored documents, and
-    what the text says of them (`_facts`), the same data."""
-    return {
-        "order": v.order,
-        "state": v.state,
-        "version": _version(v.version),
-        "due": v.due,
-        "active": v.active,
-        "history": [{"id": i, **_history_row(h)} for i, h in v.history],
-        "pending": [
-            {k: p[k] for k in ("id", "consumer", "idleMs", "deliveries")} for p in v.pending
-        ],
-        "unread": v.unread,
-        "response": v.response,
-        **_facts(v, now),
-    }
-
-
-def _version(stored: str) -> int | str:
-    """The job's version, a number as the host writes it; one that is not (written by
-    hand) as stored, not an error that hides the rest."""
-    try:
-        return int(stored)
-    except ValueError:
-        return stored
-
-
-def _facts(v: jobs.JobView, now: int) -> dict[str, Any]:
-    """What the view means: what the job waits for (from a person, a worker, the equipment)
-    and since when, the next deadline, how far the adapters read its open commands, its
-    dead entries and the warnings; the text and the JSON are both made of these."""
-    waiting = _order_wait_rows(v, now)
-    deadline = None
-    explained: list[str] = []
-    if v.graph is not None and v.state is not None:
-        explained = explain_state(v.graph, v.state, v.max_attempts).rstrip("\n").splitlines()
-        for w in waits(v.graph, v.state, v.max_attempts):
-            waiting.append(
-                {
-                    "for": "event" if w.work == "await" else "answer",
-                    "action": w.action,
-                    "step": w.step,
-                    "work": w.work,
-                    "commandId": w.command_id,
-                    "typeId": w.type_id,
-                    "attempt": w.attempt,
-                    "deadline": w.deadline,
-                    "hold": w.hold,
-                    "holdCommandId": w.hold_command_id,
-                    "since": None if w.command_id is None else v.sent_at.get(w.command_id),
-                    "text": "\n".join(w.lines),
-                }
-            )
-        if v.state.status == "running":
-            d = deadline_of(v.graph, v.state, v.max_attempts)
-            deadline = {"at": d.at, "what": list(d.what), "text": d.text}
-    warnings = _warnings(v, now, waiting)
-    return {
-        "now": now,
-        "unreadable": v.unreadable,
-        "waitingFor": waiting,
-        "pausedSince": v.paused_since,
-        "nextDeadline": deadline,
-        "outSince": [_out_row(c, now, v.unread) for c in v.out],
-        "equipmentGroups": v.equipment_groups,
-        "dead": {
-            "count": len(v.dead),
-            "scanned": v.scanned,
-            "latest": None if not v.dead else _dead_entry_row(v.dead[0]),
-        },
-        "warnings": warnings,
-        "explain": explained,
-    }
-
-
-def _dead_entry_row(d: jobs.DeadEntry) -> dict[str, Any]:
-    return {"id": d.id, "reason": d.reason, "kind": d.kind, "entry": d.entry}
-
-
-def _order_wait_rows(v: jobs.JobView, now: int) -> list[dict[str, Any]]:
-    """What the order waits for from a person, or from a worker to start it: the recipe's
-    own waits say nothing of these."""
-    o = v.order
-    if o is None:
-        return []
-    top = o.state[0].state_text if o.state else ""
-    if top == "Interrupted":
-        at = v.paused_since
-        since = "" if at is None else f" since {when(at)} ({duration(max(0, now - at))} ago)"
-        return [
-            {
-                "for": "resume",
-                "since": at,
-                "text": f"paused{since}: it waits for an operator's `sfc job resume` (or "
-                "stop, or abort)",
-            }
-        ]
-    if top == "NotAllowedToStart":
-        return [
-            {
-                "for": "start",
-                "since": o.stored_at,
-                "text": "stored, not allowed to start: it waits for `sfc job start`",
-            }
-        ]
-    if top == "AllowedToStart":
-        at = max(o.stored_at, v.last_change or 0)  # stored, or allowed later
-        return [
-            {
-                "for": "worker",
-                "since": at,
-                "text": f"allowed to start {duration(max(0, now - at))} ago: a worker of scope "
-                f"{o.scope} starts it",
-            }
-        ]
-    return []
-
-
-def _warnings(v: jobs.JobView, now: int, waiting: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """What is likely wrong, each with a `kind` and the words: no worker starts or ticks the
-    job, no adapter reads the scope's commands."""
-    out = []
-    scope = v.scope
-    for w in waiting:
-        waited = max(0, now - w["since"]) if w["for"] == "worker" else 0
-        if waited > 5000 and not v.pending:
-            out.append(
-                {
-                    "kind": "notStarted",
-                    "text": f"not started {duration(waited)} after it was allowed to: is `sfc "
-                    f"serve` serving scope {scope}, and keeping up? (`sfc work pending` shows "
-                    "the entries no worker has read yet, `sfc work dead` those that failed)",
-                }
-            )
-    running = v.state is not None and v.state.status == "running"
-    if running and v.due is not None and v.due < now - 5000:
-        out.append(
-            {
-                "kind": "deadlinePassed",
-                "text": f"the deadline passed {duration(now - v.due)} ago and no worker has "
-                "ticked it: is `sfc serve` running for this scope?",
-            }
-        )
-    if v.out and not v.equipment_groups:
-        out.append(
-            {
-                "kind": "noAdapter",
-                "text": f"no adapter has read scope {scope}'s commands (its equipment stream "
-                "has no consumer group): is `sfc equipment` or `sfc bridge mqtt` running?",
-            }
-        )
-    if v.unreadable is not None:
-        out.append(
-            {
-                "kind": "unreadable",
-                "text": f"its stored {_unreadable_part(v)} cannot be read ({v.unreadable}): "
-                f"{_way_out(v.job, v)}",
-            }
-        )
-    return out
-
-
-def _out_row(c: jobs.OutCommand, now: int, unread: int) -> dict[str, Any]:
-    return {
-        "commandId": c.command_id,
-        "since": c.since,
-        "entry": c.entry_id,
-        "answer": c.answer,
-        "reads": [
-            {
-                "group": r.group,
-                "status": r.status,
-                "consumer": r.consumer,
-                "readAt": None if r.idle_ms is None else now - r.idle_ms,
-                "deliveries": r.deliveries,
-                "consumerIdleMs": r.consumer_idle_ms,
-                "waiting": r.waiting,
-                "waitingAtLeast": r.at_least,
-                "readPast": r.read_past,
-                "text": _read_text(r, c, now, unread),
-            }
-            for r in c.reads
-        ],
-    }
-
-
-def _read_text(r: jobs.GroupRead, c: jobs.OutCommand, now: int, unread: int) -> str:
-    if r.status == "unread":
-        n = "some" if r.waiting is None else str(r.waiting)
-        if r.at_least:
-            n = f"at least {n}"  # counted up to a cap: the server cannot tell the lag
-        return f"not read yet by group {r.group}: {n} command(s) wait unread"
-    if r.status == "read":
-        idle = r.idle_ms or 0
-        times = "" if r.deliveries is None else f", delivered {r.deliveries} time(s)"
-        said = (
-            f"read by group {r.group} (consumer {r.consumer}) at {when(now - idle)} "
-            f"({duration(idle)} ago{times}), no answer yet"
-        )
-        if r.consumer_idle_ms is None:
-            return said
-        # a consumer that died looks like one that works on it, but for this
-        return f"{said}; {r.consumer} last read the stream {duration(r.consumer_idle_ms)} ago"
-    if r.status == "done":
-        # `sfc equipment` acknowledges in the round trip that writes its answer, `sfc bridge
-        # mqtt` once it published the command: taken, either way
-        said = f"taken by group {r.group} (acknowledged); its answer is not applied yet"
-        if c.answer is not None:
-            return f"{said}: a worker holds it ({c.answer}, see Entries read but not yet committed)"
-        if unread:
-            return f"{said} (it may wait in the work stream: see Work stream)"
-        return f"{said}: none has come back yet"
-    if r.status == "trimmed":
-        return _trimmed_text(r)
-    return (
-        f"not found among the first {jobs.EQUIPMENT_SCAN} equipment entries of the "
-        f"millisecond it went out: group {r.group} cannot be told"
-    )
-
-
-def _trimmed_text(r: jobs.GroupRead) -> str:
-    """A command whose entry is gone from the equipment stream, as far as group `r.group`
-    is known to have read it: past it, or not (trimmed before it read it: a trim by hand,
-    or a group made since), by its last delivered entry; never "acknowledged", which
-    cannot be known of an entry no longer there."""
-    last = r.last_delivered
-    if r.read_past:
-        return (
-            f"not on the equipment stream any more (trimmed); group {r.group} has read past "
-            f"it (its last delivered entry, {last}, is of a later millisecond)"
-        )
-    if r.read_past is False:
-        return (
-            f"not on the equipment stream any more: trimmed before group {r.group} read it "
-            f"(its last delivered entry, {last}, is from before the command went out)"
-        )
-    return (
-        f"not on the equipment stream any more (trimmed); group {r.group} has read up to "
-        f"{last}, of the millisecond the command went out: whether it read the command "
-        "cannot be told"
-    )
 
 
 def _print_styled(text: str) -> None:
@@ -956,81 +659,67 @@ def _print_styled(text: str) -> None:
         out.print(Text(line, style=style))
 
 
-def _history_row(h: Any) -> dict[str, Any]:
-    row = {
-        "at": h.at,
-        "event": h.event,
-        "disposition": h.disposition,
-        "reason": h.reason,
-        "detail": None if h.detail is msgspec.UNSET else h.detail,
-        "decisions": list(h.decisions or []),
-        "sent": list(h.sent or []),
-        "order": h.order,
-    }
-    return {k: v for k, v in row.items() if v is not None}
-
-
-def _show_text(v: jobs.JobView, now: int) -> str:
-    facts = _facts(v, now)
-    warned = {w["kind"]: w["text"] for w in facts["warnings"]}
-    o = v.order
+def show_text(d: readmodel.JobDetail) -> str:
+    """`sfc job show` in words (and `sfc_job`'s text): made of the detail's facts."""
+    now = d.now
+    warned = {w.kind: w.text for w in d.warnings}
+    o = d.order
     if o is None:
-        lines = [f"Job order {v.job} (scope {v.scope}): its order cannot be read"]
+        lines = [f"Job order {d.job} (scope {d.scope}): its order cannot be read"]
     else:
         lines = [f"Job order {o.job_order_id} (scope {o.scope}): {joborder.path_text(o)}"]
         lines += _order_lines(o, now)
-    lines += [f"  {w['text']}" for w in facts["waitingFor"] if "action" not in w]
+    lines += [f"  {w.text}" for w in d.waiting_for if isinstance(w, readmodel.OrderWait)]
     if "notStarted" in warned:
         lines.append(f"  WARNING: {warned['notStarted']}")
     lines.append("")
-    if v.unreadable is not None:
+    if d.unreadable is not None:
         lines.append(f"The recipe: WARNING: {warned['unreadable']}")
-    elif v.graph is None:
-        lines.append(f"The recipe: {v.graph_problem}")
+    elif d.recipe_problem is not None:
+        lines.append(f"The recipe: {d.recipe_problem}")
     else:
-        lines += facts["explain"]
-    if facts["outSince"]:
+        lines += d.explain
+    if d.out_since:
         lines += ["", "Out since"]
-        for c in facts["outSince"]:
-            at = c["since"]
-            lines.append(f"  {c['commandId']}: sent {when(at)} ({duration(max(0, now - at))} ago)")
-            lines += [f"    {r['text']}" for r in c["reads"]]
+        for c in d.out_since:
+            lines.append(f"  {c.command_id}: sent {when(c.since)} ({elapsed(now - c.since)} ago)")
+            lines += [f"    {r.text}" for r in c.reads]
         if "noAdapter" in warned:
             lines.append(f"  WARNING: {warned['noAdapter']}")
     lines.append("")
-    index = "on the due index at " + when(v.due) if v.due is not None else "not on the due index"
-    lines.append(f"Indexes: {'active' if v.active else 'not active'}, {index}")
+    index = "on the due index at " + when(d.due) if d.due is not None else "not on the due index"
+    lines.append(f"Indexes: {'active' if d.active else 'not active'}, {index}")
     if "deadlinePassed" in warned:
         lines.append(f"  WARNING: {warned['deadlinePassed']}")
-    if v.unread:
+    if d.unread:
         lines.append(
-            f"Work stream: {v.unread} {'entry' if v.unread == 1 else 'entries'} of scope "
-            f"{v.scope} not read by any worker yet (an answer for this job may be waiting "
+            f"Work stream: {d.unread} {'entry' if d.unread == 1 else 'entries'} of scope "
+            f"{d.scope} not read by any worker yet (an answer for this job may be waiting "
             "there: is `sfc serve` serving the scope, and keeping up?)"
         )
-    if v.pending:
+    if d.pending:
         lines.append("Entries read but not yet committed:")
-        for p in v.pending:
+        for p in d.pending:
             lines.append(
-                f"  {p['id']} by {p['consumer']}, idle {duration(p['idleMs'])}, "
-                f"delivered {p['deliveries']} time(s)"
+                f"  {p.id} by {p.consumer}, idle {elapsed(p.idle_ms)}, "
+                f"delivered {p.deliveries} time(s)"
             )
-    dead = facts["dead"]
-    if dead["count"]:
-        d = dead["latest"]
+    dead = d.dead
+    if dead.count and dead.latest is not None:
+        x = dead.latest
         lines.append(
-            f"Dead entries naming this job: {dead['count']} (of the last {dead['scanned']} of "
-            f"the scope); the latest {d['id']} ({d['kind'] or 'no kind'}, was {d['entry']}): "
-            f"{d['reason']} (`sfc work dead` lists them, `sfc work requeue ID` sends one again)"
+            f"Dead entries naming this job: {dead.count} (of the last {dead.scanned} of "
+            f"the scope); the latest {x.id} ({x.kind or 'no kind'}, was {x.entry}): "
+            f"{x.reason} (`sfc work dead` lists them, `sfc work requeue ID` sends one again)"
         )
-    if v.history:
-        lines += ["", f"Last {len(v.history)} history entries (oldest first)"]
-        for _, h in v.history:
-            detail = "" if h.detail is msgspec.UNSET else f" {h.detail}"
+    if d.history:
+        lines += ["", f"Last {len(d.history)} history entries (oldest first)"]
+        for h in d.history:
+            detail = "" if h.detail is None else f" {h.detail}"
             lines.append(f"  {when(h.at)}  {h.event}{detail} -> {h.disposition}: {h.reason}")
-            for s in h.sent or []:
+            for s in h.sent:
                 lines.append(f"      sent {s}")
-    resp = v.response
+    resp = d.response
     if resp is not None:
         lines += ["", "Job response"]
         lines.append(
@@ -1137,7 +826,7 @@ def _wait(store: Store, scope: str, job_ids: list[str], deadline: float) -> dict
                     continue
                 o = decode_order(r.order)
                 if joborder.ended(o):
-                    ends[j] = _ended_state(o)
+                    ends[j] = readmodel.ended_state(o)
             if progress is not None:
                 progress.update(task, completed=len(ends))
             if len(ends) == len(job_ids) or time.monotonic() > deadline:

@@ -40,13 +40,12 @@ from cli.files import (
     syntax_error,
 )
 from cli.hostcommon import not_found, unreadable_job, unregistered
-from cli.job import _listed_row, _show_text, show_doc
-from cli.work import pending_row
+from cli.job import show_text
 from generated.capabilities_v1_1 import Capabilities
 from generated.simulation_script_v1_0 import SimulationScript
 from generated.state_v1_5 import SfcState
 from generated.work_entry_v1_0 import TickData
-from host import joborder, jobs, keys
+from host import joborder, jobs, jobview, keys, readmodel
 from host.entries import fields
 from host.joborder import ReturnStatus
 from host.settings import Settings
@@ -362,15 +361,14 @@ def server_tools(conn: Connection) -> list[Callable[..., Any]]:
         if not 0 <= history <= 1000:
             raise ToolError("history: 0 to 1000 entries")
         with _server(conn) as store:
-            v = jobs.view(store, scope, job, history)
-            if v is None:
+            d = readmodel.job_detail(store, scope, job, history)
+            if d is None:
                 raise _missing(store, scope, job)
-            now = v.now
-        text = _show_text(v, now)
-        if v.unreadable is not None:
+        text = show_text(d)
+        if d.unreadable is not None:
             # an error, as every tool says of such a job, with what can be read of it
-            raise ToolError(f"{unreadable_job(job, v.unreadable)}. What can be read:\n{text}")
-        doc = msgspec.json.encode(show_doc(v, now))
+            raise ToolError(f"{unreadable_job(job, d.unreadable)}. What can be read:\n{text}")
+        doc = msgspec.json.encode(d)
         return CallToolResult(
             content=[
                 TextContent(type="text", text=text),
@@ -392,12 +390,12 @@ def server_tools(conn: Connection) -> list[Callable[..., Any]]:
                 if not result.ok:
                     raise ToolError(f"state: {result.message}")
                 wanted = {r.job_order_id for r in responses}
-            every = jobs.listing(store, scope)
+            every = jobview.listing(store, scope)
             warning = None if every else unregistered(store, scope)
         listed = [j for j in every if not state or j.job in wanted]
         # a job whose stored order or state cannot be read is a row with `unreadable` (why),
         # as in `sfc job list --json`, not left out; `warning`: a scope that is not registered
-        return {"jobs": [_listed_row(j) for j in listed]} | (
+        return {"jobs": msgspec.to_builtins([readmodel.job_row(j) for j in listed])} | (
             {"warning": warning} if warning else {}
         )
 
@@ -406,14 +404,11 @@ def server_tools(conn: Connection) -> list[Callable[..., Any]]:
         `sfc work pending --json`."""
         _scope(scope)
         with _server(conn) as store:
-            rows = store.pending_entries(scope, 1000)
-            unread = store.unread(scope)
-            warning = None if rows or unread else unregistered(store, scope)
-        return {
-            "scope": scope,
-            "pending": [pending_row(p) for p in rows],
-            "unread": unread,
-        } | ({"warning": warning} if warning else {})
+            seen = readmodel.work_pending(store, scope)
+            idle = not seen.pending and not seen.unread
+            warning = unregistered(store, scope) if idle else None
+        doc: dict[str, Any] = msgspec.to_builtins(seen)
+        return doc | ({"warning": warning} if warning else {})
 
     return [sfc_job, sfc_jobs, sfc_work_pending]
 

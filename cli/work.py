@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import Annotated
 
+import msgspec
 import typer
 
 from cli.files import visible
@@ -27,13 +28,14 @@ from cli.hostcommon import (
 )
 from cli.main import app
 from generated.state_v1_5 import SfcState
-from host import jobs
-from host.entries import EntryError, dead_job, decode_work, entry_ms
+from host import jobs, readmodel
+from host.entries import entry_ms
 from host.equipment import answer_data, publish_event
 from host.equipment import respond as respond_
 from host.waits import matches, parse_member
 from sfc.codec import state_decoder
-from sfc.explain import duration, when
+from sfc.explain import when
+from sfc.words import elapsed
 
 work_app = typer.Typer(
     name="work",
@@ -256,31 +258,6 @@ def _selector(subject: str | None, correlation_id: str | None, free: str) -> str
     return ", ".join(said)
 
 
-def _describe(entry_id: str, fields: dict[bytes, bytes]) -> str:
-    try:
-        e = decode_work(entry_id, fields)
-    except EntryError as x:
-        return f"malformed ({x})"
-    job = getattr(e.data, "job", None)
-    return f"{e.kind}" + (f" for job {job}" if job else "")
-
-
-def pending_row(p: dict[str, Any]) -> dict[str, Any]:
-    """A pending entry as `sfc work pending --json` (and the MCP tool) shows it: `entry` in
-    words, and its `kind` and `job` apart, as `sfc work dead --json` has them ("" and the
-    job its data names, for a malformed entry; job null for an event)."""
-    text = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in p["fields"].items()}
-    return {
-        "id": p["id"],
-        "consumer": p["consumer"],
-        "idleMs": p["idleMs"],
-        "deliveries": p["deliveries"],
-        "entry": _describe(p["id"], p["fields"]),
-        "kind": text.get("kind", ""),
-        "job": dead_job(p["id"], p["fields"]),
-    }
-
-
 _ENTRY_ID = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")
 """A stream entry id: milliseconds, and a sequence number."""
 
@@ -295,16 +272,13 @@ def pending(
     """Work entries read by a worker and not yet committed, oldest first."""
     check_scope(scope)
     with connected(redis, data_dir) as store:
-        rows = store.pending_entries(scope, 1000)
-        unread = store.unread(scope)
+        seen = readmodel.work_pending(store, scope)
         now = store.time_ms()
-        warning = None if rows or unread else warn_unregistered(store, scope)
-    out = [pending_row(p) for p in rows]
+        idle = not seen.pending and not seen.unread
+        warning = warn_unregistered(store, scope) if idle else None
+    out, unread = seen.pending, seen.unread
     if as_json:
-        print_json(
-            {"scope": scope, "pending": out, "unread": unread}
-            | ({"warning": warning} if warning else {})
-        )
+        print_json(msgspec.to_builtins(seen) | ({"warning": warning} if warning else {}))
         return
     if unread:
         # written and not read by any worker: none of them is reading this scope?
@@ -316,11 +290,11 @@ def pending(
         typer.echo(f"no pending entries in scope {scope}")
         return
     for p in out:
-        age = duration(max(0, now - entry_ms(p["id"])))
+        age = elapsed(now - entry_ms(p.id))
         typer.echo(
             visible(  # a consumer's name and a malformed entry's reason are anyone's text
-                f"{p['id']}  {p['entry']}: written {age} ago, read by {p['consumer']}, idle "
-                f"{duration(p['idleMs'])}, delivered {p['deliveries']} time(s)"
+                f"{p.id}  {p.entry}: written {age} ago, read by {p.consumer}, idle "
+                f"{elapsed(p.idle_ms)}, delivered {p.deliveries} time(s)"
             )
         )
 
@@ -335,38 +309,24 @@ def dead(
     """Entries that could not be parsed, or failed too often, with the reason."""
     check_scope(scope)
     with connected(redis, data_dir) as store:
-        rows = store.dead(scope, 1000)
-        warning = None if rows else warn_unregistered(store, scope)
-    out = [_dead_row(entry_id, f) for entry_id, f in rows]
+        seen = readmodel.work_dead(store, scope)
+        warning = None if seen.dead else warn_unregistered(store, scope)
+    out = seen.dead
     if as_json:
-        print_json({"scope": scope, "dead": out} | ({"warning": warning} if warning else {}))
+        print_json(msgspec.to_builtins(seen) | ({"warning": warning} if warning else {}))
         return
     if not out:
         typer.echo(f"no dead entries in scope {scope}")
         return
     for d in out:
-        was = str(d["entry"] or d["id"])
-        job = f" for job {d['job']}" if d["job"] else ""
+        was = d.entry or d.id
+        job = f" for job {d.job}" if d.job else ""
         typer.echo(
             visible(
-                f"{d['id']}  (was {was} at {when(entry_ms(was))}, {d['kind'] or 'no kind'}"
-                f"{job}): {d['reason']}"
+                f"{d.id}  (was {was} at {when(entry_ms(was))}, {d.kind or 'no kind'}"
+                f"{job}): {d.reason}"
             )
         )
-
-
-def _dead_row(entry_id: str, f: dict[bytes, bytes]) -> dict[str, Any]:
-    """A dead entry as `sfc work dead --json` shows it."""
-    text = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in f.items()}
-    return {
-        "id": entry_id,
-        "entry": text.get("entry", ""),
-        "reason": text.get("reason", ""),
-        "deliveries": int(text.get("deliveries", "0") or 0),
-        "kind": text.get("kind", ""),
-        "data": text.get("data", ""),
-        "job": dead_job(entry_id, f),
-    }
 
 
 def _check_entry_ids(entry_ids: list[str]) -> None:
@@ -423,11 +383,9 @@ def drop(
                 missing = True
                 typer.echo(f"{entry_id}: no such dead entry in scope {scope}", err=True)
                 continue
-            d = _dead_row(entry_id, fields)
-            job = f" for job {d['job']}" if d["job"] else ""
-            typer.echo(
-                visible(f"{entry_id}: dropped ({d['kind'] or 'no kind'}{job}): {d['reason']}")
-            )
+            d = readmodel.dead_entry_row(entry_id, fields)
+            job = f" for job {d.job}" if d.job else ""
+            typer.echo(visible(f"{entry_id}: dropped ({d.kind or 'no kind'}{job}): {d.reason}"))
     store.close()
     if missing:
         raise typer.Exit(1)

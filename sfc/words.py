@@ -3,6 +3,8 @@
 A point in time (`when`) is seconds on the virtual clock of a dry run (`12.500s`), or UTC
 for a real one. A length of time (`duration`) is said in the largest units that state it
 exactly, larger units first: `30 s`, `0.5 s`, `5 min`, `4 min 50 s`, `1 h 30 min`, `7 days`.
+A measured length of time (`elapsed`: how long ago, how long idle) is rounded to the second
+from 10 s up: `5 min 35 s`, `2.345 s`.
 Transcripts, reasons, explanations and charts all use these two (docs/cli.md, "Transcript").
 """
 
@@ -33,3 +35,16 @@ def duration(ms: int) -> str:
     if ms or not parts:
         parts.append(f"{ms / 1000:g} s")
     return " ".join(parts)
+
+
+ELAPSED_EXACT_BELOW = 10_000
+"""Below this many milliseconds `elapsed` keeps the milliseconds; from it, whole seconds."""
+
+
+def elapsed(ms: int) -> str:
+    """A measured length of time, as `duration` says it but rounded to the second from 10 s
+    up (`335344` -> `5 min 35 s`, `2345` -> `2.345 s`); below 0 (clocks apart) is `0 s`."""
+    ms = max(0, ms)
+    if ms >= ELAPSED_EXACT_BELOW:
+        ms = (ms + 500) // 1000 * 1000
+    return duration(ms)

@@ -241,6 +241,36 @@ SHOW_FACTS = {
         )
     ),
     "explain": array(STR),
+    # the read model's own (host/readmodel.py): every action, for the console and the API
+    "job": STR,
+    "scope": STR,
+    "activeSteps": array(STR),
+    "dwells": {"type": "object", "additionalProperties": INT},
+    "recipeProblem": STR_OR_NULL,
+    "actions": array(
+        obj(
+            {
+                "name": STR,
+                "step": STR_OR_NULL,
+                "qualifier": STR_OR_NULL,
+                "qualifierMs": INT_OR_NULL,
+                "status": {"enum": ["pending", "open", "done"]},
+                "work": {"enum": ["push", "await", "restart"]},
+                "typeId": STR,
+                "commandId": STR_OR_NULL,
+                "attempt": INT,
+                "maxAttempts": INT_OR_NULL,
+                "deadline": MS_OR_NULL,
+                "outcome": STR_OR_NULL,
+                "error": STR_OR_NULL,
+                "hold": {"enum": ["open", "held", "notHeld", None]},
+                "holdCommandId": STR_OR_NULL,
+                "holdDeadline": MS_OR_NULL,
+                "timer": MS_OR_NULL,
+                "sentAt": MS_OR_NULL,
+            }
+        )
+    ),
 }
 SHOW = obj(
     {

@@ -649,24 +649,24 @@ def test_respond_to_a_wait_for_an_event_points_to_sfc_event(host: Host, valkey_u
 
 
 def test_job_show_warns_when_no_worker_starts_a_job_allowed_to_start(host: Host) -> None:
-    from cli.job import _show_text
-    from host import jobs
+    from cli.job import show_text
+    from host import jobview, readmodel
 
     scope = host.scope("nostart")  # no worker reads it
     host.submit(scope, linear_recipe(1), job_id="s")
-    view = jobs.view(host.store(), scope, "s", 20)
+    view = jobview.view(host.store(), scope, "s", 20)
     assert view is not None
     assert view.unread == 1  # its start, which no worker reads
-    shown = _show_text(view, view.order.stored_at)
+    shown = show_text(readmodel.detail_of(view, view.order.stored_at))
     assert (
         f"\nWork stream: 1 entry of scope {scope} not read by any worker yet (an answer for "
         "this job may be waiting there: is `sfc serve` serving the scope, and keeping up?)\n"
     ) in shown, shown
     stored = view.order.stored_at
-    soon = _show_text(view, stored + 1000)
+    soon = show_text(readmodel.detail_of(view, stored + 1000))
     said = f"\n  allowed to start 1 s ago: a worker of scope {scope} starts it\n\n"
     assert said in soon and "WARNING: not started" not in soon, soon
-    later = _show_text(view, stored + 60_000)
+    later = show_text(readmodel.detail_of(view, stored + 60_000))
     assert (
         f"\n  allowed to start 1 min ago: a worker of scope {scope} starts it\n"
         f"  WARNING: not started 1 min after it was allowed to: is `sfc serve` serving scope "

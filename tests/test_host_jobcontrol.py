@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from host import joborder, jobs, keys
+from host import joborder, jobs, jobview, keys
 from host.equipment import Answer, respond
 from host.joborder import ReturnStatus
 from host.scripted import ScriptedEquipment, load_host_script
@@ -478,7 +478,7 @@ def test_a_pause_longer_than_the_open_deadline_costs_no_attempt(host: Host) -> N
     moved = state_decoder.decode(store.job(scope, job).state).actions["a1"].deadline  # type: ignore[union-attr]
     held = moved - deadline  # type: ignore[operator]
     # the hold lasted from the Pause's server time to the Resume's, as the history says
-    at = {h.event: h.at for _, h in jobs.view(store, scope, job).history}  # type: ignore[union-attr]
+    at = {h.event: h.at for _, h in jobview.view(store, scope, job).history}  # type: ignore[union-attr]
     assert held == at["Resume"] - at["Pause"] > 1000
     host.run([worker], [host.responder(scope)], host.ended(scope, [job]))
     assert _path(host, scope, job) == "Ended/Completed"
@@ -583,7 +583,7 @@ def test_pause_resume_and_answers_racing_from_three_processes_lose_nothing(
     answers = json.loads(out)["answers"]
     assert all(_path(host, scope, j) == "Ended/Completed" for j in job_ids)
     # no answer lost: every one the equipment wrote was evaluated (applied or absorbed)
-    seen = {h.entry for j in job_ids for _, h in jobs.view(store, scope, j, 1000).history}  # type: ignore[union-attr]
+    seen = {h.entry for j in job_ids for _, h in jobview.view(store, scope, j, 1000).history}  # type: ignore[union-attr]
     missing = [a for a in answers if a not in seen]
     assert not missing, missing
     pauses, resumes = counts

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from generated.work_entry_v1_0 import TickData
-from host import keys
+from host import jobview, keys
 from host.entries import fields
 from host.store import DEAD_FIELDS
 from host.worker import Worker
@@ -339,7 +339,6 @@ def test_an_event_buried_for_a_waiting_job_that_cannot_be_read_says_which_and_wh
     was buried as `failed N deliveries`, with no job, no reason and no way out (the job's
     own tick got all three), and `sfc job show` did not count it. Now its reason names the
     job its wait was offered to, why, and the way out; the dead entry records that job."""
-    from host import jobs
     from host.entries import dead_job
     from host.equipment import publish_event
     from tests.test_host_events import QA, _start_waiting, wait_recipe
@@ -383,9 +382,9 @@ def test_an_event_buried_for_a_waiting_job_that_cannot_be_read_says_which_and_wh
     assert buried.getMessage().startswith(f"scope {scope}: entry {entry} of job w1 is dead: ")
     assert buried.job == "w1", buried.__dict__  # type: ignore[attr-defined]
     # `sfc job show w1` counts it; w0's does not
-    shown = jobs.view(host.store(), scope, "w1")
+    shown = jobview.view(host.store(), scope, "w1")
     assert shown is not None and [d.id for d in shown.dead] == [dead_id], shown.dead
-    other = jobs.view(host.store(), scope, "w0")
+    other = jobview.view(host.store(), scope, "w0")
     assert other is not None and not other.dead
     # requeued, it is the event again (without the fields the dead stream added)
     new = host.store().requeue(scope, dead_id)

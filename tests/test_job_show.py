@@ -11,16 +11,26 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from syrupy.assertion import SnapshotAssertion
 
-from cli.job import _show_text, show_doc
-from host import jobs, keys
-from host.jobs import JobView
+from cli.job import show_text
+from host import jobs, jobview, keys, readmodel
+from host.jobview import JobView
 from sfc.explain import when
 from tests.clikit import check, sfc
 from tests.hostkit import Host, linear_recipe
 from tests.test_host_cli import SHOW
+
+
+def show_doc(v: JobView, now: int) -> Any:
+    """`sfc job show --json` of the job read as `v`, at `now`."""
+    return msgspec.to_builtins(readmodel.detail_of(v, now))
+
+
+def _show_text(v: JobView, now: int) -> str:
+    return show_text(readmodel.detail_of(v, now))
 
 
 def _pushed(host: Host, hint: str, job: str = "j") -> tuple[str, Any]:
@@ -34,7 +44,7 @@ def _pushed(host: Host, hint: str, job: str = "j") -> tuple[str, Any]:
 
 def _view(host: Host, scope: str, job: str = "j", history: int = 10) -> tuple[JobView, int]:
     store = host.store()
-    v = jobs.view(store, scope, job, history)
+    v = jobview.view(store, scope, job, history)
     assert v is not None
     return v, store.time_ms()
 
@@ -277,28 +287,28 @@ def test_show_finds_a_command_past_the_first_entries_of_its_millisecond(
     r = store.client(scope)
     ahead = store.time_ms() + 3_600_000
     r.xadd(keys.history(scope, "j"), {"v": b"1"}, id=f"{ahead}-0")  # read, and passed over
-    for seq in range(jobs.EQUIPMENT_PROBE + 10):  # other jobs' commands
+    for seq in range(jobview.EQUIPMENT_PROBE + 10):  # other jobs' commands
         data = f'{{"commandId":"o{seq}:a#1","actionKey":"o{seq}:a","job":"o{seq}",'
         data += '"typeId":"t","reason":"teardown"}'
         fields = {"v": b"1", "kind": b"withdraw", "data": data.encode()}
         r.xadd(keys.equipment(scope), fields, id=f"{ahead}-{seq}")  # type: ignore[arg-type]
     worker = host.worker([scope])
-    full = jobs.EQUIPMENT_PROBE + 11
+    full = jobview.EQUIPMENT_PROBE + 11
     host.run([worker], [], lambda: r.xlen(keys.equipment(scope)) == full, what="the push")
     store.equipment_group(scope, "line-a")
     v, now = _view(host, scope)
     (out,) = v.out
-    assert out.entry_id == f"{ahead}-{jobs.EQUIPMENT_PROBE + 10}", out
+    assert out.entry_id == f"{ahead}-{jobview.EQUIPMENT_PROBE + 10}", out
     (read,) = show_doc(v, now)["outSince"][0]["reads"]
     assert (read["status"], read["waiting"]) == ("unread", full), read
 
     # past the most entries of a millisecond the show reads: it cannot tell
-    monkeypatch.setattr(jobs, "EQUIPMENT_SCAN", jobs.EQUIPMENT_PROBE)
+    monkeypatch.setattr(jobview, "EQUIPMENT_SCAN", jobview.EQUIPMENT_PROBE)
     v, now = _view(host, scope)
     (read,) = show_doc(v, now)["outSince"][0]["reads"]
     assert read["status"] == "unknown", read
     said = (
-        f"not found among the first {jobs.EQUIPMENT_PROBE} equipment entries of the "
+        f"not found among the first {jobview.EQUIPMENT_PROBE} equipment entries of the "
         "millisecond it went out: group line-a cannot be told"
     )
     assert f"\n    {said}\n" in _show_text(v, now)
@@ -499,15 +509,15 @@ def test_show_reads_the_last_dead_entries_only_and_says_how_many(
     old = {"v": b"1", "kind": b"answer", "data": b'{"job":"j"}', "reason": b"old"}
     r.xadd(keys.dead(scope), old)  # past the scan: not counted
     other = {"v": b"1", "kind": b"answer", "data": b'{"job":"k"}', "reason": b"r"}
-    for _ in range(jobs.DEAD_SCAN):
+    for _ in range(jobview.DEAD_SCAN):
         r.xadd(keys.dead(scope), other)
     v, now = _view(host, scope)
-    assert (v.scanned, v.dead) == (jobs.DEAD_SCAN, []), v.dead
+    assert (v.scanned, v.dead) == (jobview.DEAD_SCAN, []), v.dead
     r.xadd(keys.dead(scope), {**old, "reason": b"new"})
     v, now = _view(host, scope)
     dead = show_doc(v, now)["dead"]
     assert (dead["count"], dead["scanned"], dead["latest"]["reason"]) == (1, 200, "new"), dead
-    said = f"\nDead entries naming this job: 1 (of the last {jobs.DEAD_SCAN} of the scope); "
+    said = f"\nDead entries naming this job: 1 (of the last {jobview.DEAD_SCAN} of the scope); "
     assert said in _show_text(v, now)
 
 
@@ -536,9 +546,9 @@ def test_a_groups_unread_count_that_the_server_cannot_tell_is_counted_or_at_leas
     v, now = _view(host, scope)
     (read,) = show_doc(v, now)["outSince"][0]["reads"]
     assert (read["waiting"], read["waitingAtLeast"]) == (1, False), read
-    withdraws(jobs.UNREAD_COUNT + 50)
+    withdraws(jobview.UNREAD_COUNT + 50)
     v, now = _view(host, scope)
     (read,) = show_doc(v, now)["outSince"][0]["reads"]
-    assert (read["waiting"], read["waitingAtLeast"]) == (jobs.UNREAD_COUNT, True), read
-    said = f"not read yet by group line-a: at least {jobs.UNREAD_COUNT} command(s) wait unread"
+    assert (read["waiting"], read["waitingAtLeast"]) == (jobview.UNREAD_COUNT, True), read
+    said = f"not read yet by group line-a: at least {jobview.UNREAD_COUNT} command(s) wait unread"
     assert f"\n    {said}\n" in _show_text(v, now)

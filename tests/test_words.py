@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sfc.graph import BIDI_CONTROLS, unsafe_char, visible
-from sfc.words import duration, when
+from sfc.words import ELAPSED_EXACT_BELOW, duration, elapsed, when
 
 _PART = re.compile(r"(\d+(?:\.\d+)?) (days|day|h|min|s)")
 _MS = {"day": 86_400_000, "days": 86_400_000, "h": 3_600_000, "min": 60_000, "s": 1000}
@@ -51,3 +51,23 @@ def test_unsafe_characters_are_control_line_break_and_bidi() -> None:
     for ch in ["\n", "\t", "\x00", "\x7f", "\u2028", "\u00a0", *BIDI_CONTROLS]:
         assert unsafe_char(f"a{ch}b") == ch
     assert visible("a\u202eb\n") == "a\\u202eb\\u000a"
+
+
+def test_a_measured_time_rounds_to_the_second_from_ten_seconds() -> None:
+    # "5 min 35.344 s ago" said more than a person reads (issue 37, item 14)
+    assert elapsed(335_344) == "5 min 35 s"
+    assert elapsed(335_500) == "5 min 36 s"
+    assert [elapsed(ms) for ms in (0, 345, 2_345, 9_999)] == [
+        "0 s",
+        "0.345 s",
+        "2.345 s",
+        "9.999 s",
+    ]
+    assert elapsed(-40) == "0 s"  # the server's clock and a consumer's idle can disagree
+
+
+@given(st.integers(min_value=ELAPSED_EXACT_BELOW, max_value=10**12))
+def test_a_measured_time_is_whole_seconds_within_half_a_second(ms: int) -> None:
+    parts = _PART.findall(elapsed(ms))
+    said = sum(float(n) * _MS[u] for n, u in parts)
+    assert said % 1000 == 0 and abs(said - ms) <= 500
