@@ -40,12 +40,14 @@ from host.server import (
     ServerError,
     lock_data_dir,
     lock_holder,
+    private_dir,
     read_connection,
     read_connection_file,
+    stored_password,
     write_connection_file,
 )
 from host.settings import Settings
-from host.store import Store, StoreError
+from host.store import Store, StoreError, redacted
 from host.worker import Worker, consumer_name, tune_collector
 from sfc.codec import capabilities_decoder
 
@@ -373,10 +375,18 @@ class Serving:
             self.url, self.worker_url, self.attached = url, url, True
             return url
         _stop_left_server(directory)
-        # the port of the last run, when it is free: instances that stayed attached, and
-        # clients that read server.json before, find the server again after a restart
+        if private_dir(directory):
+            log.warning(
+                "%s could be read by other users; made it this user's alone (0700): it holds "
+                "the server's data and password",
+                directory,
+            )
+        # the port and password of the last run, when the port is free: instances that
+        # stayed attached, and clients that read server.json before, find the server again
         port = _free_port_of(directory / PORT_FILE)
-        self.server = EmbeddedServer(directory, port=port, fsync=self.fsync).start()
+        self.server = EmbeddedServer(
+            directory, port=port, fsync=self.fsync, password=stored_password(directory)
+        ).start()
         if self.server.process is not None:
             pid_file = directory / SERVER_PID_FILE
             pid_file.write_text(f"{self.server.process.pid}\n", encoding="utf-8")
@@ -539,7 +549,7 @@ class Serving:
             log.error(
                 "the embedded server at %s is not started again: the instances and adapters "
                 "attached to it lose it until an sfc serve on %s runs it again",
-                server.url,
+                redacted(server.url),
                 server.data_dir,
             )
             return False
@@ -547,7 +557,7 @@ class Serving:
         if not attached:
             log.error(
                 "stopping the embedded server at %s with serve: no other client is attached",
-                server.url,
+                redacted(server.url),
             )
             return False
         pid = server.process.pid if server.process is not None else 0
@@ -558,7 +568,7 @@ class Serving:
             "same port); a service manager that stops serve's whole control group stops it "
             "too",
             pid,
-            server.url,
+            redacted(server.url),
             attached,
             server.data_dir,
         )

@@ -2,8 +2,10 @@
 
 `EmbeddedServer` starts `valkey-server` as a child process on 127.0.0.1 with AOF on
 (`appendfsync everysec`, or `always`), its data in a directory of its own, and stops it with
-SHUTDOWN (which writes the AOF). The serve command adds the lock on the data directory and the
-connection file `server.json` (`lock_data_dir`, `write_connection_file`).
+SHUTDOWN (which writes the AOF). With a password (`stored_password`) it refuses every client
+that does not give it; the password sits in the owner-only `valkey.conf`, never on the command
+line. The serve command adds the lock on the data directory and the owner-only connection file
+`server.json` (`lock_data_dir`, `write_connection_file`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import fcntl
 import json
 import os
 import random
+import secrets
 import socket
 import subprocess
 import tempfile
@@ -27,6 +30,9 @@ Fsync = Literal["everysec", "always"]
 CONNECTION_FILE = "server.json"
 LOCK_FILE = "serve.lock"
 SOCKET_FILE = "valkey.sock"
+CONFIG_FILE = "valkey.conf"
+"""The server's configuration file (owner only): its password, which a command line would
+show to every user of the machine (`ps`, /proc/PID/cmdline)."""
 PID_WIDTH = 10
 """The lock file's pid is padded to this width (a pid has at most 7 digits on Linux)."""
 SOCKET_PATH_MAX = 100
@@ -65,11 +71,14 @@ class EmbeddedServer:
         port: int | None = None,
         fsync: Fsync = "everysec",
         extra: list[str] | None = None,
+        password: str | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
         self.fsync = fsync
         self.extra = extra or []
+        self.password = password
+        """The password every client must give (None: none, for tests and benchmarks)."""
         self.process: subprocess.Popen[bytes] | None = None
         sock = (self.data_dir / SOCKET_FILE).resolve()
         self.socket: Path | None = sock if len(os.fsencode(sock)) <= SOCKET_PATH_MAX else None
@@ -78,8 +87,12 @@ class EmbeddedServer:
 
     @property
     def url(self) -> str:
-        """The server on TCP, for any process that can reach 127.0.0.1."""
-        return f"redis://127.0.0.1:{self.port}/0"
+        """The server on TCP, with its password: for the processes that may read it."""
+        return f"redis://{self._auth}127.0.0.1:{self.port}/0"
+
+    @property
+    def _auth(self) -> str:
+        return "" if self.password is None else f":{self.password}@"
 
     @property
     def local_url(self) -> str:
@@ -89,11 +102,13 @@ class EmbeddedServer:
         if self.socket is None:
             return self.url
         # a path may hold `?`, `#` or `%`, which a URL reads as its own
-        return f"unix://{urllib.parse.quote(str(self.socket))}?db=0"
+        return f"unix://{self._auth}{urllib.parse.quote(str(self.socket))}?db=0"
 
     def command(self) -> list[str]:
+        config = () if self.password is None else (str((self.data_dir / CONFIG_FILE).resolve()),)
         return [
             str(binary()),
+            *config,  # a configuration file comes first
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--dir", str(self.data_dir.resolve()),
@@ -121,7 +136,9 @@ class EmbeddedServer:
             return self._start(timeout)
 
     def _start(self, timeout: float) -> EmbeddedServer:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if self.password is not None:
+            write_private(self.data_dir / CONFIG_FILE, f"requirepass {self.password}\n")
         with open(self.data_dir / "valkey.stderr", "wb") as stderr:
             self.process = subprocess.Popen(
                 self.command(),
@@ -131,7 +148,9 @@ class EmbeddedServer:
                 start_new_session=True,
             )
         deadline = time.monotonic() + timeout
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
+        client = redis.Redis(
+            host="127.0.0.1", port=self.port, password=self.password, socket_connect_timeout=0.5
+        )
         try:
             while True:
                 if self.process.poll() is not None:
@@ -209,12 +228,47 @@ class EmbeddedServer:
         self.stop()
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write `path` readable and writable by its owner alone (0600), whole or not at all:
+    a reader sees the old text or the new one."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        os.fchmod(fd, 0o600)  # a .tmp left by a killed writer keeps its own mode
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def private_dir(data_dir: Path) -> bool:
+    """Make `data_dir` (the server's data and password) this user's alone: created 0700, or
+    made 0700 when it is this user's and others could enter it. Returns True when it
+    changed an existing directory's mode."""
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = data_dir.stat()
+    if st.st_uid != os.geteuid() or not st.st_mode & 0o077:
+        return False
+    data_dir.chmod(0o700)
+    return True
+
+
+def stored_password(data_dir: Path) -> str:
+    """The password of the embedded server of `data_dir`: the one its `valkey.conf` holds
+    (a restart keeps it, so clients that read `server.json` before find the server again),
+    else a new random one."""
+    with contextlib.suppress(OSError):
+        for line in (data_dir / CONFIG_FILE).read_text(encoding="utf-8").splitlines():
+            name, _, value = line.partition(" ")
+            if name == "requirepass" and value.strip().isalnum():
+                return value.strip()
+    return secrets.token_hex(24)
+
+
 def lock_data_dir(data_dir: Path) -> IO[str] | None:
     """An exclusive lock on the data directory, held while the file stays open; None when
     another process holds it (that process runs the server). The file holds the pid of
     its holder (`lock_holder`): a `server.json` that another pid wrote is one a killed
     serve left."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     handle = os.fdopen(fd, "r+")  # the lock lives with the handle
     try:
@@ -239,10 +293,8 @@ def lock_holder(data_dir: Path) -> int | None:
 
 
 def write_connection_file(data_dir: Path, url: str, pid: int) -> None:
-    path = data_dir / CONNECTION_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"url": url, "pid": pid}) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    """`server.json`: the URL (with the server's password: owner only) and the serve's pid."""
+    write_private(data_dir / CONNECTION_FILE, json.dumps({"url": url, "pid": pid}) + "\n")
 
 
 def read_connection(data_dir: Path) -> tuple[str, int | None] | None:

@@ -47,7 +47,7 @@ from host import keys
 from host.apply import decode_order
 from host.entries import decode_equipment
 from host.joborder import path_text
-from host.store import Store
+from host.store import Store, redacted
 from sfc.codec import state_decoder
 from tests.clikit import (
     BOOL,
@@ -1132,8 +1132,8 @@ def test_a_second_serve_attaches_and_a_clean_stop_loses_nothing(tmp_path: Path) 
         url = server_url(data)
         second = procs.serve(data, "--scope", scope, cwd=tmp_path, ready=False)
         equipment = procs.equipment(script, scope, data, cwd=tmp_path, ready=False)
-        assert f"sfc serve: embedded server at {url}" in first.stderr()
-        assert f"sfc serve: attached to the server of {data} at {url}" in second.stderr()
+        assert f"sfc serve: embedded server at {redacted(url)}" in first.stderr()
+        assert f"sfc serve: attached to the server of {data} at {redacted(url)}" in second.stderr()
         r = sfc("job", "submit", recipe, "--count", "5", "--job-id", "early", *at, cwd=tmp_path)
         assert r.code == 0, r
         early = r.lines()
@@ -1427,9 +1427,9 @@ def test_two_serves_started_at_once_on_a_killed_ones_data_dir(
                 (other,) = [b for b in pair if b is not runner]
                 url = server_url(data)
                 assert _json_pid(data) == runner.pid
-                assert f"embedded server at {url}" in runner.stderr()
+                assert f"embedded server at {redacted(url)}" in runner.stderr()
                 if other.running():  # it came once server.json was written: attached
-                    assert f"attached to the server of {data} at {url}" in other.stderr()
+                    assert f"attached to the server of {data} at {redacted(url)}" in other.stderr()
                     assert other.stop() == 0
                 else:
                     assert other.popen.returncode == 2, other.stderr()
@@ -1516,7 +1516,9 @@ def test_a_killed_worker_is_replaced_and_a_crash_loop_stops_serve(tmp_path: Path
         url, server = server_url(data), int((data / "server.pid").read_text())
         _crash_loop(serve, data, tmp_path)
         said = serve.stderr()
-        assert f"stopping the embedded server at {url} with serve: no other client" in said
+        assert (
+            f"stopping the embedded server at {redacted(url)} with serve: no other client" in said
+        )
         # the signal is named, and a worker has one name in every line: its consumer name,
         # the one `sfc work pending` shows (the exit line called it sfc-worker-NAME)
         started = re.findall(r"worker (\S+) started$", said, re.M)
@@ -1550,11 +1552,13 @@ def test_a_crash_loop_of_the_workers_leaves_the_server_to_the_instances_attached
             serve = procs.serve(data, cwd=tmp_path)
             url, server = server_url(data), int((data / "server.pid").read_text())
             attached = procs.serve(data, cwd=tmp_path)
-            assert f"attached to the server of {data} at {url}" in attached.stderr()
+            assert f"attached to the server of {data} at {redacted(url)}" in attached.stderr()
             procs.equipment(happy, "default", data, cwd=tmp_path)
             _crash_loop(serve, data, tmp_path)
             said = serve.stderr()
-            assert f"leaving the embedded server (pid {server}) at {url} running for" in said
+            assert (
+                f"leaving the embedded server (pid {server}) at {redacted(url)} running for" in said
+            )
             assert running(server) and attached.running()
             # the attached serve runs jobs on it, found through the server.json kept for it
             r = sfc("job", "submit", GREETINGS, "--job-id", "on", "--data-dir", data, cwd=tmp_path)

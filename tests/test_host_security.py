@@ -7,10 +7,13 @@ import contextlib
 import os
 import secrets
 import select
+import shutil
 import socket
 import ssl
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +27,7 @@ from host.equipment import Answer, publish_event
 from host.jobs import pause, resume
 from host.serve import connect
 from host.store import Store, StoreError
+from tests.clikit import processes, server_url, sfc_all
 from tests.hostkit import Host, linear_recipe
 
 ACL_RULES = (
@@ -255,3 +259,78 @@ def test_rediss_works_through_tls_with_a_ca_file(valkey_url: str, tmp_path: Path
 def test_the_readme_documents_this_acl_line() -> None:
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
     assert f"ACL SETUSER sfc on >PASSWORD {ACL_RULES}" in readme
+
+
+def as_other_user(script: str) -> str:
+    """`script` run by bash as the user nobody (uid and gid 65534, no groups): another
+    local user of the machine. Its stdout and stderr together."""
+    proc = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", "-c", script],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        cwd="/",
+        timeout=30,
+    )
+    return proc.stdout + proc.stderr
+
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="acting as another user takes root and setpriv (CI runs as root)",
+)
+
+
+@needs_root
+def test_another_user_cannot_reach_the_embedded_server(tmp_path: Path) -> None:
+    """The server of `sfc serve` wants the password that only its user can read: another
+    user of the machine is refused on TCP, cannot read server.json, valkey.conf or the data
+    directory, and does not see the password in the process list; a guessed password in
+    `--redis` is refused too, while every command of the owner still finds the server."""
+    shared = Path(tempfile.mkdtemp(prefix="sfc-shared-"))
+    try:
+        shared.chmod(0o755)  # anyone may enter: only the data directory's own modes protect
+        data = shared / "data"
+        data.mkdir()
+        data.chmod(0o755)  # as an earlier sfc left it
+        with processes(tmp_path / "logs") as procs:
+            serve = procs.serve(data, cwd=tmp_path)
+            assert stat.S_IMODE(data.stat().st_mode) == 0o700
+            for name in ("server.json", "valkey.conf"):
+                assert stat.S_IMODE((data / name).stat().st_mode) == 0o600, name
+            url = server_url(data)
+            password = url.split("@")[0].rpartition(":")[2]
+            assert len(password) >= 32
+            port = (data / "server.port").read_text().strip()
+            pid = (data / "server.pid").read_text().strip()
+            said = as_other_user(
+                f"exec 3<>/dev/tcp/127.0.0.1/{port} || exit 9\n"
+                "printf 'PING\\r\\n' >&3; read -r line <&3; echo \"ping: $line\"\n"
+                "printf 'AUTH guessed\\r\\n' >&3; read -r line <&3; echo \"auth: $line\"\n"
+                "printf 'KEYS *\\r\\n' >&3; read -r line <&3; echo \"keys: $line\"\n"
+                f"cat {data}/server.json; cat {data}/valkey.conf; ls {data}\n"
+                f"echo; echo cmdline: $(tr '\\0' ' ' < /proc/{pid}/cmdline)\n"
+            )
+            assert "ping: -NOAUTH" in said, said
+            assert "auth: -WRONGPASS" in said, said
+            assert "keys: -NOAUTH" in said, said
+            assert said.count("Permission denied") == 3, said
+            assert "cmdline: " in said and "valkey-server" in said, said
+            assert password not in said
+            guessed = f"redis://:anything@127.0.0.1:{port}/0"
+            wrong, none, own = sfc_all(
+                [
+                    ["job", "list", "--redis", guessed],
+                    ["job", "list", "--redis", f"redis://127.0.0.1:{port}/0"],
+                    ["job", "list", "--data-dir", data],
+                ],
+                cwd=tmp_path,
+            )
+            assert wrong.code == 2 and "refused the login" in wrong.err, wrong
+            assert none.code == 2 and "refused the login" in none.err, none
+            assert own.code == 0, own
+            serve.stop()
+            logged = serve.stderr() + (data / "valkey.log").read_text()
+            assert "127.0.0.1" in logged and password not in logged
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
