@@ -57,6 +57,7 @@ from host.mqtt.bridge import MqttBridge
 from host.mqtt.connection import Connection
 from host.mqtt.device import MqttDevice
 from host.scripted import load_host_script
+from host.server import held_port
 from host.store import Store
 from sfc.simulation import Reply
 from tests.hostkit import Host, linear_recipe, wait_for
@@ -1428,6 +1429,95 @@ def test_a_user_and_password_and_tls(
             assert host.order_path(rig.scope, job) == "Ended/Completed", url
         finally:
             rig.close()
+
+
+def _accepts(port: int) -> bool:
+    """Whether something accepts TCP connections on 127.0.0.1:`port`."""
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+        return True
+    return False
+
+
+def test_jobs_in_flight_ride_out_a_broker_killed_and_started_again(
+    host: Host, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The broker's process is killed (SIGKILL) mid-run, with commands out at the device and
+    answers due, and started again on its port: it keeps nothing. Every job completes; a
+    command the engine issued reaches the device, or is sent again as a new attempt after its
+    timeout (docs/mqtt.md, "Delivery"); a command id comes to the device again only when the
+    broker had not acknowledged its publish; and every action is acted on once."""
+    caplog.set_level(logging.INFO, logger="sfc.host.mqtt")
+    port = held_port(bus=False)  # below the ephemeral range: no connection takes it meanwhile
+    config = tmp_path / "rumqttd.toml"
+    config.write_text(BROKER_CONFIG.split("[v5.2]")[0].format(port=port))
+    command = [sys.executable, "-m", "iotcore", "--config", str(config), "--log-level", "ERROR"]
+
+    def start_broker() -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        wait_for(lambda: proc.poll() is not None or _accepts(port), timeout=20, what="a broker")
+        assert proc.poll() is None, f"the broker exited {proc.returncode}"
+        return proc
+
+    broker = start_broker()
+    rig = Rig(host, f"mqtt://127.0.0.1:{port}", host.scope("restart"))
+    scope, n_jobs, n_actions = rig.scope, 20, 4
+    try:
+        bridge = rig.bridge("b", client_id=f"bridge-{scope}", session_expiry_s=60)
+        device = rig.device({"default": "ok@300"})
+        recipe = linear_recipe(n_actions, timeout_s=3, max_attempts=10)
+        ids = [host.submit(scope, recipe, job_id=f"r{i}").job for i in range(n_jobs)]
+        worker = host.worker([scope])
+        host.run([worker], [], lambda: device.counters.answered >= n_jobs, what="a quarter")
+        out = {c.command_id for _, kind, c in host.equipment(scope) if kind == "push"}
+        broker.kill()  # with commands out at the device, and its answers due
+        broker.wait()
+        killed = time.monotonic()
+        in_flight = sum(1 for j in ids if host.order_path(scope, j) == "Running")
+        host.run([worker], [], lambda: not bridge.ready and not device.ready, what="the loss seen")
+        broker = start_broker()
+        restarted = time.monotonic()
+        host.run([worker], [], lambda: bridge.ready and device.ready, what="both back")
+        back_s, away_s = time.monotonic() - restarted, time.monotonic() - killed
+        host.run([worker], [], host.ended(scope, ids), timeout=120)
+        assert _paths(host, scope, ids) == ["Ended/Completed"] * n_jobs
+    finally:
+        rig.close()
+        broker.kill()
+        broker.wait()
+    assert in_flight > 0 and len(out) >= n_jobs
+    pushes = [c for _, kind, c in host.equipment(scope) if kind == "push"]
+    seen = Counter(device.seen_ids)
+    last_attempt: dict[str, int] = {}
+    for p in pushes:
+        last_attempt[p.action_key] = max(last_attempt.get(p.action_key, 0), p.attempt)
+    # no command lost: each reached the device, or a later attempt of its action was sent
+    # after its timeout (a command the broker had taken and died with)
+    lost = [p.command_id for p in pushes if not seen[p.command_id]]
+    resent = [p for p in pushes if p.attempt < last_attempt[p.action_key]]
+    assert set(lost) <= {p.command_id for p in resent}, lost
+    assert all(seen[p.command_id] for p in pushes if p.attempt == last_attempt[p.action_key])
+    # none sent twice but for publishes the broker did not acknowledge (the bridge publishes
+    # such an entry again, and paho sends it again on reconnecting: two copies at most)
+    copies = sum(n - 1 for n in seen.values())
+    assert copies <= 2 * bridge.counters.unacked, (copies, bridge.counters.unacked)
+    # acted on once: one applied answer per action, whatever copies came
+    store = host.store()
+    for job in ids:
+        said = [msgspec.json.decode(f[b"data"]) for _, f in store.history(scope, job, 200)]
+        applied = [h for h in said if h["event"] == "answer" and h["disposition"] == "applied"]
+        assert len(applied) == n_actions, (job, said)
+    gone = [r.getMessage() for r in caplog.records if "dropped the connection" in r.getMessage()]
+    assert len(gone) == 2, gone  # the bridge and the device, once each
+    print(
+        f"broker restart: {n_jobs} jobs x {n_actions} actions, {in_flight} running at the "
+        f"kill; {len(pushes)} commands issued ({len(resent)} sent again as a new attempt, "
+        f"{len(lost)} never at the device), {len(seen)} command ids at the device, "
+        f"{copies} copies, {bridge.counters.unacked} publishes unacknowledged; both "
+        f"connected again {back_s:.2f} s after the broker was started again, "
+        f"{away_s:.2f} s after it was killed"
+    )
 
 
 def test_a_lost_broker_and_a_refused_login_are_logged_once_each_way(
