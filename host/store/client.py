@@ -32,7 +32,7 @@ ROUTES_EVERY_S = 1.0
 
 _LIBRARY_SOURCE: str | None = None
 
-FunctionCall = tuple[str, list[str], list[Any]]
+FunctionCall = tuple[str, list[str], list[wire.Arg]]
 """One FCALL: the function's name, its keys (all of one `{scope}`), its arguments."""
 
 
@@ -352,7 +352,7 @@ class StoreClient:
             )
         return True
 
-    def _fcall(self, name: str, keys_: Sequence[str], args: Sequence[Any]) -> Any:
+    def _fcall(self, name: str, keys_: Sequence[str], args: Sequence[wire.Arg]) -> Any:
         """FCALL, sent to the node of its keys (all in the slot of one `{scope}`)."""
         r = self._for_key(keys_[0])
         try:

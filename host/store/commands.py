@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import redis
+from redis.typing import EncodableT
 
 from host import keys
 from host.store import wire
-from host.store.client import StoreClient
+from host.store.client import FunctionCall, StoreClient
 from host.store.commit import raw_rows, wait_args
 from host.store.wire import Entry, Fields
 
@@ -27,11 +28,9 @@ DEAD_FIELDS, or starts with the prefix itself (`_dead_name`)."""
 
 
 def _dead_name(name: bytes) -> bytes:
-    """The name an entry's own field has in its dead entry: `original-NAME` for a name the
-    dead entry adds itself (DEAD_FIELDS) or one that starts with `original-` (so that an
-    entry's own `original-job` is not taken for a kept `job`), else the name as it is; one
-    prefix more, so `requeue` gives back every name exactly by taking one off (`_own_name`),
-    and a dead entry of the common case looks as it always did."""
+    """The name an entry's own field has in its dead entry: `original-NAME` for one of
+    DEAD_FIELDS or one that starts with `original-`, else the name as it is (`_own_name`
+    takes one prefix off, so `requeue` gives every name back exactly)."""
     return KEPT + name if name in DEAD_FIELDS or name.startswith(KEPT) else name
 
 
@@ -80,13 +79,13 @@ class Commands(StoreClient):
 
     def put_scope_settings(self, scope: str, values: Mapping[str, str]) -> None:
         if values:
-            mapping: Any = dict(values)
+            mapping: dict[EncodableT, EncodableT] = {k: v for k, v in values.items()}
             self.client(scope).hset(keys.settings(scope), mapping=mapping)
 
     # -- recipes
 
     def recipe_text(self, recipe_hash: str) -> bytes | None:
-        value: Any = self.r.get(keys.recipe(recipe_hash))
+        value = cast("bytes | None", self.r.get(keys.recipe(recipe_hash)))
         return None if value is None else bytes(value)
 
     def put_recipe(self, recipe_hash: str, text: bytes) -> None:
@@ -113,7 +112,7 @@ class Commands(StoreClient):
             keys.retired(scope),
             *(keys.waits(scope, t) for t, _ in waits),
         ]
-        args = [job, version, sequence, retired_ttl_ms, *(m for _, m in waits)]
+        args: list[wire.Arg] = [job, version, sequence, retired_ttl_ms, *(m for _, m in waits)]
         return wire.text(self._fcall("sfc1_clear", ks, args))
 
     def waits_of(self, scope: str, job: str) -> list[tuple[str, str]]:
@@ -186,7 +185,7 @@ class Commands(StoreClient):
         with an entry no longer pending for this consumer writes nothing), or the error
         reply of that group's call."""
         who = self.consumer
-        calls = [
+        calls: list[FunctionCall] = [
             ("sfc1_ack", [keys.work(scope), keys.settings(scope)], [keys.GROUP, who, c, *ids])
             for ids, c in groups
         ]
@@ -209,7 +208,7 @@ class Commands(StoreClient):
         (ok, conflict or missing). `active` None changes the waits only."""
         ks = [keys.job(scope, job), keys.due(scope), keys.active(scope)]
         flag = "-" if active is None else "1" if active else "0"
-        args: list[Any] = [job, version, flag, len(waits)]
+        args: list[wire.Arg] = [job, version, flag, len(waits)]
         args += wait_args(scope, waits, ks)
         return wire.text(self._fcall("sfc1_repair", ks, args))
 
@@ -327,13 +326,9 @@ class Commands(StoreClient):
         return next_start, entries, deleted
 
     def probe(self, scope: str) -> None:
-        """On a cluster, raise the move (ASK or TRYAGAIN: `a_move`) of a slot of `scope` being
-        moved; nothing else. EXISTS of the scope's fixed keys and of one never written
-        (`keys.probe`): a node whose slot is migrating answers a call of several keys, some
-        of them missing, with TRYAGAIN when it holds some of them and with ASK when it holds
-        none (the node importing it answers TRYAGAIN to such a call after an ASKING), so
-        that it fails for as long as the move lasts, wherever the keys are; a call of one
-        key goes through there (a claim, a read: each a delivery of the entries it takes)."""
+        """On a cluster, raise the move (ASK or TRYAGAIN: `slot_moving`) of a slot of `scope`
+        being moved; nothing else. It asks for keys of which one is never written
+        (`scope_keys`): such a call fails on a migrating slot for as long as the move lasts."""
         if self.cluster is None:
             return
         self.client(scope).exists(*scope_keys(scope))
@@ -378,7 +373,7 @@ class Commands(StoreClient):
         with `original-`, is kept as `original-NAME` (`_dead_name`). Only the entry's own
         `job` goes back on the due index (an event's burial leaves the index of the job it
         was offered to as it is)."""
-        flat: list[Any] = []
+        flat: list[wire.Arg] = []
         for k, v in fields.items():
             flat += [_dead_name(k), v]
         named = job or offered_to
@@ -397,17 +392,17 @@ class Commands(StoreClient):
         """Move a dead entry back to the work stream, with its original fields (the names
         `bury` kept as `original-NAME` given back: `_own_name`); the new entry id, or None
         when there is no such dead entry."""
-        rows: Any = self.client(scope).xrange(keys.dead(scope), entry_id, entry_id)
+        rows = cast(wire.Stored, self.client(scope).xrange(keys.dead(scope), entry_id, entry_id))
         if not rows:
             return None
-        fields: dict[Any, Any] = {
+        fields: dict[EncodableT, EncodableT] = {
             _own_name(k): v for k, v in rows[0][1].items() if k not in DEAD_FIELDS
         }
         pipe = self.client(scope).pipeline(transaction=True)  # both keys carry {scope}: one slot
         pipe.xadd(keys.work(scope), fields)
         pipe.xdel(keys.dead(scope), entry_id)
-        out: Any = pipe.execute()
-        return wire.text(out[0])
+        added, _ = pipe.execute()
+        return wire.text(added)
 
     def drop_dead(self, scope: str, entry_id: str) -> bool:
         """Remove a dead entry for good (handled by other means); False when there is none."""
@@ -416,12 +411,9 @@ class Commands(StoreClient):
     # -- the sweep
 
     def sweep(self, scope: str, threshold_ms: int, limit: int) -> tuple[str, int]:
-        """`sfc1_sweep`: ('ok', ticks queued) or ('outage', gap ms). It names a key never
-        written (`keys.probe`), which the function does not read: so it answers a move (ASK
-        or TRYAGAIN) for as long as the scope's slot is being moved, wherever its keys are,
-        and a sweep that goes through says that a move is over (Store.probe). Without it,
-        it went through once its keys were on one node (an outage pass: `sfc:outage:{S}`
-        exists), while a commit of a job whose hash had moved answered TRYAGAIN."""
+        """`sfc1_sweep`: ('ok', ticks queued) or ('outage', gap ms). It also names a key
+        never written (`keys.probe`), so that it answers a move (ASK or TRYAGAIN) for as long
+        as the scope's slot is being moved: a sweep that goes through says a move is over."""
         kind, n = self._fcall(
             "sfc1_sweep",
             [

@@ -256,10 +256,12 @@ class CommitStream:
         self._conn = None
 
 
-def wait_args(scope: str, waits: Sequence[tuple[str, str, str, int]], ks: list[str]) -> list[Any]:
+def wait_args(
+    scope: str, waits: Sequence[tuple[str, str, str, int]], ks: list[str]
+) -> list[wire.Arg]:
     """The (key index, op, member, score) arguments of `waits`, adding their keys to `ks`."""
     index: dict[str, int] = {}
-    args: list[Any] = []
+    args: list[wire.Arg] = []
     for type_id, op, m, score in waits:
         if type_id not in index:
             ks.append(keys.waits(scope, type_id))
@@ -326,7 +328,7 @@ class CommitCommands(StoreClient):
             )
         ks = [keys.job(s, c.job), keys.history(s, c.job), *scoped]
         waited = wait_args(s, c.waits, ks) if c.waits else []
-        args: list[Any] = [
+        args: list[wire.Arg] = [
             c.version,
             c.state,
             c.order,

@@ -4,14 +4,14 @@ host/mqtt.py) reads, acknowledges and answers, and its trimming."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import redis
 
 from host import keys
 from host.store import wire
-from host.store.client import StoreClient
+from host.store.client import FunctionCall, StoreClient
 from host.store.errors import missing_function
 from host.store.records import id_tuple
 from host.store.wire import Entry
@@ -50,7 +50,7 @@ class EquipmentCommands(StoreClient):
             self.client(scope).xack(keys.equipment(scope), group, *ids)
 
     def equipment_entries(self, scope: str) -> list[Entry]:
-        rows: Any = self.client(scope).xrange(keys.equipment(scope))
+        rows = cast(wire.Stored, self.client(scope).xrange(keys.equipment(scope)))
         return [(wire.text(i), f) for i, f in rows]
 
     def reply_equipment(
@@ -68,7 +68,7 @@ class EquipmentCommands(StoreClient):
         `block_ms` (the answers and acks are written before the read waits). Packed by
         hiredis and read raw, as the worker's hot path is; an error reply raises."""
         work, equipment = keys.work(scope), keys.equipment(scope)
-        commands: list[tuple[Any, ...]] = [
+        commands: list[wire.Command] = [
             ("XADD", work, "*", *[x for kv in fields.items() for x in kv]) for fields in answers
         ]
         if done:
@@ -94,7 +94,7 @@ class EquipmentCommands(StoreClient):
         cut: str | None = None
         start = "-"
         while True:
-            rows: Any = self.client(scope).xrange(key, min=start, count=100)
+            rows = cast(wire.Stored, self.client(scope).xrange(key, min=start, count=100))
             if not rows:
                 break
             stop = False
@@ -131,7 +131,7 @@ class EquipmentCommands(StoreClient):
         pipe = self.client(scope).pipeline(transaction=False)
         for fields in answers:
             pipe.xadd(keys.work(scope), dict(fields))  # type: ignore[arg-type]
-        calls = [
+        calls: list[FunctionCall] = [
             (
                 "sfc1_publish",
                 [keys.waits(scope, t), keys.work(scope), keys.settings(scope)],

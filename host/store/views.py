@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -26,22 +26,16 @@ STORED_CHUNK = 5_000
 """The EXISTS of one round trip of `Store.stored_jobs`."""
 
 
-def _name(value: Any) -> str:
-    """A name the server holds that is shown (a consumer group's, a consumer's; `sfc job
-    show`, `sfc work pending`, the metrics' `group` label): one that is not UTF-8 (made by
-    hand, `XGROUP CREATE ... "bad\\xffname"`) with each byte that is not UTF-8 escaped
-    (`bad\\xffname`), not an error that fails the whole view; and two names that differ
-    only in such bytes are shown apart (a replacement character made them one)."""
+def _name(value: object) -> str:
+    """A name the server holds (a group's, a consumer's) as shown: each byte that is not
+    UTF-8 escaped (`bad\\xffname`), so that no name fails a view and two stay apart."""
     return value.decode(errors="backslashreplace") if isinstance(value, bytes) else str(value)
 
 
 def work_unread(group: Mapping[str, Any], length: int) -> int:
-    """The work stream's entries no worker has read yet, of its group `group` (XINFO
-    GROUPS) and the stream's `length` (XLEN): the group's lag; where the server cannot tell
-    it (entries were deleted), the length less the entries pending, which is exact, since
-    every entry a worker acknowledges it deletes in the same call (commit, ack, bury): the
-    stream holds the pending entries and the unread ones. The one count `sfc job show`,
-    `sfc work pending` and the metric `sfc_work_unread` give."""
+    """The work stream's entries no worker has read yet, of the workers' `group` (XINFO
+    GROUPS) and the stream's `length`: the group's lag, or where the server cannot tell it,
+    the length less the entries pending (exact: an acknowledged entry is deleted with it)."""
     lag = group.get("lag")
     return int(lag) if lag is not None else max(0, length - int(group["pending"]))
 
@@ -56,7 +50,7 @@ def _work_group(groups: Any) -> Mapping[str, Any] | None:
     return None
 
 
-def _raw(value: Any) -> bytes:
+def _raw(value: object) -> bytes:
     """A name as the server holds it."""
     return value if isinstance(value, bytes) else str(value).encode()
 
@@ -81,8 +75,8 @@ class ReadViews(StoreClient):
                 pipe = client.pipeline(transaction=False)
                 for scope, job in chunk:
                     pipe.exists(keys.job(scope, job))
-                out: Any = pipe.execute()
-                found.update(pair for pair, n in zip(chunk, out, strict=True) if n)
+                exists = cast(list[int], pipe.execute())
+                found.update(pair for pair, n in zip(chunk, exists, strict=True) if n)
         return found
 
     def order_ids(self, scope: str) -> list[str]:
@@ -96,7 +90,9 @@ class ReadViews(StoreClient):
         """The last `count` history entries, oldest first (none for 0)."""
         if count <= 0:
             return []
-        rows: Any = self.client(scope).xrevrange(keys.history(scope, job), count=count)
+        rows = cast(
+            wire.Stored, self.client(scope).xrevrange(keys.history(scope, job), count=count)
+        )
         return [(wire.text(i), f) for i, f in reversed(rows)]
 
     def unread(self, scope: str) -> int:
@@ -179,7 +175,7 @@ class ReadViews(StoreClient):
         pipe = self.client(scope).pipeline(transaction=False)
         for ms in times:
             pipe.xrange(keys.equipment(scope), str(ms), "+", count=count)
-        replies: Any = pipe.execute()
+        replies = cast(list[wire.Stored], pipe.execute())
         return [[(wire.text(i), f) for i, f in rows] for rows in replies]
 
     def equipment_after(
@@ -193,7 +189,7 @@ class ReadViews(StoreClient):
         pipe = self.client(scope).pipeline(transaction=False)
         for after, ms in reads:
             pipe.xrange(keys.equipment(scope), "(" + after, str(ms), count=count)
-        replies: Any = pipe.execute()
+        replies = cast(list[wire.Stored], pipe.execute())
         return [[(wire.text(i), f) for i, f in rows] for rows in replies]
 
     def equipment_pending(
@@ -290,7 +286,7 @@ class ReadViews(StoreClient):
                 after = "(" + wire.text(g["last-delivered-id"])
                 pipe.xrange(keys.equipment(scope), after, "+", count=limit)
         if counted:
-            rows: Any = pipe.execute()
+            rows = cast(list[wire.Stored], pipe.execute())
             out.update((name, len(r)) for name, r in zip(counted, rows, strict=True))
         return out
 
@@ -315,7 +311,7 @@ class ReadViews(StoreClient):
         for row in rows:
             entry_id = wire.text(row["message_id"])
             pipe.xrange(keys.work(scope), entry_id, entry_id)
-        found: Any = pipe.execute()
+        found = cast(list[wire.Stored], pipe.execute())
         pairs = list(zip(rows, found, strict=True))
         gone = [wire.text(r["message_id"]) for r, got in pairs if not got]
         if gone:
@@ -340,7 +336,7 @@ class ReadViews(StoreClient):
         return out
 
     def dead(self, scope: str, count: int = 100) -> list[Entry]:
-        rows: Any = self.client(scope).xrange(keys.dead(scope), count=count)
+        rows = cast(wire.Stored, self.client(scope).xrange(keys.dead(scope), count=count))
         return [(wire.text(i), f) for i, f in rows]
 
     def heartbeat(self, scope: str) -> dict[str, str]:
@@ -350,9 +346,9 @@ class ReadViews(StoreClient):
         }
 
     def due(self, scope: str) -> dict[str, int]:
-        rows: Any = self.client(scope).zrange(keys.due(scope), 0, -1, withscores=True)
+        rows = cast(wire.Scored, self.client(scope).zrange(keys.due(scope), 0, -1, withscores=True))
         return {wire.text(j): int(s) for j, s in rows}
 
     def equipment_entries(self, scope: str) -> list[Entry]:
-        rows: Any = self.client(scope).xrange(keys.equipment(scope))
+        rows = cast(wire.Stored, self.client(scope).xrange(keys.equipment(scope)))
         return [(wire.text(i), f) for i, f in rows]

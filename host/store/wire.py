@@ -21,8 +21,10 @@ import redis.crc
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-Command = tuple[Any, ...]
-"""One command: its name, then its arguments (bytes, str or int)."""
+Arg = bytes | str | int | float
+"""One argument of a command."""
+Command = tuple[Arg, ...]
+"""One command: its name, then its arguments."""
 Connection = Any
 """A redis-py connection (redis.connection.AbstractConnection: untyped)."""
 Pool = Any
@@ -60,7 +62,8 @@ os.register_at_fork(after_in_child=_forked)
 def pack(commands: Sequence[Command]) -> bytes:
     """Commands in the wire protocol, packed by hiredis (redis-py's packer looks at each
     argument in Python first: a third of a commit's cost on the hot path)."""
-    return b"".join([hiredis.pack_command(c) for c in commands])
+    # (hiredis's stub types a command as a 1-tuple)
+    return b"".join([hiredis.pack_command(c) for c in commands])  # type: ignore[arg-type]
 
 
 def send(conn: Connection, commands: Sequence[Command], check_health: bool = True) -> None:
@@ -264,14 +267,18 @@ Fields = dict[bytes, bytes]
 """A stream entry's fields."""
 Entry = tuple[str, Fields]
 """A stream entry: (entry id, fields)."""
+Stored = list[tuple[bytes, Fields]]
+"""Stream entries as redis-py's XRANGE and XREVRANGE give them."""
+Scored = list[tuple[bytes, float]]
+"""Members and scores as redis-py's ZRANGE WITHSCORES gives them."""
 
 
-def text(value: Any) -> str:
+def text(value: object) -> str:
     """A reply's bytes as text."""
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def text_or_error(x: Any) -> str | Exception:
+def text_or_error(x: object) -> str | Exception:
     return x if isinstance(x, Exception) else text(x)
 
 
