@@ -22,7 +22,7 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension
 
 from generated.dryrun_result_v1_2 import DryRunResult
 from generated.simulation_script_v1_0 import SimulationScript
-from sfc.builder import build
+from sfc.builder import RECIPE_V1_1_0, RECIPE_V1_2_0, build
 from sfc.graph import Graph
 from sfc.simulation import Simulation, load_script
 from sfc.transcript import to_json, to_text
@@ -40,6 +40,10 @@ EXPECTED_END = {
     "greetings-demo/cancel": "cancelled",
     "greetings-demo/happy": "completed",
     "greetings-demo/retry": "completed",
+    "press-fit-line/happy": "completed",
+    "press-fit-line/outage": "completed",
+    "press-fit-line/reject": "completed",
+    "press-fit-line/slow-press": "completed",
     "rear-axle-fitting/outage": "completed",
     "rear-axle-fitting/qa-reject": "completed",
     "rear-axle-fitting/retry": "completed",
@@ -52,6 +56,17 @@ EXPECTED_END = {
     "tightening-hold/pause-resume": "completed",
 }
 """What each script shows ends the job this way; a new script must be added here."""
+
+DATASCHEMA = {"press-fit-line": RECIPE_V1_2_0}
+"""Examples in a recipe format other than v1.1.0 (the CLI's --dataschema)."""
+
+
+def dataschema_of(example: str) -> str:
+    return DATASCHEMA.get(example, RECIPE_V1_1_0)
+
+
+def _schema_name(example: str) -> str:
+    return "recipe_" + dataschema_of(example).rstrip("/").rsplit("/", 1)[-1].replace(".", "_")
 
 
 def _schema_file(uri: str) -> Resource[Any]:
@@ -85,7 +100,7 @@ def name_of(script: Path) -> str:
 
 
 def graph_of(recipe: Path) -> Graph:
-    built = build(recipe.read_bytes())
+    built = build(recipe.read_bytes(), dataschema=dataschema_of(recipe.parent.name))
     assert built.graph is not None, built.errors
     return built.graph
 
@@ -124,8 +139,8 @@ def test_the_greetings_demo_is_the_python_projects() -> None:
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.parent.name)
-def test_every_recipe_is_valid_v1_1_0(recipe: Path) -> None:
-    assert jsonschema_error("recipe_v1_1_0", recipe.read_bytes()) is None
+def test_every_recipe_is_valid_in_its_format(recipe: Path) -> None:
+    assert jsonschema_error(_schema_name(recipe.parent.name), recipe.read_bytes()) is None
     graph_of(recipe)
 
 
@@ -156,7 +171,9 @@ def test_json_transcript(script: Path, snapshot: SnapshotAssertion) -> None:
 
 @script_param
 def test_every_example_runs_through_the_cli(script: Path) -> None:
-    done = sfc("dryrun", script.parent / "recipe.json", "--script", script)
+    example = script.parent.name
+    options = ["--dataschema", DATASCHEMA[example]] if example in DATASCHEMA else []
+    done = sfc("dryrun", script.parent / "recipe.json", "--script", script, *options)
     result = run(script)
     assert done.returncode == (0 if result.end == "completed" else 1), done.stderr
     assert done.stdout.decode() == to_text(result)

@@ -25,6 +25,7 @@ from sfc.codec import encode, state_decoder
 from sfc.evolution import STATE_FORMAT
 from sfc.migrate import state_format
 from sfc.transcript import from_json
+from tests.test_examples import dataschema_of
 from tests.test_wire_snapshots import WireBytes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,7 +36,10 @@ CASES = sorted(p.name.removesuffix(".transcript.json") for p in FROZEN.glob("*.t
 
 def _frozen(case: str, where: Path = FROZEN):  # type: ignore[no-untyped-def]
     example = case.split(".")[0]
-    graph = build((ROOT / "examples" / example / "recipe.json").read_bytes()).graph
+    graph = build(
+        (ROOT / "examples" / example / "recipe.json").read_bytes(),
+        dataschema=dataschema_of(example),
+    ).graph
     assert graph is not None
     run = from_json((where / f"{case}.transcript.json").read_bytes())
     states = (where / f"{case}.states.jsonl").read_bytes().splitlines()
@@ -43,12 +47,12 @@ def _frozen(case: str, where: Path = FROZEN):  # type: ignore[no-untyped-def]
     return graph, run.transcript, states
 
 
-def test_there_is_a_frozen_fixture_for_every_example_script() -> None:
+def test_there_is_a_frozen_fixture_for_every_example_script_of_1_3() -> None:
     scripts = sorted(
         f"{p.parent.name}.{p.name.removesuffix('.script.json')}"
         for p in (ROOT / "examples").glob("*/*.script.json")
     )
-    assert scripts == CASES
+    assert set(CASES) <= set(scripts)  # a later example has no 1.3 state to migrate
 
 
 @pytest.mark.parametrize("case", CASES)

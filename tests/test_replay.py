@@ -19,6 +19,7 @@ from syrupy.assertion import SnapshotAssertion
 from sfc import build, evolve, new_state
 from sfc.codec import encode
 from sfc.transcript import from_json
+from tests.test_examples import dataschema_of
 from tests.test_wire_snapshots import WireBytes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,7 +35,10 @@ def _example(path: Path) -> tuple[str, str]:
 @pytest.mark.parametrize("frozen", FROZEN, ids=lambda p: "{}.{}".format(*_example(p)))
 def test_the_core_replays_a_frozen_transcript(frozen: Path, snapshot: SnapshotAssertion) -> None:
     example, _ = _example(frozen)
-    graph = build((ROOT / "examples" / example / "recipe.json").read_bytes()).graph
+    graph = build(
+        (ROOT / "examples" / example / "recipe.json").read_bytes(),
+        dataschema=dataschema_of(example),
+    ).graph
     assert graph is not None
     run = from_json(frozen.read_bytes())
     assert run.transcript, "a frozen transcript has at least the start"
