@@ -38,9 +38,9 @@ from host.mqtt.topics import (
 )
 from host.store import (
     Store,
-    a_move,
     moving_reason,
     slot_moved,
+    slot_moving,
     slot_of,
     unreachable,
     unreachable_reason,
@@ -334,7 +334,7 @@ class MqttBridge:
                 if not unreachable(e):
                     raise
                 self.store.refresh_routes()  # a cluster's slot may have moved
-                moved = a_move(e)  # routine: the node answered (a failover, a reshard)
+                moved = slot_moving(e)  # routine: the node answered (a failover, a reshard)
                 if moved not in logged:
                     logged.add(moved)
                     if moved:
@@ -375,7 +375,7 @@ class MqttBridge:
     def _log_held(topic: str, error: Exception, slot: int) -> None:
         """Log why a message is held: a slot's move (MOVED, ASK, TRYAGAIN) at info, as the
         worker does; a server that cannot be reached at warning."""
-        if a_move(error):
+        if slot_moving(error):
             log.info(
                 "a message on %s is held: %s, and it is written then",
                 topic,
