@@ -50,7 +50,7 @@ from host import keys
 from host.entries import Entry, EntryError, decode_equipment, encode, fields
 from host.equipment import answer_data, event_data
 from host.keys import EVENTS_UNMATCHED
-from host.store import Store, a_move, moving_reason, slot_of, unreachable, unreachable_reason
+from host.store import Store, moving_reason, slot_moving, slot_of, unreachable, unreachable_reason
 from sfc.simulation import (
     Reply,
     ScriptError,
@@ -298,7 +298,7 @@ class ScriptedEquipment:
                 if not unreachable(e):
                     raise
                 self.store.refresh_routes()  # a cluster's slot may have moved
-                if down_since is None and a_move(e):
+                if down_since is None and slot_moving(e):
                     # routine: the node answered (a failover, a reshard; one under way,
                     # TRYAGAIN), said once until a pump goes through
                     if not moving:

@@ -29,7 +29,7 @@ from host.equipment import Responder, always, respond
 from host.metrics import WorkerMetrics
 from host.scripted import ScriptedEquipment, load_host_script
 from host.server import RANGES, EmbeddedServer
-from host.store import Store, a_move, slot_of, unreachable
+from host.store import Store, slot_moving, slot_of, unreachable
 from host.worker import Worker
 from tests.clikit import processes, sfc
 from tests.clusterkit import LocalCluster, end_move, move_slot
@@ -1559,7 +1559,7 @@ def test_a_sweep_through_an_outage_pass_does_not_end_a_move_under_way(
         assert moving in worker.parked
         with pytest.raises(Exception) as raised:
             worker.store.sweep(moving, FAST.outage_threshold, FAST.sweep_limit)
-        assert a_move(raised.value), raised.value
+        assert slot_moving(raised.value), raised.value
         worker.sweep_once()
         assert moving in worker.parked  # the move is not over
         end_move(cluster, slot, port)
