@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import redis
 import redis.cluster
@@ -77,20 +77,18 @@ class StoreClient:
 
     def __init__(
         self,
-        client: Any,
+        client: redis.Redis | redis.cluster.RedisCluster,
         *,
-        consumer: str = "",
-        history_limit: int = 1000,
-        dedupe_ttl_ms: int = 86_400_000,
         cluster: redis.cluster.RedisCluster | None = None,
         url: str = "",
+        options: StoreOptions = StoreOptions(),
     ) -> None:
-        self.r: Any = client
+        self.r = client
         """The client: a redis.Redis, or on a cluster the RedisCluster (for the keys that
         live in slots of their own, sfc:scopes and sfc:recipe:*)."""
         self.cluster = cluster
         self.url = url
-        self.options = StoreOptions(consumer, history_limit, dedupe_ttl_ms)
+        self.options = options
         self._shared = _Shared()
 
     def with_options(
@@ -142,7 +140,9 @@ class StoreClient:
         *,
         cluster: bool | None = None,
         socket_timeout: float = SOCKET_TIMEOUT_S,
-        **kwargs: Any,
+        consumer: str = "",
+        history_limit: int = 1000,
+        dedupe_ttl_ms: int = 86_400_000,
     ) -> Self:
         """A store on `url` (redis://, rediss://, unix://, with user and password). A Valkey
         Cluster is detected from the server (`cluster_enabled`), or set with `cluster`."""
@@ -172,8 +172,9 @@ class StoreClient:
                 raise StoreError(
                     f"unusable server URL {redacted(url)}: unknown parameter {said}"
                 ) from None
+        options = StoreOptions(consumer, history_limit, dedupe_ttl_ms)
         if not cluster:
-            return cls(client, url=url, **kwargs)
+            return cls(client, url=url, options=options)
         client.close()
         try:
             rc = redis.cluster.RedisCluster.from_url(
@@ -190,7 +191,7 @@ class StoreClient:
             raise StoreError(
                 f"unusable server URL {redacted(url)}: unknown parameter {said}"
             ) from None
-        return cls(rc, cluster=rc, url=url, **kwargs)
+        return cls(rc, cluster=rc, url=url, options=options)
 
     def ping(self) -> None:
         """One PING; a StoreError that says what went wrong when it fails."""
@@ -222,7 +223,7 @@ class StoreClient:
 
     def _for_key(self, key: str) -> redis.Redis:
         if self.cluster is None:
-            return self.r  # type: ignore[no-any-return]
+            return cast(redis.Redis, self.r)  # one server: the plain client
         node = self.cluster.get_node_from_key(key)  # type: ignore[no-untyped-call]
         return self.cluster.get_redis_connection(node)
 
