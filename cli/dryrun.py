@@ -21,7 +21,7 @@ from cli.files import (
 )
 from cli.main import app
 from sfc import codec
-from sfc.builder import RECIPE_V1_1_0
+from sfc.builder import RECIPE_V1_2_0
 from sfc.simulation import (
     DEFAULT_EVALUATION_LIMIT,
     DEFAULT_TIME_LIMIT_MS,
@@ -80,8 +80,9 @@ def dryrun(
         ),
     ] = None,
     dataschema: Annotated[
-        str, typer.Option(metavar="URI", help="The recipe's dataschema URI (v1.0.0 or v1.1.0).")
-    ] = RECIPE_V1_1_0,
+        str,
+        typer.Option(metavar="URI", help="The recipe's dataschema URI (v1.0.0, v1.1.0 or v1.2.0)."),
+    ] = RECIPE_V1_2_0,
     state_out: Annotated[
         Path | None,
         typer.Option(

@@ -51,7 +51,7 @@ from host.joborder import ReturnStatus
 from host.settings import Settings
 from host.store import Store, StoreError, unreachable
 from sfc import codec
-from sfc.builder import RECIPE_V1_1_0
+from sfc.builder import RECIPE_V1_2_0
 from sfc.evolution import misfit
 from sfc.explain import explain as explain_text
 from sfc.graph import Graph
@@ -118,7 +118,7 @@ def _dataschema(dataschema: str) -> str:
     return dataschema
 
 
-def _graph(recipe: str, caps: Capabilities | None = None, dataschema: str = RECIPE_V1_1_0) -> Graph:
+def _graph(recipe: str, caps: Capabilities | None = None, dataschema: str = RECIPE_V1_2_0) -> Graph:
     """The recipe's graph; a recipe that does not build is a tool error listing its errors."""
     result = build_recipe(_document(recipe, "recipe"), caps, _dataschema(dataschema))
     if result.graph is None:
@@ -180,9 +180,9 @@ def _script(text: Document, graph: Graph) -> SimulationScript | None:
 
 
 def sfc_validate(
-    recipe: str, capabilities: Document = None, dataschema: str = RECIPE_V1_1_0
+    recipe: str, capabilities: Document = None, dataschema: str = RECIPE_V1_2_0
 ) -> dict[str, Any]:
-    """Build a recipe (wire JSON text) and list every build error (SFC000 to SFC020), as
+    """Build a recipe (wire JSON text) and list every build error (SFC000 to SFC026), as
     `sfc validate --json` does. Optionally against the station's capabilities (JSON text)."""
     caps = _capabilities(capabilities)
     result = build_recipe(_document(recipe, "recipe"), caps, _dataschema(dataschema))

@@ -21,7 +21,7 @@ SCHEMAS = published.SCHEMAS
 def schema(
     name: Annotated[
         str | None,
-        typer.Argument(metavar="NAME", help="A schema name from the list, e.g. recipe_v1_1_0."),
+        typer.Argument(metavar="NAME", help="A schema name from the list, e.g. recipe_v1_2_0."),
     ] = None,
     bundle: Annotated[
         bool,

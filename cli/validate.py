@@ -25,7 +25,7 @@ from cli.files import (
     read_bytes,
 )
 from cli.main import app
-from sfc.builder import RECIPE_V1_1_0, BuildResult
+from sfc.builder import RECIPE_V1_2_0, BuildResult
 
 __all__ = ["format_error", "json_path", "validate"]
 
@@ -62,9 +62,9 @@ def validate(
     ] = False,
     dataschema: Annotated[
         str, typer.Option(metavar="URI", help="The recipe format of the files.")
-    ] = RECIPE_V1_1_0,
+    ] = RECIPE_V1_2_0,
 ) -> None:
-    """Build recipes and print every build error (SFC000 to SFC020).
+    """Build recipes and print every build error (SFC000 to SFC026).
 
     Exit 0 when every recipe is valid, 1 when some is invalid or cannot be read, 2 when none could be read or the arguments are unusable.
     """

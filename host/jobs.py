@@ -34,7 +34,7 @@ from host.jobview import listing, newer_writer
 from host.outbox import command_number
 from host.settings import HISTORY_LIMIT_MAX, Settings
 from host.store import JobRecord, Store
-from sfc.builder import RECIPE_V1_1_0, BuildError, BuildResult, build
+from sfc.builder import RECIPE_V1_2_0, BuildError, BuildResult, build
 from sfc.codec import capabilities_decoder, state_decoder
 from sfc.evolution import new_state
 from sfc.graph import Graph
@@ -177,7 +177,7 @@ def submit(
     work_master_id: str | None = None,
     priority: int = 0,
     description: str | None = None,
-    dataschema: str = RECIPE_V1_1_0,
+    dataschema: str = RECIPE_V1_2_0,
 ) -> MethodResult:
     """Store (start=False) or StoreAndStart one job order of `recipe` in `scope`.
 
@@ -381,7 +381,7 @@ def update(
     priority: int | None = None,
     description: str | None = None,
     work_master_id: str | None = None,
-    dataschema: str = RECIPE_V1_1_0,
+    dataschema: str = RECIPE_V1_2_0,
     settings: Settings | None = None,
 ) -> MethodResult:
     """Update: replace the order of a job that has not started (NotAllowedToStart or

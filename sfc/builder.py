@@ -1,4 +1,4 @@
-"""Build: a recipe document becomes a Graph, or every error found in it (SFC000 to SFC020).
+"""Build: a recipe document becomes a Graph, or every error found in it (SFC000 to SFC026).
 
 Build errors are data: `build()` never raises for any bytes, it returns a BuildResult with
 either a graph or a non-empty tuple of errors. Each error has a code from the table in docs/errors.md,
@@ -11,12 +11,19 @@ tables the earlier ones left behind:
 1. decode (SFC000): size limit, then the module-level decoder of the dataschema;
 2. size (SFC018): above the limits nothing else is checked;
 3. elements, each on its own: names (SFC017, SFC002), the initial step (SFC001), actions
-   (SFC003, SFC009, SFC010, SFC019), divergences (SFC004, SFC003, SFC005), transitions
-   (SFC009 for a condition that can never match, SFC003, SFC006);
+   (SFC003, SFC009, SFC010, SFC019, and the qualifiers of v1.2.0: SFC000 for a missing
+   field, SFC023 to SFC026), R blocks against the actions they reset (SFC021, SFC022,
+   SFC002), divergences (SFC004, SFC003, SFC005), transitions (SFC009 for a condition that
+   can never match, SFC003, SFC006);
 4. the chart, over what resolved: priorities (SFC008), defaults (SFC007), pull-event
-   ambiguity (SFC011), reachability (SFC012), loops without a wait (SFC013);
-5. the station, only with capabilities: types (SFC014), features (SFC015), outcomes
-   (SFC016), the hold outcome (SFC020).
+   ambiguity (SFC011), reachability (SFC012), loops without a wait (SFC013: a step waits
+   for its N actions and its MinSeconds);
+5. the station, only with capabilities: types (SFC014), features (SFC015, the qualifier
+   groups too), outcomes of the N actions (SFC016), the hold outcome (SFC020).
+
+Only N actions are gating: `step_actions` of the checker holds them alone, so SFC011,
+SFC013 and SFC016 see what the step waits for. A document of v1.1.0 or v1.0.0 counts every
+block as N after SFC010 refused its other qualifiers.
 
 An error is reported once, where it is. A later pass skips what an earlier one refused:
 a transition with an unknown or ambiguous end takes no part in the chart checks, and when a
@@ -111,7 +118,7 @@ _WORDS = {
 @dataclass(frozen=True, slots=True)
 class BuildError:
     code: str
-    """SFC000 to SFC020."""
+    """SFC000 to SFC026."""
     path: str
     """JSON path of the element, starting with `$`: `$.Transitions[2].Target`."""
     message: str
@@ -133,7 +140,7 @@ class BuildResult:
 def build(
     recipe_json: bytes,
     capabilities: Capabilities | None = None,
-    dataschema: str = RECIPE_V1_1_0,
+    dataschema: str = RECIPE_V1_2_0,
 ) -> BuildResult:
     """Validate a recipe document and index it into a Graph; the dataschema picks the format.
 

@@ -78,10 +78,49 @@ def _selector(spec: ActionSpec) -> str:
     return f" with {' and '.join(parts)}" if parts else " (any event of the type)"
 
 
+def qualifier_words(spec: ActionSpec, reset_in: tuple[str, ...] = ()) -> str | None:
+    """What the qualifier of an action block does, in words; None for N (the plain case).
+
+    `reset_in` names the steps whose R blocks reset the action (stored actions only).
+    """
+    q = spec.qualifier
+    t = "" if spec.duration_ms is None else duration(spec.duration_ms)
+    by = "the job ends (no R block resets it)"
+    if reset_in:
+        by = f"an R resets it (in {' or '.join(f'step {s}' for s in reset_in)}) or the job ends"
+    words = {
+        "P": "sent once at entry (a pulse, the same as P1 here) and runs to its end",
+        "P1": "sent once at entry (a pulse) and runs to its end",
+        "P0": "sent once when the step is left (a pulse) and runs to its end",
+        "L": f"sent at entry; withdrawn after {t}, or when the step is left if that is sooner",
+        "D": f"sent if the step is still active after {t}; withdrawn when the step is left",
+        "S": f"sent at entry and stored: it runs on after the step is left, until {by}",
+        "SD": f"sent {t} after entry, even if the step was left, unless an R resets it "
+        f"first; then stored until {by}",
+        "DS": f"sent if the step is still active after {t}, then stored until {by}",
+        "SL": f"sent at entry and stored; withdrawn after {t}, or sooner when {by}",
+    }.get(q)
+    if words is None:
+        return None
+    head = f"{q} {t}" if t else q
+    return f"{head}: {words}; not waited for"
+
+
 def describe_action(
-    spec: ActionSpec, max_attempts_default: int = DEFAULT_MAX_ATTEMPTS
+    spec: ActionSpec,
+    max_attempts_default: int = DEFAULT_MAX_ATTEMPTS,
+    reset_in: tuple[str, ...] = (),
 ) -> list[str]:
-    """An action block in a few lines, the first naming it."""
+    """An action block in a few lines, the first naming it; a qualifier other than N in words
+    on the second."""
+    lines = _describe_work(spec, max_attempts_default)
+    words = qualifier_words(spec, reset_in)
+    if words is not None:
+        lines.insert(1, f"  {words}")
+    return lines
+
+
+def _describe_work(spec: ActionSpec, max_attempts_default: int) -> list[str]:
     if not spec.push:
         return [
             f"{spec.name}: waits for event {spec.type_id}{_selector(spec)}, "
@@ -160,12 +199,26 @@ def explain_recipe(graph: Graph, max_attempts_default: int = DEFAULT_MAX_ATTEMPT
         _plural(len(graph.actions), "action block"),
         _plural(len(kinds), "divergence"),
     ]
+    resets = sum(len(names) for names in graph.resets.values())
+    if resets:
+        counts.insert(3, _plural(resets, "R block"))
+    qualified = resets or graph.min_ms or any(not a.gating for a in graph.actions.values())
+    reset_in: dict[str, list[str]] = {}
+    for step, names in graph.resets.items():
+        for name in names:
+            reset_in.setdefault(name, []).append(step)
     out = [
         f"Recipe {graph.recipe_hash[:12]} ({graph.dataschema})",
         ", ".join(counts) + ".",
         "",
         f"The job starts in step {graph.initial}. Entering a step starts all its action blocks;"
-        " the step is done when every one has an outcome.",
+        + (
+            " the step is done when every N block has an outcome and its MinSeconds have "
+            "passed. The other qualifiers are not waited for: their outcomes are recorded and "
+            "never decide a transition (docs/qualifiers.md)."
+            if qualified
+            else " the step is done when every one has an outcome."
+        ),
         "",
         "Steps",
     ]
@@ -174,10 +227,35 @@ def explain_recipe(graph: Graph, max_attempts_default: int = DEFAULT_MAX_ATTEMPT
         initial = " (initial step)" if step == graph.initial else ""
         out.append(f"  {step}{initial}{_where(graph, step)}")
         specs = graph.step_actions[step]
-        if not specs:
+        dwell = graph.min_ms.get(step)
+        for name in graph.resets.get(step, ()):
+            stored = graph.actions[name]
+            pending = (
+                ", or drops its timer if it has not started yet"
+                if stored.qualifier in ("SD", "DS")
+                else ""
+            )
+            out.append(
+                f"    R {name}: at entry, resets {name} ({stored.qualifier} in step "
+                f"{stored.step}): withdraws its work if it is still open{pending}"
+            )
+        if not specs and dwell is not None:
+            out.append(f"    no action blocks: a timer step, done {duration(dwell)} after entry")
+        elif not specs:
             out.append("    no action blocks: passed through at once")
         for spec in specs:
-            out.extend(f"    {line}" for line in describe_action(spec, max_attempts_default))
+            out.extend(
+                f"    {line}"
+                for line in describe_action(
+                    spec, max_attempts_default, tuple(reset_in.get(spec.name, ()))
+                )
+            )
+        if specs and dwell is not None:
+            out.append(
+                f"    the step is not done before {duration(dwell)} after entry (MinSeconds)"
+            )
+        elif specs and not any(a.gating for a in specs):
+            out.append("    no N action: passed through at once, once its actions are started")
         pos = graph.position.get(step)
         if pos is not None:
             if pos.last:
@@ -215,16 +293,25 @@ def explain_recipe(graph: Graph, max_attempts_default: int = DEFAULT_MAX_ATTEMPT
         out.append("  none")
 
     out += ["", "What ends the job"]
-    if ends:
+    if ends and qualified:
+        out.append(
+            f"  completed: when {' or '.join(ends)} is reached and done (its N blocks succeed "
+            "and its MinSeconds have passed); work still open then is withdrawn, but a "
+            "pulse's (P, P1, P0), which runs to its end"
+        )
+    elif ends:
         out.append(
             f"  completed: when {' or '.join(ends)} is reached and all its action blocks succeed"
         )
     else:
         out.append("  completed: never by itself: every step and divergence leads on (a loop)")
     out += [
-        "  faulted: when an action ends with timeout or error and no transition names that "
+        "  faulted: when an "
+        + ("N " if qualified else "")
+        + "action ends with timeout or error and no transition names that "
         "outcome; when no transition matches (no_transition); a failure inside a sequence "
-        "of a divergence always faults the job, and open work of the other sequences is withdrawn",
+        "of a divergence always faults the job, and open work of the other sequences is withdrawn"
+        + ("; the outcome of any other qualifier never faults it" if qualified else ""),
         "  cancelled: when an operator aborts the job; open work is withdrawn",
     ]
     return "\n".join(out) + "\n"

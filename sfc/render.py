@@ -1,7 +1,9 @@
 """Drawing the chart in IEC 61131-3 style, as Mermaid or Graphviz DOT source.
 
-- A step is a box, the initial step a box with a double border. A step's action blocks
-  sit beside it: qualifier, action name, interaction and deadline.
+- A step is a box, the initial step a box with a double border; a step with MinSeconds says
+  `min T#10s` under its name. A step's action blocks sit beside it, IEC style: qualifier
+  with its time (`D T#10s`), action name, interaction and deadline; a block the step does
+  not wait for (any qualifier but N) says `not waited for`, and an R block `reset`.
 - A transition is labelled with its condition; where a source has several, with its
   priority too (`p1: torque_ok`, lower is tried first). In DOT a transition is the short
   bar of the standard, with the condition beside it.
@@ -83,7 +85,32 @@ class _Chart:
 def _interaction(spec: ActionSpec) -> str:
     kind = "push" if spec.push else "await"
     hold = ", hold/restart" if spec.hold is not None else ""
-    return f"{kind} {duration(spec.timeout_ms)}{hold}"
+    gating = "" if spec.gating else ", not waited for"
+    return f"{kind} {duration(spec.timeout_ms)}{hold}{gating}"
+
+
+def iec_time(ms: int) -> str:
+    """An IEC 61131-3 TIME literal: `T#10s`, `T#1m30s`, `T#1s500ms`, `T#7d`."""
+    parts = []
+    for size, unit in ((86_400_000, "d"), (3_600_000, "h"), (60_000, "m"), (1000, "s")):
+        n, ms = divmod(ms, size)
+        if n:
+            parts.append(f"{n}{unit}")
+    if ms or not parts:
+        parts.append(f"{ms}ms")
+    return "T#" + "".join(parts)
+
+
+def qualifier_field(spec: ActionSpec) -> str:
+    """The qualifier field of an action block: `N`, `S`, or with its time `D T#10s`."""
+    if spec.duration_ms is None:
+        return spec.qualifier
+    return f"{spec.qualifier} {iec_time(spec.duration_ms)}"
+
+
+def _dwell(graph: Graph, step: str) -> str | None:
+    ms = graph.min_ms.get(step)
+    return None if ms is None else f"min {iec_time(ms)}"
 
 
 def _open(state: SfcState | None, rec: ActionRecord | None) -> bool:
@@ -150,11 +177,17 @@ def _mermaid(graph: Graph, state: SfcState | None) -> str:
         out.append(f"  %% {visible(_status(state))}")
     for step in graph.steps:
         rows = [_mm(step)]
+        dwell = _dwell(graph, step)
+        if dwell is not None:
+            rows.append(_mm(dwell))
+        rows.extend(f"R {_mm(name)} · reset" for name in graph.resets.get(step, ()))
         for spec in graph.step_actions[step]:
             rec = None if state is None else state.actions.get(spec.name)
             mark = _mark(state, rec, step in active)
             bullet = "● " if _open(state, rec) else ""
-            row = f"{bullet}N {_mm(spec.name)} · {_mm(_interaction(spec))}"
+            row = (
+                f"{bullet}{_mm(qualifier_field(spec))} {_mm(spec.name)} · {_mm(_interaction(spec))}"
+            )
             if mark is not None:
                 row += f" [{_mm(mark)}]"
             rows.append(row)
@@ -213,23 +246,29 @@ def _bar(double: bool, width: int) -> str:
 def _step_label(graph: Graph, step: str, state: SfcState | None) -> str:
     active = state is not None and step in state.active_steps
     fill = ' bgcolor="#d7f5d7"' if active else ""
+    dwell = _dwell(graph, step)
+    dwell_row = "" if dwell is None else f"<tr><td>{_html(dwell)}</td></tr>"
     box = (
         f'<table border="{3 if active else 1}" cellborder="0" cellpadding="6"{fill}>'
-        f"<tr><td>{_html(step)}</td></tr></table>"
+        f"<tr><td>{_html(step)}</td></tr>{dwell_row}</table>"
     )
     if step == graph.initial:
         box = f'<table border="1" cellborder="0" cellpadding="2"><tr><td>{box}</td></tr></table>'
     cells = [f'<td port="step">{box}</td>']
     specs = graph.step_actions[step]
-    if specs:
-        rows = []
+    resets = graph.resets.get(step, ())
+    if specs or resets:
+        rows = [
+            f'<tr><td>R</td><td align="left">{_html(name)}</td><td align="left">reset</td></tr>'
+            for name in resets
+        ]
         for spec in specs:
             rec = None if state is None else state.actions.get(spec.name)
             mark = _mark(state, rec, active)
             colour = ' bgcolor="#ffe08a"' if _open(state, rec) else ""
             state_cell = "" if mark is None else f'<td align="left">{_html(mark)}</td>'
             rows.append(
-                f"<tr><td{colour}>N</td>"
+                f"<tr><td{colour}>{_html(qualifier_field(spec))}</td>"
                 f'<td align="left"{colour}>{_html(spec.name)}</td>'
                 f'<td align="left">{_html(_interaction(spec))}</td>'
                 f"{state_cell}</tr>"

@@ -4,6 +4,11 @@ the job's current state.
 - `recipe_docs()` draws a recipe document (wire JSON as a dict, PascalCase) that is a valid
   chart: linear chains, decisions, loops, skips, selection and simultaneous divergences,
   push and pull actions, MaxAttempts, selectors, and push actions with Hold and Restart.
+- `recipe_docs(qualifiers=True)` (also `qualified_recipe_docs()`) draws a valid recipe of
+  format v1.2.0: push actions of every qualifier (N, P, P1, P0, S, L, D, SD, DS, SL) with
+  DurationSeconds where the qualifier has a time, R blocks of stored actions in other
+  steps, and steps with MinSeconds (timer steps among them). Pull events and actions with
+  Hold stay N.
 - `built_recipes()` encodes and builds it, and fails if `build()` refuses it: the generator
   and build() check each other.
 - `next_event()` draws one event for a job as a host could see it: answers to open commands
@@ -17,8 +22,9 @@ the job's current state.
 
 How the chart is drawn: a chain of top-level nodes n0 -> n1 -> ... (n0 an initial step,
 the others steps or divergences), each linked to the next by a default "true" transition.
-A node that waits for something (a step with an action, a simultaneous divergence with an
-action in some sequence, a selection divergence with an action in every sequence) may add
+A node that waits for something (a step with an N action or MinSeconds, a simultaneous
+divergence with such a step in some sequence, a selection divergence with one in every
+sequence) may add
 transitions on outcomes to any node: back (a loop), to itself, or forward (a skip). Only
 waiting nodes have those, so every cycle contains a node that waits (no SFC013). Two pull
 actions of one type that can wait together get distinct literal subjects (no SFC011).
@@ -65,6 +71,13 @@ PUSH_TYPES = ("c.fit", "c.press", "c.test")
 PULL_TYPES = ("e.scan", "e.qa")
 SUBJECTS = ("left", "right", "{jobId}", "cell/{jobId}")
 CORRELATIONS = ("c1", "c2", "{jobId}")
+QUALIFIERS = ("N", "N", "N", "P", "P1", "P0", "S", "L", "D", "SD", "DS", "SL")
+"""Qualifiers of a push action in a v1.2.0 recipe: N about one time in four."""
+TIMED = frozenset({"L", "D", "SD", "DS", "SL"})
+STORED = frozenset({"S", "SD", "DS", "SL"})
+DURATIONS = (0.5, 1, 1.5, 2, 3, 5)
+"""DurationSeconds and MinSeconds: of the order of the timeouts (1 to 5 s), so that timers
+and deadlines interleave."""
 JOB_ID = "job-1"
 SCOPE = "test"
 
@@ -151,14 +164,37 @@ def _separate_waits(group: list[dict[str, Any]]) -> None:
                 a["Selector"] = {**a.get("Selector", {}), "Subject": f"sub-{a['Name']}"}
 
 
+def _qualify(draw: st.DrawFn, action: dict[str, Any]) -> None:
+    """Give a push action a qualifier, and its time if the qualifier has one; an action with
+    Hold keeps N or loses its Hold."""
+    if action["Interaction"] != "push_command":
+        return
+    if "Hold" in action:
+        if draw(_BOOL):
+            return
+        del action["Hold"], action["Restart"]
+    qualifier = _pick(draw, QUALIFIERS)
+    action["Qualifier"] = qualifier
+    if qualifier in TIMED:
+        action["DurationSeconds"] = _pick(draw, DURATIONS)
+
+
 @st.composite
 def recipe_docs(
-    draw: st.DrawFn, max_nodes: int = 5, max_actions: int = 2, max_sequences: int = 3
+    draw: st.DrawFn,
+    max_nodes: int = 5,
+    max_actions: int = 2,
+    max_sequences: int = 3,
+    qualifiers: bool = False,
 ) -> dict[str, Any]:
-    """A valid recipe document (see the module docstring for its shape)."""
+    """A valid recipe document (see the module docstring for its shape); with `qualifiers`,
+    one of format v1.2.0 that uses every qualifier and MinSeconds."""
     steps: list[str] = []
     actions: list[dict[str, Any]] = []
     branches: list[dict[str, Any]] = []
+    min_seconds: dict[str, float] = {}
+    waiting: set[str] = set()
+    """Steps that wait: an N action, or MinSeconds."""
 
     def new_step() -> list[dict[str, Any]]:
         name = f"s{len(steps)}"
@@ -167,7 +203,13 @@ def recipe_docs(
         for _ in range(_int(draw, 0, max_actions)):
             kind = _pick(draw, (_push, _push, _pull))
             own.append(kind(draw, f"a{len(actions)}", name))
+            if qualifiers:
+                _qualify(draw, own[-1])
             actions.append(own[-1])
+        if qualifiers and _int(draw, 0, 3) == 0:
+            min_seconds[name] = _pick(draw, DURATIONS)
+        if name in min_seconds or any(a["Qualifier"] == "N" for a in own):
+            waiting.add(name)
         return own
 
     # Nodes: (name, waits, first steps of a selection divergence's sequences or None).
@@ -177,7 +219,7 @@ def recipe_docs(
         if kind == "step":
             own = new_step()
             _separate_waits(own)
-            nodes.append((steps[-1], bool(own), None))
+            nodes.append((steps[-1], steps[-1] in waiting, None))
             continue
         name = f"d{len(branches)}"
         sequences: list[list[str]] = []
@@ -195,9 +237,9 @@ def recipe_docs(
             per_sequence.append(acts)
         if kind == "simultaneous":
             _separate_waits([a for acts in per_sequence for a in acts])
-            waits = any(per_sequence)
+            waits = any(s in waiting for seq in sequences for s in seq)
         else:
-            waits = all(per_sequence)
+            waits = all(any(s in waiting for s in seq) for seq in sequences)
         branches.append({"Name": name, "Type": kind, "Branches": sequences})
         firsts = [seq[0] for seq in sequences] if kind == "selection" else None
         nodes.append((name, waits, firsts))
@@ -224,14 +266,34 @@ def recipe_docs(
             for (target, condition), priority in zip(leaving, priorities, strict=True)
         ]
 
+    if qualifiers:  # R blocks: each stored action may be reset in other steps, once each
+        for a in [a for a in actions if a["Qualifier"] in STORED]:
+            others = [s for s in steps if s != a["Step"]]
+            for step in sorted(
+                {_pick(draw, others) for _ in range(_int(draw, 0, 2))} if others else ()
+            ):
+                reset = {"Name": a["Name"], "Step": step, "Qualifier": "R"}
+                actions.insert(_int(draw, 0, len(actions)), reset)
+
     doc: dict[str, Any] = {
-        "Steps": [{"Name": s, "Initial": s == "s0"} for s in steps],
+        "Steps": [
+            {"Name": s, "Initial": s == "s0"}
+            | ({"MinSeconds": min_seconds[s]} if s in min_seconds else {})
+            for s in steps
+        ],
         "Transitions": transitions,
         "Actions": actions,
     }
     if branches:
         doc["Branches"] = branches
     return doc
+
+
+def qualified_recipe_docs(
+    max_nodes: int = 5, max_actions: int = 2, max_sequences: int = 3
+) -> st.SearchStrategy[dict[str, Any]]:
+    """A valid recipe document of format v1.2.0 that uses every qualifier and MinSeconds."""
+    return recipe_docs(max_nodes, max_actions, max_sequences, qualifiers=True)
 
 
 @st.composite

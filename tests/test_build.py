@@ -1,4 +1,4 @@
-"""build(): every code SFC000 to SFC020 with its path, a valid counterpart for each, the
+"""build(): every code SFC000 to SFC026 with its path, a valid counterpart for each, the
 Python project's recipes, errors reported together and once, the recipe hash, dataschemas."""
 
 from __future__ import annotations
@@ -105,6 +105,20 @@ def held(**hold: Any) -> dict[str, Any]:
     spec.update(hold)
     spec = {k: v for k, v in spec.items() if v is not None}
     return recipe([step("s", True)], [], [push("tighten", "s", "t.tighten", **spec)])
+
+
+def reset(name: str, step: str) -> dict[str, Any]:
+    """An R block: it resets the stored action `name` at the entry of `step`."""
+    return {"Name": name, "Step": step, "Qualifier": "R"}
+
+
+def stored() -> dict[str, Any]:
+    """chain() with a stored action clamp (S) started in init and reset in done."""
+    return mutate(
+        chain(),
+        ("Actions.3", push("clamp", "init", "t.clamp", Qualifier="S")),
+        ("Actions.4", reset("clamp", "done")),
+    )
 
 
 def enc(doc: dict[str, Any] | bytes) -> bytes:
@@ -419,7 +433,7 @@ CASES = [
     Case(
         "SFC010",
         "$.Actions[1].Qualifier",
-        mutate(chain(), ("Actions.1.Qualifier", "S")),
+        mutate(chain(), ("Actions.1.Qualifier", "DL")),
     ),
     Case(
         "SFC011",
@@ -632,6 +646,55 @@ CASES = [
         ),
         good_capabilities=STATION,
     ),
+    # -- recipe v1.2.0: the qualifiers (docs/qualifiers.md)
+    Case(
+        "SFC021",
+        "$.Actions[3].Name",
+        mutate(chain(), ("Actions.3", reset("clamp", "done"))),
+        stored(),
+    ),
+    Case(
+        "SFC021",
+        "$.Actions[3].Name",
+        mutate(chain(), ("Actions.3", reset("a_init", "done"))),
+        stored(),
+    ),
+    Case(
+        "SFC022",
+        "$.Actions[4].Name",
+        mutate(stored(), ("Actions.4.Step", "init")),
+        stored(),
+    ),
+    Case(
+        "SFC023",
+        "$.Actions[1].Qualifier",
+        mutate(chain(), ("Actions.1.Qualifier", "L")),
+        mutate(chain(), ("Actions.1.Qualifier", "L"), ("Actions.1.DurationSeconds", 2)),
+    ),
+    Case(
+        "SFC023",
+        "$.Actions[1].DurationSeconds",
+        mutate(chain(), ("Actions.1.DurationSeconds", 2)),
+        mutate(chain(), ("Actions.1.Qualifier", "D"), ("Actions.1.DurationSeconds", 2)),
+    ),
+    Case(
+        "SFC024",
+        "$.Actions[2].Qualifier",
+        mutate(chain(), ("Actions.2.Qualifier", "P1")),
+        mutate(chain(), ("Actions.1.Qualifier", "P1")),
+    ),
+    Case(
+        "SFC025",
+        "$.Actions[0].Hold",
+        mutate(held(), ("Actions.0.Qualifier", "S")),
+        held(),
+    ),
+    Case(
+        "SFC026",
+        "$.Actions[4].TypeId",
+        mutate(stored(), ("Actions.4.TypeId", "t.clamp")),
+        stored(),
+    ),
 ]
 
 
@@ -652,7 +715,7 @@ def test_the_counterpart_of_each_case_builds(case: Case) -> None:
 
 def test_every_code_of_the_table_has_a_case() -> None:
     covered = {c.code for c in CASES} | {"SFC018"}  # SFC018: test_sfc018_*
-    assert covered == {f"SFC{n:03d}" for n in range(21)}
+    assert covered == {f"SFC{n:03d}" for n in range(27)}
 
 
 # -- limits (SFC018, SFC000 size and depth)
@@ -738,7 +801,7 @@ def test_messages_name_the_elements_for_a_plant_engineer() -> None:
 @pytest.mark.parametrize(
     ("case", "words"),
     [
-        (mutate(chain(), ("Actions.1.Qualifier", "S")), ['"a_work"', "qualifier S", "only N"]),
+        (mutate(chain(), ("Actions.1.Qualifier", "DL")), ["'DL'", "qualifiers: N, R, S"]),
         (mutate(chain(), ("Actions.0.TimeoutSeconds", 0)), ['"a_init"', "1 to 604800"]),
         (
             mutate(selection(), ("Transitions.3.Priority", 0)),
@@ -779,14 +842,14 @@ def test_a_decoder_error_is_readable() -> None:
 def test_three_independent_problems_give_three_errors() -> None:
     doc = mutate(
         chain(),
-        ("Actions.0.Qualifier", "P"),
+        ("Actions.0.Qualifier", "L"),
         ("Actions.2.TimeoutSeconds", 0),
         ("Transitions.2", tr("work", "init", "nok")),
     )
     assert sorted(found(run(doc))) == [
         ("SFC008", "$.Transitions[2].Priority"),
         ("SFC009", "$.Actions[2].TimeoutSeconds"),
-        ("SFC010", "$.Actions[0].Qualifier"),
+        ("SFC023", "$.Actions[0].Qualifier"),
     ]
 
 
@@ -882,11 +945,18 @@ def test_the_converted_python_recipes_are_valid(name: str) -> None:
         ("SelectionNoEntryTransitions", [("SFC001", "$.Steps"), ("SFC007", "$.Branches[0]")]),
         ("MsgpackRoundtrip", [("SFC003", "$.Transitions[0].Target")]),
         ("WorkMasterStub", [("SFC000", "$.Transitions")]),
-        ("SimultaneousBranch.orig", [("SFC010", f"$.Actions[{i}].Qualifier") for i in range(5)]),
+        # Its actions are all P; v1.2.0 runs P, but not on a pull event.
+        ("SimultaneousBranch.orig", [("SFC024", "$.Actions[4].Qualifier")]),
     ],
 )
 def test_the_python_recipes_that_are_refused(name: str, expected: list[tuple[str, str]]) -> None:
     assert found(build((RECIPES / f"{name}.json").read_bytes())) == expected
+
+
+def test_a_v1_1_0_recipe_with_p_actions_is_refused_for_each() -> None:
+    data = (RECIPES / "SimultaneousBranch.orig.json").read_bytes()
+    expected = [("SFC010", f"$.Actions[{i}].Qualifier") for i in range(5)]
+    assert found(build(data, dataschema=RECIPE_V1_1_0)) == expected
 
 
 def test_msgpack_roundtrip_also_needs_a_declared_done_with_capabilities() -> None:
@@ -1032,7 +1102,7 @@ def test_the_graph_holds_the_indexes() -> None:
     graph = run(selection()).graph
     assert graph is not None
     assert graph.initial == "init"
-    assert graph.dataschema == RECIPE_V1_1_0
+    assert graph.dataschema == RECIPE_V1_2_0
     spec = graph.divergences["sel"]
     assert [t.target for t in spec.entries] == ["a1", "b1"]
     assert [t.target for t in spec.exits] == ["final"]

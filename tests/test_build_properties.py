@@ -1,9 +1,12 @@
 """build() over random input: it never raises, and always returns a graph or errors.
 
 Three sources of documents: random bytes and random JSON; documents shaped like a recipe
-whose names come from a handful of letters (so references collide and resolve by chance);
-and valid recipes changed by random mutations (renamed references, dropped fields,
-duplicated elements, extra transitions, wrong types, other kinds, hold and selector edits).
+whose names come from a handful of letters (so references collide and resolve by chance),
+with every qualifier, R blocks, DurationSeconds and MinSeconds; and valid recipes changed by
+random mutations (renamed references, dropped fields, duplicated elements, extra
+transitions, wrong types, other kinds, hold and selector edits, qualifiers and times).
+Valid v1.2.0 recipes from `tests.strategies.qualified_recipe_docs()` always build, to the
+graph their document says.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from generated.capabilities_v1_1 import Capabilities
-from sfc import RECIPE_V1_0_0, BuildResult, build
+from sfc import RECIPE_V1_0_0, RECIPE_V1_1_0, BuildResult, build
+from tests.strategies import BuiltRecipe, built_recipes, qualified_recipe_docs
 
 RECIPES = Path(__file__).parent / "data" / "python_recipes"
 VALID = [
@@ -34,7 +38,7 @@ VALID = [
     "SimultaneousNoExit",
 ]
 BASES = [json.loads((RECIPES / f"{n}.json").read_text(encoding="utf-8")) for n in VALID]
-CODE = re.compile(r"^SFC0(0\d|1\d|20)$")
+CODE = re.compile(r"^SFC0(0\d|1\d|2[0-6])$")
 SEGMENT = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
 
 SETTINGS = settings(
@@ -115,7 +119,10 @@ def recipe_shaped(draw: st.DrawFn) -> dict[str, Any]:
         """Mostly the value, now and then anything at all (a wrong type)."""
         return st.integers(0, 29).flatmap(lambda n: anything if n == 29 else value)
 
-    step = st.fixed_dictionaries({"Name": maybe(names)}, optional={"Initial": maybe(st.booleans())})
+    step = st.fixed_dictionaries(
+        {"Name": maybe(names)},
+        optional={"Initial": maybe(st.booleans()), "MinSeconds": maybe(st.sampled_from([1, 0]))},
+    )
     transition = st.fixed_dictionaries(
         {
             "Source": maybe(names),
@@ -131,16 +138,22 @@ def recipe_shaped(draw: st.DrawFn) -> dict[str, Any]:
             "TimeoutSeconds": maybe(st.integers(-1, 700_000)),
         },
     )
+    qualifiers = st.sampled_from(["N", "N", "S", "P0", "R", "L", "D", "SD", "DS", "SL", "P"])
+    seconds = st.sampled_from([0.5, 2, 604_800]) | st.floats(-1, 700_000, allow_nan=False)
+    reset = st.fixed_dictionaries(
+        {"Name": maybe(names), "Step": maybe(names), "Qualifier": st.just("R")}
+    )
     action = st.fixed_dictionaries(
         {
             "Name": maybe(names),
             "Step": maybe(names),
-            "Qualifier": maybe(st.sampled_from(["N", "N", "S", "P0"])),
+            "Qualifier": maybe(qualifiers),
+        },
+        optional={
             "Interaction": maybe(st.sampled_from(["push_command", "pull_event", "poll"])),
             "TypeId": maybe(st.sampled_from(["t", "u"])),
             "TimeoutSeconds": maybe(st.integers(-1, 700_000)),
-        },
-        optional={
+            "DurationSeconds": maybe(seconds),
             "MaxAttempts": maybe(st.integers(-1, 120)),
             "Selector": st.fixed_dictionaries(
                 {},
@@ -163,7 +176,7 @@ def recipe_shaped(draw: st.DrawFn) -> dict[str, Any]:
     doc = {
         "Steps": draw(st.lists(step, max_size=6)),
         "Transitions": draw(st.lists(transition, max_size=8)),
-        "Actions": draw(st.lists(action, max_size=5)),
+        "Actions": draw(st.lists(action | reset, max_size=5)),
     }
     if draw(st.booleans()):
         doc["Branches"] = draw(st.lists(divergence, max_size=3))
@@ -190,7 +203,10 @@ def capabilities(draw: st.DrawFn) -> Capabilities:
                 {},
                 optional={
                     k: st.booleans()
-                    for k in ("push", "pull", "simultaneous", "selection", "equipmentHold")
+                    for k in (
+                        *("push", "pull", "simultaneous", "selection", "equipmentHold"),
+                        *("pulseActions", "timedActions", "storedActions"),
+                    )
                 },
             )
         ),
@@ -258,6 +274,7 @@ def all_names(doc: dict[str, Any]) -> list[str]:
 
 
 MUTATIONS = [
+    "qualifier",
     "rename",
     "drop",
     "duplicate",
@@ -323,6 +340,16 @@ def mutated(draw: st.DrawFn) -> dict[str, Any]:
         elif kind == "selector" and part(doc, "Actions"):
             action = draw(st.sampled_from(part(doc, "Actions")))
             action["Selector"] = {"Subject": draw(st.sampled_from(["{jobId}", "a", "", "{x}"]))}
+        elif kind == "qualifier" and part(doc, "Actions"):
+            action = draw(st.sampled_from(part(doc, "Actions")))
+            action["Qualifier"] = draw(st.sampled_from(["P1", "L", "SD", "R", "DL"]))
+            if draw(st.booleans()):
+                action["DurationSeconds"] = draw(st.sampled_from([0, 1.5, 10]))
+            if action["Qualifier"] == "R" and draw(st.booleans()):
+                for field in ("Interaction", "TypeId", "TimeoutSeconds"):
+                    action.pop(field, None)
+            if draw(st.booleans()) and part(doc, "Steps"):
+                draw(st.sampled_from(part(doc, "Steps")))["MinSeconds"] = 2
         elif kind == "priority" and part(doc, "Transitions"):
             draw(st.sampled_from(part(doc, "Transitions")))["Priority"] = draw(st.integers(0, 2))
     return doc
@@ -339,13 +366,19 @@ def test_mutated_valid_recipes_never_raise(doc: dict[str, Any], station: Capabil
         if error.code != "SFC000":
             assert parent_exists(doc, error.path), error
     holds = any("Hold" in a or "Restart" in a for a in part(doc, "Actions"))
+    v1_1_0 = build(data, dataschema=RECIPE_V1_1_0)
     if not holds:
         # v1.0.0 reads the same chart when it has no Hold or Restart
         older = build(data, dataschema=RECIPE_V1_0_0)
-        assert [(e.code, e.path) for e in older.errors] == [(e.code, e.path) for e in plain.errors]
-        assert (older.graph is None) == (plain.graph is None)
-        if older.graph is not None and plain.graph is not None:
-            assert older.graph.recipe_hash == plain.graph.recipe_hash
+        assert [(e.code, e.path) for e in older.errors] == [(e.code, e.path) for e in v1_1_0.errors]
+        assert (older.graph is None) == (v1_1_0.graph is None)
+        if older.graph is not None and v1_1_0.graph is not None:
+            assert older.graph.recipe_hash == v1_1_0.graph.recipe_hash
+    if v1_1_0.graph is not None:
+        # v1.2.0 builds every v1.1.0 recipe, to the same graph and hash
+        assert plain.graph is not None
+        assert plain.graph.recipe_hash == v1_1_0.graph.recipe_hash
+        assert plain.graph.actions == v1_1_0.graph.actions
 
 
 @SETTINGS
@@ -355,3 +388,44 @@ def test_whitespace_and_key_order_do_not_change_the_hash(doc: dict[str, Any], in
     spaced = build(json.dumps(doc, indent=indent, sort_keys=True).encode()).graph
     assert plain is not None and spaced is not None
     assert plain.recipe_hash == spaced.recipe_hash
+
+
+# -- valid v1.2.0 recipes
+
+
+@SETTINGS
+@given(built_recipes(qualified_recipe_docs()))
+def test_qualified_recipes_build_to_the_graph_their_document_says(built: BuiltRecipe) -> None:
+    """built_recipes() asserts that build() accepts every one; here the graph is checked."""
+    graph, doc = built.graph, built.doc
+    blocks = [a for a in doc["Actions"] if a["Qualifier"] != "R"]
+    assert list(graph.actions) == [a["Name"] for a in blocks]
+    for a in blocks:
+        spec = graph.actions[a["Name"]]
+        assert spec.qualifier == a["Qualifier"]
+        assert spec.gating == (a["Qualifier"] == "N")
+        seconds = a.get("DurationSeconds")
+        assert spec.duration_ms == (None if seconds is None else round(seconds * 1000))
+    resets: dict[str, list[str]] = {}
+    for a in doc["Actions"]:
+        if a["Qualifier"] == "R":
+            resets.setdefault(a["Step"], []).append(a["Name"])
+            assert graph.actions[a["Name"]].qualifier in ("S", "SD", "DS", "SL")
+            assert graph.actions[a["Name"]].step != a["Step"]
+    assert graph.resets == {step: tuple(names) for step, names in resets.items()}
+    assert graph.min_ms == {
+        s["Name"]: round(s["MinSeconds"] * 1000) for s in doc["Steps"] if "MinSeconds" in s
+    }
+    for step, specs in graph.step_actions.items():
+        assert [a.name for a in specs] == [b["Name"] for b in blocks if b["Step"] == step]
+        assert graph.gating_actions(step) == tuple(a for a in specs if a.gating)
+    assert check(built.data).graph == graph
+
+
+@SETTINGS
+@given(qualified_recipe_docs(), capabilities())
+def test_a_station_refuses_a_qualified_recipe_only_for_its_own_reasons(
+    doc: dict[str, Any], station: Capabilities
+) -> None:
+    result = check(json.dumps(doc).encode(), station)
+    assert {e.code for e in result.errors} <= {"SFC014", "SFC015", "SFC016", "SFC020"}

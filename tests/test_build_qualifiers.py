@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
+from generated.capabilities_v1_1 import Capabilities
 from sfc import RECIPE_V1_0_0, RECIPE_V1_1_0, RECIPE_V1_2_0, BuildResult, build
 from sfc.graph import Graph
 
@@ -156,3 +158,160 @@ def test_an_older_recipe_builds_to_the_same_graph_under_every_format(path: Path)
 @pytest.mark.parametrize("name", ["qualified", "timer_step", "minimal", "full"])
 def test_the_v1_2_0_corpus_recipes_build(name: str) -> None:
     assert build((V1_2_0 / f"{name}.json").read_bytes(), dataschema=RECIPE_V1_2_0).errors == ()
+
+
+# -- the build rules of v1.2.0 beyond one code each (tests/test_build.py has a case per code)
+
+
+def caps(outcomes: dict[str, list[str]], **features: bool) -> Capabilities:
+    """A station declaring each push type of `outcomes`, with feature flags."""
+    wire = {
+        "types": [{"typeId": t, "kind": "push", "outcomes": o} for t, o in outcomes.items()],
+        "features": features,
+    }
+    return msgspec.json.decode(json.dumps(wire), type=Capabilities)
+
+
+def loop(*actions: dict[str, Any], min_seconds: float | None = None) -> dict[str, Any]:
+    """a <-> b, `actions` in b; a has none."""
+    steps: list[dict[str, Any]] = [{"Name": "a", "Initial": True}, {"Name": "b"}]
+    if min_seconds is not None:
+        steps[1]["MinSeconds"] = min_seconds
+    return {
+        "Steps": steps,
+        "Transitions": [
+            {"Source": "a", "Target": "b", "Condition": "true"},
+            {"Source": "b", "Target": "a", "Condition": "true"},
+        ],
+        "Actions": list(actions),
+    }
+
+
+def test_sfc013_a_loop_of_non_gating_actions_has_nothing_to_wait_for() -> None:
+    (error,) = run(
+        loop(block("beep", "b", "P1"), block("andon", "b", "D", DurationSeconds=5))
+    ).errors
+    assert (error.code, error.path) == ("SFC013", "$.Transitions[0]")
+    assert "an N action or MinSeconds" in error.message
+
+
+def test_sfc013_a_step_with_min_seconds_waits() -> None:
+    assert run(loop(min_seconds=1)).ok
+    assert run(loop(block("beep", "b", "P1"), min_seconds=0.5)).ok
+    assert run(loop(block("press", "b"))).ok
+
+
+def test_sfc016_counts_the_outcomes_of_gating_actions_only() -> None:
+    doc = press(block("blow", "Press", "L", DurationSeconds=2))
+    doc["Transitions"][1]["Condition"] = "blown"
+    doc["Transitions"].append(
+        {"Source": "Press", "Target": "Load", "Condition": "true", "Priority": 1}
+    )
+    station = caps({"t.load": [], "t.press": ["pressed"], "t.release": [], "t.blow": ["blown"]})
+    (error,) = run(doc, capabilities=station).errors
+    assert (error.code, error.path) == ("SFC016", "$.Transitions[1].Condition")
+    assert '"blown"' in error.message and "pressed" in error.message
+    doc["Transitions"][1]["Condition"] = "pressed"
+    assert run(doc, capabilities=station).ok
+
+
+@pytest.mark.parametrize(
+    ("feature", "qualifiers"),
+    [
+        ("pulseActions", ["P", "P1", "P0"]),
+        ("timedActions", ["L", "D"]),
+        ("storedActions", ["S", "SD", "DS", "SL"]),
+    ],
+)
+def test_sfc015_refuses_each_block_of_a_feature_the_station_lacks(
+    feature: str, qualifiers: list[str]
+) -> None:
+    types = {f"t.{n}": [] for n in ("load", "press", "release")}
+    blocks = []
+    for q in qualifiers:
+        extra = {"DurationSeconds": 1} if q in ("L", "D", "SD", "DS", "SL") else {}
+        blocks.append(block(f"a{q}", "Press", q, **extra))
+        types[f"t.a{q}"] = []
+    if feature == "storedActions":
+        blocks.append(reset("aS", "Release"))
+    doc = press(*blocks)
+    refused = run(doc, capabilities=caps(types, **{feature: False}))
+    expected = [("SFC015", f"$.Actions[{3 + i}].Qualifier") for i in range(len(blocks))]
+    assert found(refused) == expected
+    assert all(feature in e.message for e in refused.errors)
+    assert run(doc, capabilities=caps(types)).ok
+    others = {f: False for f in ("pulseActions", "timedActions", "storedActions") if f != feature}
+    assert run(doc, capabilities=caps(types, **others)).ok
+
+
+def test_a_block_other_than_r_needs_interaction_type_and_timeout() -> None:
+    bare = {"Name": "clamp", "Step": "Load", "Qualifier": "S"}
+    result = run(press(bare))
+    assert found(result) == [
+        ("SFC000", "$.Actions[3].Interaction"),
+        ("SFC000", "$.Actions[3].TypeId"),
+        ("SFC000", "$.Actions[3].TimeoutSeconds"),
+    ]
+    assert "the required field TypeId is missing" in result.errors[1].message
+
+
+def test_an_r_block_may_repeat_a_name_and_a_defining_block_may_not() -> None:
+    twice = press(block("clamp", "Load", "S"), reset("clamp", "Press"), reset("clamp", "Release"))
+    assert run(twice).ok
+    result = run(press(block("clamp", "Load", "S"), block("clamp", "Press", "S")))
+    assert found(result) == [("SFC002", "$.Actions[4].Name")]
+    result = run(
+        press(block("clamp", "Load", "S"), reset("clamp", "Press"), reset("clamp", "Press"))
+    )
+    assert found(result) == [("SFC002", "$.Actions[5].Name")]
+    assert "resets action" in result.errors[0].message
+
+
+def test_an_r_of_a_misspelt_name_suggests_the_stored_action() -> None:
+    (error,) = run(press(block("clamp", "Load", "S"), reset("clmap", "Release"))).errors
+    assert error.code == "SFC021"
+    assert 'did you mean "clamp"?' in error.message
+
+
+def test_an_r_block_with_several_extra_fields_is_one_error_naming_them() -> None:
+    r = {**reset("clamp", "Release"), "TypeId": "t", "TimeoutSeconds": 3, "Parameters": {}}
+    (error,) = run(press(block("clamp", "Load", "S"), r)).errors
+    assert (error.code, error.path) == ("SFC026", "$.Actions[4].TypeId")
+    assert "TypeId, TimeoutSeconds, Parameters" in error.message
+
+
+@pytest.mark.parametrize("qualifier", ["S", "L", "P0"])
+def test_an_older_format_runs_n_only(qualifier: str) -> None:
+    doc = press(block("x", "Press", qualifier))
+    (error,) = run(doc, dataschema=RECIPE_V1_1_0).errors
+    assert (error.code, error.path) == ("SFC010", "$.Actions[3].Qualifier")
+    assert "v1.1.0" in error.message and RECIPE_V1_2_0 in error.message
+
+
+@pytest.mark.parametrize("field", ["DurationSeconds", "MinSeconds"])
+def test_an_older_format_names_the_dataschema_of_the_new_fields(field: str) -> None:
+    if field == "MinSeconds":
+        doc = press(min_seconds=1)
+    else:
+        doc = press(block("x", "Press", "D", DurationSeconds=1))
+    (error,) = run(doc, dataschema=RECIPE_V1_1_0).errors
+    assert error.code == "SFC000"
+    assert f"{field} is not a field of the recipe format v1.1.0" in error.message
+    assert RECIPE_V1_2_0 in error.message
+
+
+@pytest.mark.parametrize("value", [0, -1, 604_800.5, 1e308])
+def test_a_time_out_of_range_is_refused_naming_the_range(value: float) -> None:
+    doc = press(block("x", "Press", "L", DurationSeconds=value))
+    (error,) = build(json.dumps(doc).encode(), dataschema=RECIPE_V1_2_0).errors
+    assert (error.code, error.path) == ("SFC000", "$.Actions[3].DurationSeconds")
+    assert error.message == (
+        "DurationSeconds must be a number above 0 and at most 604800 (one week)"
+    )
+    (error,) = run(press(min_seconds=0)).errors
+    assert (error.code, error.path) == ("SFC000", "$.Steps[1].MinSeconds")
+
+
+def test_a_qualifier_outside_the_eleven_is_sfc010() -> None:
+    (error,) = run(press(block("x", "Press", "DL", DurationSeconds=1))).errors
+    assert (error.code, error.path) == ("SFC010", "$.Actions[3].Qualifier")

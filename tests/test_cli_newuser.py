@@ -461,11 +461,11 @@ def test_every_shape_error_is_reported_with_its_path(tmp_path: Path) -> None:
     assert done.exit_code == 1
     assert done.stdout.splitlines() == [
         "SFC000 $.Steps[0].Name: expected a string, got a whole number",
-        'SFC000 $.Actions[0].Qualifier: "X" is not an allowed value',
+        'SFC010 $.Actions[0].Qualifier: "X" is not an allowed value',
         "SFC000 $.Actions[0].TimeoutSeconds: expected a whole number, got a string",
         "SFC000 $.Steps[1].Name: the required field Name is missing",
-        "SFC000 $.Steps[1].Nme: Nme is not a field of the recipe format v1.1.0",
-        "SFC000 $.Transitions[0].Extra: Extra is not a field of the recipe format v1.1.0",
+        "SFC000 $.Steps[1].Nme: Nme is not a field of the recipe format v1.2.0",
+        "SFC000 $.Transitions[0].Extra: Extra is not a field of the recipe format v1.2.0",
     ]
 
 
