@@ -614,7 +614,7 @@ def test_a_slot_stuck_moving_is_said_once_at_warning_then_served_again_at_info(
         (back,) = [r for r in caplog.records if "served again after" in r.getMessage()]
         assert back.levelno == logging.INFO and back.scope == moving  # type: ignore[attr-defined]
         assert len(warned()) == 1, warned()
-        assert not worker._moving
+        assert not worker.routes.moving
     finally:
         host.close()
 
@@ -699,33 +699,7 @@ def test_a_reshard_stuck_with_a_scopes_keys_on_two_nodes_is_a_move_not_an_outage
         (back,) = said(logging.INFO, "served again after")
         assert back.startswith(f"scope {moving}: served again after "), back
         assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1
-        assert started(first) and not worker._moving
-    finally:
-        host.close()
-
-
-def test_a_stuck_moved_is_not_said_to_be_a_reshard_half_way(
-    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The stuck warning names the likely cause of what the slot answers: a MOVED that the
-    slots read again do not settle is nodes that disagree about who serves it, not a slot
-    left migrating (an ASK, a TRYAGAIN). (The MOVED is the client's exception for that
-    reply, made here: nodes that disagree so are hard to make on purpose.)"""
-    caplog.set_level(logging.INFO, logger=LOGGER)
-    scope = scope_on(1, "stuck-moved")
-    host = Host(cluster.url)
-    try:
-        worker = Worker(host.store(), FAST, [scope])
-        moved = redis.exceptions.MovedError(f"{slot_of(scope)} 127.0.0.1:7001")
-        worker._said_stuck(f"scope {scope}", moved, slot_of(scope), 31.0, "its jobs wait", scope)
-        (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-        assert line.startswith(
-            f"scope {scope}: slot {slot_of(scope)} has answered MOVED (to 127.0.0.1:7001) for "
-            "31 s, since "
-        ), line
-        assert "its nodes disagree about who serves it" in line, line
-        assert "half way" not in line and "migrating" not in line, line
-        assert line.endswith("; its jobs wait; tried again with backoff"), line
+        assert started(first) and not worker.routes.moving
     finally:
         host.close()
 
@@ -1066,7 +1040,7 @@ def test_a_scope_parked_for_an_outage_whose_node_answers_a_move_says_the_move(
 
         wait_for(lambda: bool(stuck()), timeout=20, step=later, what="the stuck warning")
         end_move(cluster, slot, port)
-        wait_for(lambda: away not in worker._moving, timeout=20, step=later, what="its end")
+        wait_for(lambda: away not in worker.routes.moving, timeout=20, step=later, what="its end")
         (back,) = [r for r in caplog.records if "served again after" in r.getMessage()]
         assert back.levelno == logging.INFO, back
         assert "its slot moved" in back.reason  # type: ignore[attr-defined]
@@ -1393,7 +1367,7 @@ def test_own_pending_entries_come_before_new_ones_even_past_deleted_ones(
         pending = [row[1] for row in worker.store.read([a], 100, None)]
         assert len(pending) == 4
         worker.store.client(a).xdel(keys.work(a), pending[0], pending[1])  # by hand
-        worker._own[a] = "0"  # as a park leaves it
+        worker.routes.reread[a] = "0"  # as a park leaves it
         host.submit(a, linear_recipe(1), job_id="late")
         while worker.store.next_turn([a, b]) != b:
             pass  # the next blocking read is a's
@@ -1401,7 +1375,7 @@ def test_own_pending_entries_come_before_new_ones_even_past_deleted_ones(
         while len(got) < 3:
             got += [row[1] for row in worker._read(50) if row[0] == a]
         assert got[:2] == pending[2:], (got, pending)  # the own ones first, in order
-        assert a not in worker._own
+        assert a not in worker.routes.reread
     finally:
         host.close()
 
@@ -1671,19 +1645,19 @@ def test_a_scope_not_taken_up_that_left_the_registry_is_forgotten(
         move_slot(cluster, keys.work(moving))
         worker = Worker(store, FAST)
         assert worker.refresh_scopes() == [other]
-        assert moving in worker._moving
+        assert moving in worker.routes.moving
         store.r.srem(keys.SCOPES, moving)
         assert worker.refresh_scopes() == []
-        assert moving not in worker._moving
+        assert moving not in worker.routes.moving
         away = scope_on(1, "left-away")  # node 1, whose slot `moving` left it
         assert slot_of(away) != slot_of(moving)
         assert not RANGES[1][0] <= key_slot(keys.SCOPES.encode()) <= RANGES[1][1]
         store.register_scope(away)
         cluster.servers[1].kill()
         assert worker.refresh_scopes() == []
-        assert away in worker._not_taken
+        assert away in worker.routes.policy.not_taken
         store.r.srem(keys.SCOPES, away)
         assert worker.refresh_scopes() == []
-        assert away not in worker._not_taken
+        assert away not in worker.routes.policy.not_taken
     finally:
         host.close()

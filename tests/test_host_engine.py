@@ -48,13 +48,13 @@ def test_a_workers_lifetime_counters_keep_counts_not_a_list_of_every_entry(host:
     jobs = [host.submit(scope, linear_recipe(3), job_id=f"j{i}").job for i in range(5)]
     worker = host.worker([scope])
     ends: list[str] = []
-    inner = worker._report
+    inner = worker.worklog.applied
 
     def report(scope: str, outcome: Any, seconds: float, entries: int) -> None:
         ends.extend(e.job for e in outcome.ends)  # each batch still has its own
         inner(scope, outcome, seconds, entries)
 
-    worker._report = report  # type: ignore[method-assign]
+    worker.worklog.applied = report  # type: ignore[method-assign]
     host.run([worker], [host.responder(scope)], host.ended(scope, jobs))
     counted = worker.counters.outcome
     assert counted.applied == 5 * 4 and sorted(ends) == sorted(jobs)

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from generated.work_entry_v1_0 import ResumeData
 from host import keys
+from host.batches import LOAD_AHEAD_MAX, merged
 from host.entries import decode_history, fields
 from host.store import JobRecord, Loaded, Row
-from host.worker import LOAD_AHEAD_MAX, _merged
 from tests.faultkit import wait_until
 from tests.hostkit import FAST, Host, linear_recipe, loads_of, pending_of, started
 
@@ -39,20 +39,25 @@ def test_a_batch_is_evaluated_while_the_one_before_is_in_flight(host: Host) -> N
 
     # the first batch is applied as read; its round trips read and load two batches ahead
     assert w.read_once(block_ms=100).applied == 1 and started(host, scope, "j0")
-    assert w._flight is None and w._ready is not None
+    assert w.batches.flight is None and w.batches.ready is not None
     # the next one goes in flight: written, not landed, while j2 waits loaded
     assert w.read_once(block_ms=100).applied == 0
-    assert w._flight is not None and [j for _, j in w._flight.jobs] == ["j1"]
+    assert w.batches.flight is not None and [j for _, j in w.batches.flight.jobs] == ["j1"]
     wait_until(lambda: started(host, scope, "j1"), timeout=10, what="j1 to start on the server")
     assert w.counters.outcome.applied == 1  # counted when it lands
     # from now on each call evaluates one batch and lands the one before
     for n in range(2, 6):
         out = w.read_once(block_ms=100)
         assert out.applied == 1, n
-        assert w._flight is not None and [j for _, j in w._flight.jobs] == [f"j{n}"]
+        assert w.batches.flight is not None and [j for _, j in w.batches.flight.jobs] == [f"j{n}"]
         assert w.counters.outcome.applied == n
     assert w.drain().applied == 1
-    assert w._flight is None and w._ready is None and w._ahead == [] and w._decoded == {}
+    assert (
+        w.batches.flight is None
+        and w.batches.ready is None
+        and w.batches.ahead == []
+        and w.batches.decoded == {}
+    )
     assert w.counters.outcome.applied == 6 and w.counters.outcome.conflicts == 0
     assert all(started(host, scope, j) for j in jobs)
     assert loads == [["j0"]]  # every later batch was loaded ahead
@@ -75,9 +80,9 @@ def test_a_job_in_flight_lands_before_its_next_entry_is_evaluated(host: Host) ->
     loads = loads_of(w)
     landed_first = False
     for _ in range(20):
-        flight = w._flight
+        flight = w.batches.flight
         w.read_once(block_ms=50)
-        if flight is not None and (scope, "j") in flight.jobs and w._flight is None:
+        if flight is not None and (scope, "j") in flight.jobs and w.batches.flight is None:
             landed_first = True  # j was in flight and its next entry was next: it landed
     w.drain()
     assert landed_first
@@ -96,17 +101,17 @@ def test_a_conflict_found_when_a_batch_lands_is_applied_again(host: Host) -> Non
         host.submit(scope, linear_recipe(1), job_id=f"j{i}")
     w = host.worker([scope], ONE, overlap=True)
     assert w.read_once(block_ms=100).applied == 1
-    assert w._ready is not None and [i for _, i, _ in w._ready[0]]
-    ready_jobs = list(w._ready[1][scope][1])
+    assert w.batches.ready is not None and [i for _, i, _ in w.batches.ready[0]]
+    ready_jobs = list(w.batches.ready[1][scope][1])
     assert "j1" in ready_jobs
     # another worker applies a resume for j1 after j1 was loaded here
     host.store().add_work(scope, fields("resume", ResumeData(job="j1")))
     other = host.worker([scope], ONE)
-    other.read_ahead = False
+    other.batches.read_ahead = False
     assert other.read_once(block_ms=100).absorbed == 1
     w.read_once(block_ms=100)  # j1's start goes in flight, on its stale load
     for _ in range(20):
-        if w._flight is None and w._ready is None and not w._ahead:
+        if w.batches.flight is None and w.batches.ready is None and not w.batches.ahead:
             break
         w.read_once(block_ms=50)
     assert w.counters.outcome.conflicts == 1
@@ -139,9 +144,9 @@ def test_entries_of_jobs_run_to_their_end_once_and_in_order_with_overlap(host: H
     try:
         for _ in range(2000):
             w.read_once(block_ms=20)
-            flights += w._flight is not None
-            if w._ready is not None:
-                most = max(most, sum(len(load[1]) for load in w._ready[1].values()))
+            flights += w.batches.flight is not None
+            if w.batches.ready is not None:
+                most = max(most, sum(len(load[1]) for load in w.batches.ready[1].values()))
             if all(
                 host.order_path(s, f"j{i}") == "Ended/Completed" for s in scopes for i in range(12)
             ):
@@ -171,7 +176,7 @@ def test_a_stopping_worker_lands_its_batch_in_flight(host: Host) -> None:
 
     def read_once(block_ms: int | None = None) -> Any:
         out = inner(block_ms)
-        if w._flight is not None:
+        if w.batches.flight is not None:
             stopped_with_flight.set()
             stop.set()  # stop with a batch in flight
         return out
@@ -179,7 +184,7 @@ def test_a_stopping_worker_lands_its_batch_in_flight(host: Host) -> None:
     w.read_once = read_once  # type: ignore[method-assign]
     w.run(stop)
     assert stopped_with_flight.is_set()
-    assert w._flight is None and w._ready is None and w._ahead == []
+    assert w.batches.flight is None and w.batches.ready is None and w.batches.ahead == []
     assert all(started(host, scope, f"j{i}") for i in range(5))
     assert w.counters.outcome.applied == 5
     assert pending_of(host.client(), scope) == []
@@ -195,7 +200,7 @@ def test_large_batches_do_not_overlap(host: Host) -> None:
     w = host.worker([scope], replace(FAST, read_count=n), overlap=True)
     for _ in range(3):
         assert w.read_once(block_ms=100).applied == n
-        assert w._flight is None
+        assert w.batches.flight is None
     assert all(started(host, scope, f"j{i}") for i in range(3 * n))
 
 
@@ -213,7 +218,7 @@ def test_merged_loads_keep_fresh_records_of_jobs_with_rows_waiting(
     stale: set[str],
     stale_new: set[str],
 ) -> None:
-    """Pure: `_merged` keeps, of the older load, the jobs of rows still waiting and not
+    """Pure: `merged` keeps, of the older load, the jobs of rows still waiting and not
     stale; of the newer load, the jobs not stale there; the newer record wins; the rows keep
     their order; no rows at all is None."""
     rec = lambda job, v: JobRecord(v, job.encode(), b"", "")  # noqa: E731
@@ -223,7 +228,7 @@ def test_merged_loads_keep_fresh_records_of_jobs_with_rows_waiting(
     jobs_of |= {f"n{i}": j for i, j in enumerate(new)}
     ready = (ready_rows, {"s": (1, {j: rec(j, "1") for j in old}, {})})
     loaded: dict[str, Loaded] = {"s": (2, {j: rec(j, "2") for j in new}, {"x": "y"})}
-    out = _merged(
+    out = merged(
         ready,
         new_rows,
         loaded,
@@ -235,9 +240,9 @@ def test_merged_loads_keep_fresh_records_of_jobs_with_rows_waiting(
         assert out is None
         return
     assert out is not None
-    rows, merged = out
+    rows, loads = out
     assert rows == ready_rows + new_rows
-    now, records, values = merged["s"]
+    now, records, values = loads["s"]
     assert now == 2 and values == {"x": "y"}
     expected = {j: "1" for j in old if j in waiting and j not in stale}
     expected |= {j: "2" for j in new if j not in stale_new}
@@ -305,7 +310,10 @@ def test_several_scopes_take_a_batch_of_each_and_hold_few_rows_ahead(host: Host)
         most = 0
         for _ in range(12):
             w.read_once(block_ms=20)
-            most = max(most, len(w._ahead) + (0 if w._ready is None else len(w._ready[0])))
+            most = max(
+                most,
+                len(w.batches.ahead) + (0 if w.batches.ready is None else len(w.batches.ready[0])),
+            )
         w.drain()
         held[overlap] = most
     # without overlap: a batch and the one after; with it, up to two more of each scope
@@ -330,16 +338,16 @@ def test_an_outage_while_a_batch_lands_keeps_the_batch_evaluated_meanwhile_first
     r.client_pause(5000, all=False)  # writes wait: the next batch's commit stays unrun
     try:
         w.read_once(block_ms=100)
-        assert w._flight is not None and w._ready is not None
-        first = w._ready[0][0][1]
-        after = [i for _, i, _ in w._ready[0][1:]] + [i for _, i, _ in w._ahead]
+        assert w.batches.flight is not None and w.batches.ready is not None
+        first = w.batches.ready[0][0][1]
+        after = [i for _, i, _ in w.batches.ready[0][1:]] + [i for _, i, _ in w.batches.ahead]
         r.client_kill_filter(_type="normal", skipme=True)
     finally:
         r.client_unpause()
     with pytest.raises(redis.ConnectionError):
         w.read_once(block_ms=100)
-    assert w._flight is None and w._ready is not None
-    ids = [i for _, i, _ in w._ready[0]] + [i for _, i, _ in w._ahead]
+    assert w.batches.flight is None and w.batches.ready is not None
+    ids = [i for _, i, _ in w.batches.ready[0]] + [i for _, i, _ in w.batches.ahead]
     assert ids[0] == first and ids[1 : 1 + len(after)] == after
     assert not started(host, scope, "j1")  # its commit never ran: its entry is claimed
     host.run([w], [], lambda: all(started(host, scope, j) for j in jobs), sweep=False)

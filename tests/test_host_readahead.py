@@ -34,10 +34,10 @@ def test_under_load_a_batch_is_loaded_and_read_by_the_round_trips_before_it(host
     # commit) and read the third: both pending for this worker, delivered once
     assert loads == [["j0"]]
     assert pending_of(r, scope) == [(starts[1], w.consumer, 1), (starts[2], w.consumer, 1)]
-    assert w._ready is not None
-    assert [i for _, i, _ in w._ready[0]] == [starts[1]]
-    assert list(w._ready[1][scope][1]) == ["j1"]
-    assert [i for _, i, _ in w._ahead] == [starts[2]]
+    assert w.batches.ready is not None
+    assert [i for _, i, _ in w.batches.ready[0]] == [starts[1]]
+    assert list(w.batches.ready[1][scope][1]) == ["j1"]
+    assert [i for _, i, _ in w.batches.ahead] == [starts[2]]
     assert not started(host, scope, "j1")
 
     # the next batches need no load of their own: one round trip each
@@ -48,7 +48,7 @@ def test_under_load_a_batch_is_loaded_and_read_by_the_round_trips_before_it(host
     assert w.read_once(block_ms=100).applied == 1
     assert all(started(host, scope, j) for j in jobs) and loads == [["j0"]]
     assert pending_of(r, scope) == []
-    assert w._ready is None and w._ahead == [] and w._decoded == {}
+    assert w.batches.ready is None and w.batches.ahead == [] and w.batches.decoded == {}
     assert r.xlen(keys.work(scope)) == 0
     # each start was applied once: one evaluation each in the history
     for job in jobs:
@@ -256,7 +256,7 @@ def test_a_large_batch_reads_ahead_in_its_commit_stream_only_and_loads_nothing_a
     """Above LOAD_AHEAD_MAX a held batch would make an entry wait a whole batch longer, for
     a round trip that is a small share of the batch: the read ahead is the next batch, which
     loads itself."""
-    from host.worker import LOAD_AHEAD_MAX
+    from host.batches import LOAD_AHEAD_MAX
 
     n = LOAD_AHEAD_MAX + 1
     scope = host.scope("large")
@@ -266,7 +266,7 @@ def test_a_large_batch_reads_ahead_in_its_commit_stream_only_and_loads_nothing_a
     loads = loads_of(w)
     assert w.read_once(block_ms=100).applied == n
     # one batch read ahead, in the commit stream (the load read nothing): not loaded
-    assert w._ready is None and len(w._ahead) == n and w._decoded == {}
+    assert w.batches.ready is None and len(w.batches.ahead) == n and w.batches.decoded == {}
     assert len(pending_of(host.client(), scope)) == n
     assert w.read_once(block_ms=100).applied == n
     assert w.read_once(block_ms=100).applied == n

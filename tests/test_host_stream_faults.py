@@ -39,10 +39,10 @@ def starts_in_history(host: Host, scope: str, job: str) -> int:
     return [h.event for h in history].count("start")
 
 
-def _worker_on(host: Host, client: redis.Redis, scope: str) -> Worker:
+def _worker_on(host: Host, client: redis.Redis, scope: str, read_count: int = 100) -> Worker:
     store = Store(client)
     host.stores.append(store)
-    w = Worker(store, replace(FAST, read_count=100), [scope])
+    w = Worker(store, replace(FAST, read_count=read_count), [scope])
     w.refresh_scopes()
     return w
 
@@ -135,7 +135,7 @@ def test_rows_read_ahead_are_kept_when_a_later_round_of_the_batch_raises(host: H
     w.applier.before_commit = None
     # the next round applies what was read ahead (j1), without waiting for XAUTOCLAIM
     second = w.read_once(block_ms=100)
-    assert started(host, scope, "j1"), (second, w._ahead, pending_of(r, scope))
+    assert started(host, scope, "j1"), (second, w.batches.ahead, pending_of(r, scope))
 
 
 # -- guarantees checked (pass)
@@ -153,8 +153,8 @@ def test_an_entry_read_ahead_then_claimed_by_another_worker_is_gone_for_the_read
     assert a.read_once(block_ms=100).applied == 1
     ((entry, owner, _),) = pending_of(r, scope)
     # read ahead by a's load, and loaded by its commit stream: a's next batch
-    assert owner == a.consumer and a._ready is not None
-    assert [i for _, i, _ in a._ready[0]] == [entry] and a._ahead == []
+    assert owner == a.consumer and a.batches.ready is not None
+    assert [i for _, i, _ in a.batches.ready[0]] == [entry] and a.batches.ahead == []
     # a stalls (an outage, a stopped process) past the autoclaim idle; b claims and applies
     wait_for(
         lambda: (
@@ -183,7 +183,7 @@ def test_claim_once_never_reads_ahead(host: Host) -> None:
     r = host.client()
     time.sleep(FAST.autoclaim_idle / 1000 + 0.05)
     assert w.claim_once().applied == 1
-    assert w._ahead == []
+    assert w.batches.ahead == []
     # j1 and j2 were not read by the claim: nothing is pending
     assert pending_of(r, scope) == []
 
@@ -299,8 +299,9 @@ def test_jobs_run_to_the_end_in_resp2_and_in_resp3(host: Host) -> None:
 # -- the connection a store keeps between round trips (Store._lease), and the Unix socket
 
 
-def _named_worker(host: Host, scope: str, name: str) -> Worker:
-    return _worker_on(host, redis.Redis.from_url(host.url, client_name=name), scope)
+def _named_worker(host: Host, scope: str, name: str, read_count: int = 100) -> Worker:
+    client = redis.Redis.from_url(host.url, client_name=name)
+    return _worker_on(host, client, scope, read_count)
 
 
 def _loads_read_their_own(store: Store, scope: str, job: str, order: bytes) -> bool:
@@ -323,8 +324,7 @@ def test_a_kept_connection_the_server_closed_is_connected_again(host: Host) -> N
     scope = host.scope("killed")
     jobs = [host.submit(scope, linear_recipe(1), job_id=f"j{i}").job for i in range(3)]
     name = f"kept-{scope}"
-    w = _named_worker(host, scope, name)
-    w.settings = replace(w.settings, read_count=1)
+    w = _named_worker(host, scope, name, read_count=1)
     r = host.client()
     for n in range(1, 4):
         killed = [c for c in r.client_list() if c["name"] == name]
