@@ -50,7 +50,8 @@ from host import keys
 from host.entries import Entry, EntryError, decode_equipment, encode, fields
 from host.equipment import answer_data, event_data
 from host.keys import EVENTS_UNMATCHED
-from host.store import Store, moving_reason, slot_moving, slot_of, unreachable, unreachable_reason
+from host.reconnect import Reconnect
+from host.store import Store, moving_reason, slot_moving, slot_of, unreachable
 from sfc.simulation import (
     Reply,
     ScriptError,
@@ -287,10 +288,10 @@ class ScriptedEquipment:
         return len(rows) + self._send_due()
 
     def run(self, stop: threading.Event, block_ms: int = 100) -> None:
-        """Pump until `stop` is set. While the server cannot be reached (restarted, gone),
-        it tries again with a backoff of up to 5 s; answers that fell due meanwhile are
-        sent once it is back."""
-        backoff, down_since, moving = 0.0, None, False
+        """Pump until `stop` is set, waiting out a server that cannot be reached
+        (host/reconnect.py); answers that fell due meanwhile are sent once it is back."""
+        reconnect = Reconnect(f"equipment of scope {self.scope}", log)
+        moving = False  # a move said since the last pump that went through
         while not stop.is_set():
             try:
                 self.pump(block_ms)
@@ -298,34 +299,18 @@ class ScriptedEquipment:
                 if not unreachable(e):
                     raise
                 self.store.refresh_routes()  # a cluster's slot may have moved
-                if down_since is None and slot_moving(e):
-                    # routine: the node answered (a failover, a reshard; one under way,
-                    # TRYAGAIN), said once until a pump goes through
+                if slot_moving(e):
+                    reconnect.answered()  # routine: the node answered
                     if not moving:
                         moving = True
-                        log.info(
-                            "equipment of scope %s: %s",
-                            self.scope,
-                            moving_reason(e, slot_of(self.scope)),
-                        )
-                elif down_since is None:
-                    down_since = time.monotonic()
-                    log.warning(
-                        "equipment of scope %s: the server is unreachable (%s); reconnecting "
-                        "with backoff",
-                        self.scope,
-                        unreachable_reason(e),
-                    )
-                backoff = min(5.0, max(0.1, backoff * 2))
-                self.store.wait_out(stop, backoff)  # a cluster's failover ends it
+                        reason = moving_reason(e, slot_of(self.scope))
+                        log.info("equipment of scope %s: %s", self.scope, reason)
+                else:
+                    reconnect.unreachable(e)
+                self.store.wait_out(stop, reconnect.wait())  # a cluster's failover ends it
                 continue
-            if down_since is not None:
-                log.warning(
-                    "equipment of scope %s: reconnected after %.1f s",
-                    self.scope,
-                    time.monotonic() - down_since,
-                )
-            backoff, down_since, moving = 0.0, None, False
+            reconnect.went_through()
+            moving = False
 
     # -- asking the script
 

@@ -28,6 +28,7 @@ from host.apply import Applier, Outcome, unreadable, way_out
 from host.batches import Batches, Entries
 from host.cluster import Moving, Routes, is_move
 from host.entries import Entry, EntryError, decode_work, job_mentioned, job_named, job_of
+from host.reconnect import Reconnect
 from host.settings import Settings
 from host.store import Loaded, ReadAhead, Row, Store, unreachable, unreachable_reason
 from host.worklog import WorkLog
@@ -80,6 +81,19 @@ class Counters:
     outages: int = 0
     repaired: int = 0
     trimmed: int = 0
+
+
+@dataclass(slots=True)
+class Timetable:
+    """When each step of the worker's loop is due next (the worker's clock)."""
+
+    refresh: float
+    sweep: float
+    claim: float
+    trim: float
+
+    def next(self) -> float:
+        return min(self.refresh, self.sweep, self.claim, self.trim)
 
 
 class Worker:
@@ -566,91 +580,86 @@ class Worker:
 
     # -- the loop
 
-    def _reconnected(self, down_since: float) -> None:
-        """The end of the loop's outage, at warning as its start."""
-        down = self.clock() - down_since
-        log.warning(
-            "worker %s: reconnected after %.1f s",
-            self.consumer,
-            down,
-            extra={"reason": f"the server was unreachable for {down:.1f} s"},
-        )
-        if self.metrics is not None:
-            self.metrics.reconnect()
-
     def run(self, stop: threading.Event) -> None:
-        """Serve until `stop` is set. What was read and not committed stays pending."""
-        s = self.settings
+        """Serve until `stop` is set: rounds of refresh, sweep, claim, trim as they come
+        due, and read and apply between them. What was read and not committed stays
+        pending."""
         now = self.clock()
-        next_refresh = now
-        next_sweep = now
-        next_claim = now + s.autoclaim_idle / 1000
-        next_trim = now + random.uniform(0.5, 1.0) * TRIM_INTERVAL_MS / 1000
-        down_since: float | None = None
+        autoclaim_s = self.settings.autoclaim_idle / 1000
+        trim_s = random.uniform(0.5, 1.0) * TRIM_INTERVAL_MS / 1000
+        due = Timetable(refresh=now, sweep=now, claim=now + autoclaim_s, trim=now + trim_s)
+        reconnect = Reconnect(f"worker {self.consumer}", log, self.clock, self._reconnected)
         moving: Moving | None = None  # a slot moving or moved, said at info; nothing failed
-        backoff = 0.0
         while not stop.is_set():
-            now = self.clock()
-            swept = False
             try:
-                if now >= next_refresh:
-                    self.refresh_scopes()
-                    next_refresh = now + s.scope_refresh_interval / 1000
-                if now >= next_sweep:
-                    self.sweep_once()
-                    swept = True
-                    jitter = random.uniform(0.8, 1.2)
-                    next_sweep = now + jitter * s.sweep_interval / 1000
-                if now >= next_claim:
-                    self.claim_once()
-                    next_claim = now + max(0.05, s.autoclaim_idle / 4000)
-                if now >= next_trim:
-                    self.trim_once()
-                    next_trim = now + TRIM_INTERVAL_MS / 1000
-                until = min(next_refresh, next_sweep, next_claim, next_trim) - self.clock()
-                block = max(1, min(1000, int(until * 1000)))
-                if self.scopes:
-                    self.read_once(block)
-                else:
-                    stop.wait(block / 1000)
+                swept = self._round(due, stop)
             except Exception as e:
                 # Nothing is lost either way: what was not committed stays pending.
                 if not unreachable(e):
                     log.exception("worker %s: a round failed; retrying", self.consumer)
                     stop.wait(0.5)
                     continue
-                self.store.refresh_routes()  # a cluster's slot may have moved
-                if is_move(e):
-                    if down_since is not None:  # the node answers: the outage is over
-                        self._reconnected(down_since)
-                        down_since = None
-                    moving = self.routes.loop_move(e, moving)
-                    # its sweep tries it next, before a claim or a read: a read counts a
-                    # delivery of each entry added meanwhile, whose commit answers the move
-                    # in turn; the sweep counts none, and it answers a move for as long as
-                    # the slot is being moved (it names a key never written: Store.sweep)
-                    next_sweep = min(next_sweep, now)
-                elif down_since is None:
-                    down_since = self.clock()
-                    moving = None  # a move after the outage is timed from then
-                    log.warning(
-                        "worker %s: the server is unreachable (%s); reconnecting with backoff",
-                        self.consumer,
-                        unreachable_reason(e),
-                        extra={"reason": f"{type(e).__name__}: {e}"},
-                    )
-                backoff = min(5.0, max(0.1, backoff * 2))
-                self.store.wait_out(stop, backoff)  # a cluster's failover ends it
+                moving = self._waits_out(e, reconnect, moving, due)
+                self.store.wait_out(stop, reconnect.wait())  # a cluster's failover ends it
                 continue
-            if down_since is not None:
-                self._reconnected(down_since)
+            reconnect.went_through()
             if moving is not None and swept:
                 # over once a sweep went through: it answers a move for as long as the slot
-                # is being moved (Store.sweep; a read alone goes through in a reshard under
-                # way, and the commit answers TRYAGAIN)
+                # is being moved (a read alone goes through in a reshard under way)
                 self.routes.loop_move_over(moving)
                 moving = None
-            down_since, backoff = None, 0.0
+        self._stopping()
+
+    def _round(self, due: Timetable, stop: threading.Event) -> bool:
+        """One round of the loop: each step that is due, then a batch read and applied,
+        blocking until the next step is due. Whether it swept."""
+        s = self.settings
+        now = self.clock()
+        swept = False
+        if now >= due.refresh:
+            self.refresh_scopes()
+            due.refresh = now + s.scope_refresh_interval / 1000
+        if now >= due.sweep:
+            self.sweep_once()
+            swept = True
+            due.sweep = now + random.uniform(0.8, 1.2) * s.sweep_interval / 1000
+        if now >= due.claim:
+            self.claim_once()
+            due.claim = now + max(0.05, s.autoclaim_idle / 4000)
+        if now >= due.trim:
+            self.trim_once()
+            due.trim = now + TRIM_INTERVAL_MS / 1000
+        block = max(1, min(1000, int((due.next() - self.clock()) * 1000)))
+        if self.scopes:
+            self.read_once(block)
+        else:
+            stop.wait(block / 1000)
+        return swept
+
+    def _waits_out(
+        self, error: Exception, reconnect: Reconnect, moving: Moving | None, due: Timetable
+    ) -> Moving | None:
+        """A round failed with `error`, which `unreachable` waits out: a move (said by
+        Routes.loop_move; the node answered, so an outage is over), or an outage."""
+        self.store.refresh_routes()  # a cluster's slot may have moved
+        if not is_move(error):
+            if not reconnect.down:
+                moving = None  # a move after the outage is timed from then
+            reconnect.unreachable(error)
+            return moving
+        reconnect.answered()
+        # its sweep tries it next, before a claim or a read: a read counts a delivery of
+        # each entry added meanwhile, whose commit answers the move in turn; the sweep
+        # counts none, and answers a move for as long as the slot is being moved
+        due.sweep = min(due.sweep, self.clock())
+        return self.routes.loop_move(error, moving)
+
+    def _reconnected(self) -> None:
+        if self.metrics is not None:
+            self.metrics.reconnect()
+
+    def _stopping(self) -> None:
+        """Apply what was read ahead before the worker stops (`drain`)."""
         waiting = self.batches.waiting()
         try:
             self.drain()

@@ -36,6 +36,7 @@ from host.mqtt.topics import (
     shared,
     topic_problem,
 )
+from host.reconnect import Reconnect
 from host.store import (
     Store,
     moving_reason,
@@ -320,32 +321,29 @@ class MqttBridge:
             self.close()
 
     def pump_until_stopped(self, stop: threading.Event, block_ms: int = 100) -> None:
-        """The bridge's reconnect loop: pump until `stop`; while the server cannot be reached,
-        retry with a backoff up to 5 s, saying a slot's move once at info and an unreachable
-        server once at warning until a pump goes through. What was read stays pending."""
-        backoff = 0.1
-        logged: set[bool] = set()  # logged since the last pump that went through: a move?
+        """The bridge's reconnect loop: pump until `stop`, waiting out a server that cannot
+        be reached (host/reconnect.py); a slot's move is said once at info until a pump goes
+        through. What was read stays pending."""
+        reconnect = Reconnect(f"bridge of scope {self.topics.scope}", log)
+        moving = False  # a move said since the last pump that went through
         while not stop.is_set():
             try:
                 self.pump(block_ms)
-                backoff = 0.1
-                logged.clear()
             except Exception as e:
                 if not unreachable(e):
                     raise
                 self.store.refresh_routes()  # a cluster's slot may have moved
-                moved = slot_moving(e)  # routine: the node answered (a failover, a reshard)
-                if moved not in logged:
-                    logged.add(moved)
-                    if moved:
+                if slot_moving(e):
+                    reconnect.answered()  # routine: the node answered
+                    if not moving:
+                        moving = True
                         log.info("%s", moving_reason(e, slot_of(self.topics.scope)))
-                    else:
-                        log.warning(
-                            "the server cannot be reached (%s); retrying",
-                            unreachable_reason(e),
-                        )
-                self.store.wait_out(stop, backoff)  # a cluster's failover ends it
-                backoff = min(backoff * 2, 5.0)
+                else:
+                    reconnect.unreachable(e)
+                self.store.wait_out(stop, reconnect.wait())  # a cluster's failover ends it
+                continue
+            reconnect.went_through()
+            moving = False
 
     # -- incoming (the network thread)
 
