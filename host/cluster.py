@@ -36,7 +36,14 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from host.store import moved_to, slot_of, unreachable, unreachable_reason
+from host.store import (
+    moved_to,
+    slot_moved,
+    slot_moving,
+    slot_of,
+    unreachable,
+    unreachable_reason,
+)
 
 if TYPE_CHECKING:
     from host.metrics import WorkerMetrics
@@ -54,26 +61,8 @@ WAITS = "the scope's jobs wait meanwhile (nothing is applied for them)"
 # -- what a failed call says
 
 
-def slot_moved(error: BaseException) -> bool:
-    """Whether `error` is a MOVED or an ASK: another node serves the slot now, or its keys."""
-    return isinstance(error, redis.exceptions.AskError)  # MovedError is one
-
-
-def slot_rehashing(error: BaseException) -> bool:
-    """Whether `error` is a TRYAGAIN: a call of keys of a slot being moved, on two nodes."""
-    if isinstance(error, redis.exceptions.TryAgainError):
-        return True
-    return isinstance(error, redis.ResponseError) and str(error).startswith("TRYAGAIN")
-
-
-def is_move(error: BaseException) -> bool:
-    """Whether `error` says the slot of the call moved or is moving (MOVED, ASK, TRYAGAIN):
-    the node answered, so it is routine, not an outage."""
-    return slot_moved(error) or slot_rehashing(error)
-
-
 def moving_reason(error: BaseException, slot: int | None) -> str:
-    """The info line's words for a move (`is_move`) of `slot`, and what is done about it."""
+    """The info line's words for a move (`slot_moving`) of `slot`, and what is done about it."""
     then = "reading the slots again" if slot_moved(error) else "trying it again with backoff"
     return f"{unreachable_reason(error, slot)}; {then}"
 
@@ -97,7 +86,7 @@ def failure(error: BaseException) -> Happened | None:
         return None
     if isinstance(error, redis.exceptions.MovedError):
         return Happened.MOVED
-    if is_move(error):
+    if slot_moving(error):
         return Happened.MOVING
     return Happened.AWAY
 

@@ -47,11 +47,12 @@ from msgspec import UNSET
 from generated.equipment_entry_v1_0 import AwaitData, CommandData, WithdrawData
 from generated.simulation_script_v1_0 import SimulationScript
 from host import keys
+from host.cluster import moving_reason
 from host.entries import Entry, EntryError, decode_equipment, encode, fields
 from host.equipment import answer_data, event_data
 from host.keys import EVENTS_UNMATCHED
 from host.reconnect import Reconnect
-from host.store import Store, moving_reason, slot_moving, slot_of, unreachable
+from host.store import Store, slot_moving, slot_of, unreachable
 from sfc.simulation import (
     Reply,
     ScriptError,

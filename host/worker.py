@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, TypeVar
 
 from host.apply import Applier, Outcome, unreadable, way_out
 from host.batches import Batches, Entries
-from host.cluster import Moving, Routes, is_move
+from host.cluster import Moving, Routes
 from host.entries import Entry, EntryError, decode_work, job_mentioned, job_named, job_of
 from host.reconnect import Reconnect
 from host.settings import Settings
-from host.store import Loaded, ReadAhead, Row, Store, unreachable, unreachable_reason
+from host.store import Loaded, ReadAhead, Row, Store, slot_moving, unreachable, unreachable_reason
 from host.worklog import WorkLog
 
 T = TypeVar("T")
@@ -182,7 +182,7 @@ class Worker:
             taken.append(scope)
             log.info("serving scope %s (consumer %s)", scope, self.consumer)
         if away is not None and not self.scopes:
-            if is_move(away):
+            if slot_moving(away):
                 routes.said_move = away  # said for each scope: the loop does not say it again
             raise away  # none can be reached: the loop's backoff
         return taken
@@ -642,7 +642,7 @@ class Worker:
         """A round failed with `error`, which `unreachable` waits out: a move (said by
         Routes.loop_move; the node answered, so an outage is over), or an outage."""
         self.store.refresh_routes()  # a cluster's slot may have moved
-        if not is_move(error):
+        if not slot_moving(error):
             if not reconnect.down:
                 moving = None  # a move after the outage is timed from then
             reconnect.unreachable(error)

@@ -18,10 +18,10 @@ from host.cluster import (
     Say,
     Status,
     failure,
-    is_move,
     moving_reason,
     stuck_text,
 )
+from host.store import slot_moving
 
 H, S = Happened, Status
 MOVED = redis.exceptions.MovedError("1234 127.0.0.1:7001")
@@ -71,7 +71,7 @@ def policy_at(status: Status, scope: str = "s", now: float = 100.0) -> ParkPolic
 )
 def test_a_failed_call_is_classified(error: Exception, happened: Happened | None) -> None:
     assert failure(error) is happened
-    assert is_move(error) == (happened in (H.MOVED, H.MOVING))
+    assert slot_moving(error) == (happened in (H.MOVED, H.MOVING))
 
 
 def test_a_moves_words_say_what_is_done_about_it() -> None:

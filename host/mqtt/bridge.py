@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from generated.equipment_entry_v1_0 import AwaitData, CommandData, WithdrawData
 from host import keys
+from host.cluster import moving_reason
 from host.entries import Entry, EntryError, decode_equipment, encode, fields
 from host.keys import EVENTS_UNMATCHED
 from host.mqtt.cloudevents import (
@@ -39,7 +40,6 @@ from host.mqtt.topics import (
 from host.reconnect import Reconnect
 from host.store import (
     Store,
-    moving_reason,
     slot_moved,
     slot_moving,
     slot_of,

@@ -133,15 +133,3 @@ def slot_moving(error: BaseException) -> bool:
     """Whether `error` says the slot of the call is moving or moved: a MOVED or an ASK (a
     failover, a reshard), or a TRYAGAIN (a reshard under way). The node answered: routine."""
     return slot_moved(error) or slot_rehashing(error)
-
-
-a_move = slot_moving
-"""The old name of `slot_moving`, kept while host/worker.py and host/mqtt.py move to it."""
-
-
-def moving_reason(error: BaseException, slot: int | None) -> str:
-    """The info line's words for a move (`slot_moving`) of `slot`, a worker's and `sfc
-    equipment`'s alike: a MOVED or ASK reads the slots again, which show where it went; a
-    TRYAGAIN is tried again until the reshard is over."""
-    then = "reading the slots again" if slot_moved(error) else "trying it again with backoff"
-    return f"{unreachable_reason(error, slot)}; {then}"
