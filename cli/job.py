@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -47,6 +48,7 @@ from cli.main import app
 from host import joborder, jobs, jobview, keys, readmodel
 from host.apply import decode_order
 from host.joborder import ReturnStatus
+from host.reconnect import Reconnect
 from host.store import Store
 from sfc.explain import when
 from sfc.words import elapsed
@@ -794,6 +796,10 @@ def wait(
         raise typer.Exit(1)
 
 
+WAIT_BACKOFF_MAX_S = 0.5
+"""`sfc job wait` tries a server it cannot reach at least this often: a person waits on it."""
+
+
 def _wait(store: Store, scope: str, job_ids: list[str], deadline: float) -> dict[str, str]:
     ends: dict[str, str] = {}
     progress = None
@@ -803,7 +809,8 @@ def _wait(store: Store, scope: str, job_ids: list[str], deadline: float) -> dict
         progress = Progress(transient=True)
         task = progress.add_task("waiting", total=len(job_ids))
         progress.start()
-    said = False
+    say = partial(typer.echo, err=True)
+    reconnect = Reconnect("sfc job wait", None, echo=say, most=WAIT_BACKOFF_MAX_S)
     try:
         while True:
             left = [j for j in job_ids if j not in ends]
@@ -813,12 +820,11 @@ def _wait(store: Store, scope: str, job_ids: list[str], deadline: float) -> dict
                 if not server_gone(e) or time.monotonic() > deadline:
                     raise
                 # a restart of the server (of `sfc serve`): waited out, as the workers do
-                if not said:
-                    typer.echo(f"sfc: the server cannot be reached ({e}); waiting", err=True)
-                    said = True
+                reconnect.unreachable(e)
                 store.refresh_routes()
-                time.sleep(0.5)
+                time.sleep(reconnect.wait())
                 continue
+            reconnect.went_through()
             for j in left:
                 r = records[j]
                 if r is None:

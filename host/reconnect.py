@@ -29,15 +29,22 @@ class Reconnect:
     def __init__(
         self,
         who: str,
-        logger: logging.Logger,
+        logger: logging.Logger | None,
         clock: Callable[[], float] = time.monotonic,
         on_reconnect: Callable[[], object] | None = None,
+        *,
+        echo: Callable[[str], object] | None = None,
+        most: float = BACKOFF_MAX_S,
     ) -> None:
         self.who = who
         self.log = logger
+        self.echo = echo
+        """Where a command that does not log (`sfc job wait`) says the two lines instead."""
         self.clock = clock
         self.on_reconnect = on_reconnect
         """Called when an outage ends (a metric)."""
+        self.most = most
+        """The longest backoff (a command a person waits on tries more often)."""
         self.backoff = 0.0
         self.down_since: float | None = None
         """When the outage started (`clock`); None while the server answers."""
@@ -51,12 +58,15 @@ class Reconnect:
         if self.down_since is not None:
             return
         self.down_since = self.clock()
-        self.log.warning(
-            "%s: the server is unreachable (%s); reconnecting with backoff",
-            self.who,
-            unreachable_reason(error),
-            extra={"reason": f"{type(error).__name__}: {error}"},
-        )
+        text = f"{self.who}: the server is unreachable ({unreachable_reason(error)})"
+        if self.echo is not None:
+            self.echo(f"{text}; waiting")
+        if self.log is not None:
+            self.log.warning(
+                "%s; reconnecting with backoff",
+                text,
+                extra={"reason": f"{type(error).__name__}: {error}"},
+            )
 
     def answered(self) -> None:
         """The server answered (a try went through, or a node answered a move): the
@@ -65,12 +75,15 @@ class Reconnect:
             return
         down = self.clock() - self.down_since
         self.down_since = None
-        self.log.info(
-            "%s: reconnected after %.1f s",
-            self.who,
-            down,
-            extra={"reason": f"the server was unreachable for {down:.1f} s"},
-        )
+        if self.echo is not None:
+            self.echo(f"{self.who}: reconnected after {down:.1f} s")
+        if self.log is not None:
+            self.log.info(
+                "%s: reconnected after %.1f s",
+                self.who,
+                down,
+                extra={"reason": f"the server was unreachable for {down:.1f} s"},
+            )
         if self.on_reconnect is not None:
             self.on_reconnect()
 
@@ -82,5 +95,5 @@ class Reconnect:
 
     def wait(self) -> float:
         """How long to wait before the next try."""
-        self.backoff = min(BACKOFF_MAX_S, max(BACKOFF_FIRST_S, self.backoff * 2))
+        self.backoff = min(self.most, max(BACKOFF_FIRST_S, self.backoff * 2))
         return self.backoff

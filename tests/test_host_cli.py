@@ -1670,13 +1670,14 @@ def test_job_wait_waits_out_a_restart_of_serve(tmp_path: Path) -> None:
         finally:
             probe.close()
         assert first.stop() == 0
-        waiting.wait_for_stderr("the server cannot be reached")
+        waiting.wait_for_stderr("sfc job wait: the server is unreachable (")
         procs.serve(data, cwd=tmp_path)
         procs.equipment(happy, "default", data, cwd=tmp_path)
         r = sfc("job", "start", "w", "--data-dir", data, cwd=tmp_path)
         assert r.code == 0, r
         wait_for(lambda: not waiting.running(), timeout=30, what="the wait to end")
         assert waiting.popen.returncode == 0
+        assert "sfc job wait: reconnected after " in waiting.stderr(), waiting.stderr()
         assert waiting.stdout() == "w: Ended/Completed\n"
 
 
