@@ -368,9 +368,9 @@ class Routes:
         after: a parked scope may have entries this worker read and did not commit."""
         self._moves = store.moves
         """Store.moves when the parks last ended on a slot move."""
-        self.said_move: BaseException | None = None
+        self.move_said_per_scope: BaseException | None = None
         """The move that the refresh raised, said for each scope already."""
-        self.raised_move: tuple[BaseException, str] | None = None
+        self.move_left_to_loop: tuple[BaseException, str] | None = None
         """The move left to the loop (no other scope left to serve), and whose call it was."""
 
     def isolating(self) -> bool:
@@ -403,7 +403,7 @@ class Routes:
                 due -= set(group)
         return policy.serving(self.scopes, due, whole)
 
-    def parks(self, scope: str, error: Exception) -> bool:
+    def park(self, scope: str, error: Exception) -> bool:
         """Park `scope`, whose call raised `error`, with its node's scopes if its node is
         away, and say True; False when the caller raises `error` instead (not a failure
         the policy parks for, a worker that does not isolate, or no other scope left)."""
@@ -420,7 +420,7 @@ class Routes:
             self.reread[s] = "0"  # what each read before may be pending: read it first
         if all(s in self.parked or s in group for s in self.scopes):
             if happened is not Happened.AWAY:
-                self.raised_move = (error, scope)  # the loop says whose it is
+                self.move_left_to_loop = (error, scope)  # the loop says whose it is
             return False
         now = self.clock()
         for s in group:
@@ -506,8 +506,8 @@ class Routes:
 
     def loop_move(self, error: Exception, moving: Moving | None) -> Moving:
         """The loop's move: said at info when it starts, once at warning when stuck. One
-        the refresh said for each scope (`said_move`) is not said again."""
-        said, self.said_move = self.said_move is error, None
+        the refresh said for each scope (`move_said_per_scope`) is not said again."""
+        said, self.move_said_per_scope = self.move_said_per_scope is error, None
         now = self.clock()
         if moving is None:
             moving = Moving(now)
@@ -525,7 +525,7 @@ class Routes:
             waits = WAITS if scope is not None else "new scopes wait meanwhile"
             text = stuck_text(who, error, slot, now - moving.since, waits, time.time())
             log.warning("%s", text, extra=_extra(scope, error))
-        self.raised_move = None
+        self.move_left_to_loop = None
         return moving
 
     def loop_move_over(self, moving: Moving) -> None:
@@ -543,7 +543,7 @@ class Routes:
         """Who says the loop's move, the scope served in its slot (None: sfc:scopes), and
         the slot (None when unknown: a TRYAGAIN names none)."""
         where = moved_to(error)
-        raised = self.raised_move
+        raised = self.move_left_to_loop
         if where is not None:
             slot: int | None = where.slot
             scope = next((x for x in self.scopes if slot_of(x) == slot), None)

@@ -129,7 +129,7 @@ class Worker:
         self._claim_start: dict[str, str] = {}
         self._delivered: dict[tuple[str, str], int] = {}
         """How often the server delivered the own pending entries read again after a park
-        (`_unspent`), by (scope, entry id), until they are decoded: one buried then records
+        (`_without_spent`), by (scope, entry id), until they are decoded: one buried then records
         the server's count, not 1."""
         self.batches = Batches(store, settings, self.applier, self.scopes, overlap)
         """The entries read ahead, and the batch in flight (`sfc serve` overlaps batches; a
@@ -183,7 +183,9 @@ class Worker:
             log.info("serving scope %s (consumer %s)", scope, self.consumer)
         if away is not None and not self.scopes:
             if slot_moving(away):
-                routes.said_move = away  # said for each scope: the loop does not say it again
+                routes.move_said_per_scope = (
+                    away  # said for each scope: the loop does not say it again
+                )
             raise away  # none can be reached: the loop's backoff
         return taken
 
@@ -234,7 +236,7 @@ class Worker:
                         routes.went_through(scope, whole=True)  # its batch is committed
                         routes.round_trip(scope)
                 except Exception as e:
-                    if not routes.parks(scope, e):
+                    if not routes.park(scope, e):
                         if routes.isolating() and unreachable(e):
                             # the loop backs off: every scope's entries of this batch that
                             # are not committed are read first when it is served again
@@ -268,7 +270,7 @@ class Worker:
             try:
                 got = self._read_scope(scope, count)
             except Exception as e:
-                if not routes.parks(scope, e):
+                if not routes.park(scope, e):
                     # not returned, so not applied: read again first (they are pending for
                     # this worker, and come before the scope's new entries)
                     routes.reread.update(dict.fromkeys({row[0] for row in rows}, "0"))
@@ -286,7 +288,7 @@ class Worker:
             try:
                 rows = self.store.read([scope], count, self.store.cluster_block(block_ms))
             except Exception as e:
-                if not routes.parks(scope, e):
+                if not routes.park(scope, e):
                     raise
         return rows
 
@@ -294,7 +296,7 @@ class Worker:
         """A batch of `scope`: its own pending entries first, while it has any, then new
         ones (without blocking). An own entry deleted meanwhile (no fields) is left to the
         claim, which reports it; one delivered more than SFC_MAX_DELIVERIES times is
-        buried, as the claim buries it (`_spent`)."""
+        buried, as the claim buries it (`_bury_if_spent`)."""
         reread = self.routes.reread
         after = reread.get(scope)
         while after is not None:
@@ -303,15 +305,15 @@ class Worker:
                 del reread[scope]
                 break
             after = reread[scope] = rows[-1][1]
-            live = self._unspent(scope, [row for row in rows if row[2]])
+            live = self._without_spent(scope, [row for row in rows if row[2]])
             if live:
                 return live
             # a batch of entries deleted (or buried) meanwhile: read on, so that no new
             # entry of the scope comes before its own pending ones
         return self.store.read([scope], count, None)
 
-    def _unspent(self, scope: str, rows: list[Row]) -> list[Row]:
-        """`rows`, own pending entries read again, but for those `_spent` buries; the others'
+    def _without_spent(self, scope: str, rows: list[Row]) -> list[Row]:
+        """`rows`, own pending entries read again, but for those `_bury_if_spent` buries; the others'
         delivery counts are kept for their decoding (`_delivered`)."""
         if not rows:
             return rows
@@ -319,7 +321,7 @@ class Worker:
         live: list[Row] = []
         for row in rows:
             n = counts.get(row[1], 0)
-            if not self._spent(scope, row[1], row[2], n):
+            if not self._bury_if_spent(scope, row[1], row[2], n):
                 live.append(row)
                 if n:
                     self._delivered[scope, row[1]] = n
@@ -435,14 +437,14 @@ class Worker:
 
     def _each_scope(self, step: Callable[[str], T], whole: bool = False) -> list[T]:
         """`step` of each scope served now (Routes.serving); one whose call fails so is
-        parked (Routes.parks) and the others go on."""
+        parked (Routes.park) and the others go on."""
         routes = self.routes
         out: list[T] = []
         for scope in routes.serving(whole):
             try:
                 out.append(step(scope))
             except Exception as e:
-                if not routes.parks(scope, e):
+                if not routes.park(scope, e):
                     raise
                 continue
             routes.went_through(scope, whole)
@@ -470,12 +472,12 @@ class Worker:
             deliveries = self.store.deliveries(scope, entry_id)
             if deliveries == 0:
                 continue  # acked meanwhile by the consumer that had it
-            if self._spent(scope, entry_id, fields, deliveries):
+            if self._bury_if_spent(scope, entry_id, fields, deliveries):
                 continue
             total.add(self._apply(scope, [(entry_id, fields)], deliveries))
         return total
 
-    def _spent(
+    def _bury_if_spent(
         self, scope: str, entry_id: str, fields: dict[bytes, bytes], deliveries: int
     ) -> bool:
         """Whether the entry was delivered more than SFC_MAX_DELIVERIES times (this delivery
