@@ -47,16 +47,9 @@ allocations, not Python's 700 (tune_collector)."""
 
 
 def tune_collector() -> None:
-    """Set up the garbage collector of a process that runs a worker (after its imports).
-
-    At Python's default (700) a pass ran every ~30 applied entries, while the batch's
-    entries, records and commits were still alive: each pass walked them and moved them on
-    to an older generation, whose passes walked them again. That cost some 7 µs of CPU per
-    applied entry (docs/host.md, "The worker's garbage collector"). After 50,000 allocations
-    most of a batch's objects have been freed by their reference counts, which free all but
-    cycles at once, so waiting longer costs a few MB at most. What was made at start-up
-    (modules, classes, settings) lives as long as the process: it is frozen out of every
-    pass."""
+    """Set up the garbage collector of a process that runs a worker (after its imports):
+    what start-up made is frozen out of every pass, and young objects are looked at after
+    COLLECT_YOUNG_AFTER allocations (docs/host.md, "The worker's garbage collector")."""
     gc.freeze()
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(COLLECT_YOUNG_AFTER, older, oldest)
@@ -128,9 +121,8 @@ class Worker:
         """Prometheus metrics (host/metrics.py), when the process serves them."""
         self._claim_start: dict[str, str] = {}
         self._delivered: dict[tuple[str, str], int] = {}
-        """How often the server delivered the own pending entries read again after a park
-        (`_without_spent`), by (scope, entry id), until they are decoded: one buried then records
-        the server's count, not 1."""
+        """The server's delivery count of own pending entries read again after a park, by
+        (scope, entry id), until they are decoded (a burial records it)."""
         self.batches = Batches(store, settings, self.applier, self.scopes, overlap)
         """The entries read ahead, and the batch in flight (`sfc serve` overlaps batches; a
         worker stepped by a test does not, unless it says so)."""
@@ -249,18 +241,15 @@ class Worker:
         return total
 
     def _forget_deliveries(self, rows: list[Row]) -> None:
-        """Drop the delivery counts (`_delivered`) of `rows`, read and not applied (a later
-        scope raised, or theirs was parked): they are read again (Routes.reread), with new counts,
-        or claimed, whose count then is the server's; a count kept would be used for that
-        later delivery, and the dead entry said fewer deliveries than it had."""
+        """Drop the delivery counts (`_delivered`) of `rows`, read and not applied: their
+        next delivery counts again."""
         for row in rows:
             self._delivered.pop((row[0], row[1]), None)
 
     def _read(self, block_ms: int | None) -> list[Row]:
-        """New entries of the scopes served. On a cluster, a worker of several scopes reads
-        each on its own (Store.read does so too, in one call), so that a scope whose node
-        cannot be reached is parked and the others are read; a scope's own pending entries
-        (Routes.reread) are read before its new ones."""
+        """New entries of the scopes served. A worker that isolates its scopes reads each on
+        its own (one that fails is parked, the others are read), its own pending entries
+        (Routes.reread) before its new ones."""
         count = self.settings.read_count
         routes = self.routes
         if not routes.isolating():
@@ -294,9 +283,8 @@ class Worker:
 
     def _read_scope(self, scope: str, count: int) -> list[Row]:
         """A batch of `scope`: its own pending entries first, while it has any, then new
-        ones (without blocking). An own entry deleted meanwhile (no fields) is left to the
-        claim, which reports it; one delivered more than SFC_MAX_DELIVERIES times is
-        buried, as the claim buries it (`_bury_if_spent`)."""
+        ones (without blocking). An own entry deleted meanwhile is left to the claim; one
+        delivered too often is buried (`_bury_if_spent`)."""
         reread = self.routes.reread
         after = reread.get(scope)
         while after is not None:
@@ -313,8 +301,8 @@ class Worker:
         return self.store.read([scope], count, None)
 
     def _without_spent(self, scope: str, rows: list[Row]) -> list[Row]:
-        """`rows`, own pending entries read again, but for those `_bury_if_spent` buries; the others'
-        delivery counts are kept for their decoding (`_delivered`)."""
+        """`rows`, own pending entries read again, but for those `_bury_if_spent` buries;
+        the others' delivery counts are kept for their decoding (`_delivered`)."""
         if not rows:
             return rows
         counts = self.store.own_deliveries(scope, rows[0][1], rows[-1][1], len(rows))
@@ -343,8 +331,8 @@ class Worker:
     def decode(
         self, scope: str, entries: Sequence[tuple[str, dict[bytes, bytes]]], deliveries: int
     ) -> list[Entry]:
-        """The entries that decode; one that does not is buried, with `deliveries` (or the
-        server's count of an own entry read again after a park: `_delivered`)."""
+        """The entries that decode; one that does not is buried, with `deliveries` (or its
+        count in `_delivered`)."""
         good: list[Entry] = []
         decoded = self.batches.decoded
         for entry_id, fields in entries:
@@ -427,9 +415,9 @@ class Worker:
     # -- claiming entries that another consumer left
 
     def claim_once(self) -> Outcome:
-        """XAUTOCLAIM entries idle for `autoclaim_idle` in every scope, and process them one
-        at a time, so that an entry that crashes its process does not bury a batch. An entry
-        delivered more than `max_deliveries` times is buried instead."""
+        """Take over the entries idle for SFC_AUTOCLAIM_IDLE in every scope and apply them one
+        at a time (one that crashes its process buries no batch); one delivered more than
+        SFC_MAX_DELIVERIES times is buried instead."""
         total = Outcome()
         for outcome in self._each_scope(self._claim_scope):
             total.add(outcome)
@@ -451,13 +439,8 @@ class Worker:
         return out
 
     def _claim_scope(self, scope: str) -> Outcome:
-        """The claim of one scope (claim_once). On a cluster it tries the scope first with a
-        call of all its keys (Store.probe), which counts no delivery, and claims nothing
-        while its slot is being moved: XAUTOCLAIM, one key, goes through there, and each
-        worker of the scope took the entries another had set aside, its commit answered
-        TRYAGAIN, and the first delivery after the move buried them (SFC_MAX_DELIVERIES).
-        (Whether each commit that answers a move gives its delivery back, XCLAIM with
-        RETRYCOUNT, was not true of a worker killed before it did.)"""
+        """The claim of one scope (claim_once). It probes the scope first (Store.probe, no
+        delivery counted), so that nothing is claimed while its slot is being moved."""
         total = Outcome()
         self.store.probe(scope)
         start = self._claim_start.get(scope, "0-0")
@@ -481,10 +464,8 @@ class Worker:
         self, scope: str, entry_id: str, fields: dict[bytes, bytes], deliveries: int
     ) -> bool:
         """Whether the entry was delivered more than SFC_MAX_DELIVERIES times (this delivery
-        counted): then it is buried, with why, so that an entry that makes the worker fail
-        each time cannot block its job for ever. The claim asks, and so does the re-read of
-        a worker's own pending entries after a park (`_read_scope`): each such read counts
-        a delivery on the server, as a claim does."""
+        counted): then it is buried with why, so that an entry that fails each time cannot
+        block its job for ever."""
         if deliveries <= self.settings.max_deliveries:
             return False
         job = job_named(entry_id, fields)
@@ -518,9 +499,7 @@ class Worker:
         self, scope: str, entry_id: str, fields: dict[bytes, bytes]
     ) -> tuple[str, str] | None:
         """For an event: (job, why) of the first wait it matches whose job cannot be read
-        (`Applier.unreadable_wait`), which failed it at every delivery; else None. The
-        burial does not hang on it: a look that raises (the offer's own bug, which failed
-        the event each time) buries the event without it."""
+        (`Applier.unreadable_wait`); else None, also when the look itself raises."""
         try:
             entry = decode_work(entry_id, fields)
         except EntryError:

@@ -170,6 +170,9 @@ def test_an_outage_ends_a_moves_timer() -> None:
 
 
 def test_a_scope_not_taken_up_says_its_node_away_once_across_moves() -> None:
+    """A scope not taken up yet whose node is away, then answers ASK, then is away again
+    (for 10 s), then answers ASK: its node away is said once, at warning, and its move is
+    timed from its answer after the outage (no stuck warning), said at info twice."""
     p = ParkPolicy(THRESHOLD_MS)
     assert p.step("s", H.AWAY, 100.0, taken=False).say is Say.NOT_TAKEN
     assert p.step("s", H.MOVING, 100.5, taken=False).say is Say.MOVE_STARTED

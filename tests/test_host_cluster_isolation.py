@@ -1088,49 +1088,6 @@ def test_a_move_of_every_scope_at_start_up_is_said_once_for_each(
         host.close()
 
 
-def test_a_scope_not_taken_up_times_a_move_after_an_outage_from_then(
-    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A scope not taken up yet whose node is away, then answers ASK, then is away again,
-    then answers ASK: its move's timer kept counting through the second outage, and the
-    first ASK after it said at warning that the slot had been stuck for the whole time.
-    The move is timed from its answer after the outage. (The worker's clock is stepped.)"""
-    caplog.set_level(logging.INFO, logger=LOGGER)
-    late, other = scope_on(1, "late-away"), scope_on(0, "late-here")
-    node = cluster.servers[1]
-    host = Host(cluster.url)
-    now = [1000.0]
-    try:
-        store = host.store()  # its map of the slots is read while every node is up
-        store.load_library()
-        worker = Worker(
-            store, replace(FAST, outage_threshold=2000), [late, other], clock=lambda: now[0]
-        )
-
-        def back() -> None:
-            rejoin(cluster, node)
-
-        node.kill()
-        assert worker.refresh_scopes() == [other]  # away: not taken up, at warning
-        back()
-        slot, _ = move_slot(cluster, keys.work(late), half_way=True)
-        now[0] += 0.5
-        assert worker.refresh_scopes() == []  # a move: at info
-        node.kill()
-        now[0] += 0.5
-        assert worker.refresh_scopes() == []  # away again
-        now[0] += 10  # the node's downtime
-        back()
-        now[0] += 0.5
-        assert worker.refresh_scopes() == []  # a move again: timed from now
-        said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == LOGGER]
-        warned = [m for level, m in said if level >= logging.WARNING]
-        assert len(warned) == 1 and "not taken up now" in warned[0], said
-        assert sum(f"slot {slot} is moving to" in m for _, m in said) == 2, said
-    finally:
-        host.close()
-
-
 def test_a_library_missing_on_a_node_is_loaded_there_while_another_node_is_away(
     cluster: LocalCluster,
 ) -> None:
