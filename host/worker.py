@@ -195,7 +195,7 @@ class Worker:
         SFC_READ_COUNT each, blocking up to `block_ms`). Under load a batch costs one round
         trip: its commits read the next batch ahead (Batches)."""
         batches = self.batches
-        if batches.lands_first():
+        if batches.flight is not None and batches.lands_first():
             return batches.land(self)
         total = Outcome()
         if not self.scopes:
