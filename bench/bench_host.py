@@ -90,7 +90,7 @@ where real equipment would not: answering each command of an unbatched worker al
 a round trip, and the server and the worker a share of their cores, per event."""
 OVERLAP = True
 """Whether the bench's workers evaluate a batch while the one before is in flight
-(Worker.overlap), as `sfc serve` runs them."""
+(Worker(overlap=True)), as `sfc serve` runs them."""
 SETTINGS = Settings(sweep_interval=1000, read_count=100)
 
 

@@ -112,7 +112,7 @@ def _failed(
 def _unreadable_at_start(scope: str, job: str, why: str) -> None:
     """The line of a job whose stored order or state cannot be read, found when a worker
     takes its scope up (`repair_all`): why and the way out, in the words of the line of
-    each delivery of its entries (`Worker._cannot_read`)."""
+    each delivery of its entries (`WorkLog.applied`)."""
     log.error(
         "scope %s: job %s cannot be evaluated: its stored order or state cannot be read (%s); "
         "its indexes are left as they are; %s",

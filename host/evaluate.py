@@ -166,8 +166,8 @@ def decode_order(raw: bytes) -> JobOrder:
 def way_out(job: str) -> str:
     """The way out of a job whose stored order or state cannot be read, as the host says it:
     in the worker's lines (at start, `_unreadable_at_start`; at each delivery,
-    `Worker._cannot_read`) and in the reason of a dead entry buried for it
-    (`Worker._spent`), in the same words. (The CLI's message, `unreadable_job`, says more.)"""
+    `WorkLog.applied`) and in the reason of a dead entry buried for it
+    (`Worker._bury_if_spent`), in the same words."""
     return f"unless a newer sfc wrote it, `sfc job clear {job} --unreadable` removes the job"
 
 

@@ -161,7 +161,7 @@ def test_1_workers_killed_mid_flight(fleet: Fleet) -> None:
 
 def test_1_workers_killed_with_a_batch_in_flight(fleet: Fleet) -> None:
     """One entry a batch: each worker evaluates its next batch while the one before is in
-    flight (Worker.overlap), so a kill finds commits written whose replies were not read."""
+    flight (Worker(overlap=True)), so a kill finds commits written whose replies were not read."""
     workers_killed(fleet, jobs=30, kills=2, env={"SFC_READ_COUNT": "1"})
 
 

@@ -1,4 +1,4 @@
-"""Overlapping batches (Worker.overlap, as `sfc serve` runs its workers): a small batch loaded
+"""Overlapping batches (Worker(overlap=True), as `sfc serve` runs its workers): a small batch loaded
 ahead is evaluated while the batch before it is in flight, its commits written and their
 replies not read yet. Nothing is applied twice or out of order, a job in flight is loaded
 again before its next entry is evaluated, a conflict found on landing is retried, and what
