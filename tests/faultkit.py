@@ -359,7 +359,7 @@ class Equipment:
     def __init__(
         self, url: str, scope: str, script: Mapping[str, Any], time_scale: float = 1.0
     ) -> None:
-        self.store = Store.from_url(url)
+        self.store = self._store_class().from_url(url)
         self.read_ids: list[str] = []
         """Every equipment entry id read: the server acknowledged these as written."""
         self.answer_ids: list[str] = []
@@ -371,7 +371,6 @@ class Equipment:
         self._run.set()
         self._idle = threading.Event()
         self.error: BaseException | None = None
-        self._wrap_store()
         self.scripted = ScriptedEquipment(
             self.store,
             scope,
@@ -394,43 +393,51 @@ class Equipment:
                 backoff = min(1.0, max(0.05, backoff * 2))
                 self._stop.wait(backoff)
 
-    def _wrap_store(self) -> None:
-        store = self.store
-        read, send, ack = store.read_equipment, store.send_replies, store.ack_equipment
+    def _store_class(self) -> type[Store]:
+        """A store whose equipment calls retry through outages (`_retrying`) and count what
+        the server acknowledged; after a lost read, the next read takes this consumer's own
+        pending entries first."""
+        equipment = self
 
-        def reading(
-            scope: str,
-            group: str,
-            consumer: str,
-            count: int,
-            block_ms: int | None,
-            own: bool = False,
-        ) -> list[tuple[str, dict[bytes, bytes]]]:
-            def once() -> list[tuple[str, dict[bytes, bytes]]]:
-                if self._reread:  # what was delivered to this consumer and not acknowledged
-                    key = keys.equipment(scope)
-                    rows: Any = store.r.xreadgroup(group, consumer, {key: "0"}, count=10_000)
-                    self._reread = False
-                    got = [(i.decode(), f or {}) for _, entries in rows or [] for i, f in entries]
-                    if got:
-                        return got
-                return read(scope, group, consumer, count, block_ms, own=own)
+        class Retrying(Store):
+            def read_equipment(
+                self,
+                scope: str,
+                group: str,
+                consumer: str,
+                count: int,
+                block_ms: int | None,
+                own: bool = False,
+            ) -> list[tuple[str, dict[bytes, bytes]]]:
+                def once() -> list[tuple[str, dict[bytes, bytes]]]:
+                    if equipment._reread:  # delivered to this consumer and not acknowledged
+                        key = keys.equipment(scope)
+                        rows: Any = self.r.xreadgroup(group, consumer, {key: "0"}, count=10_000)
+                        equipment._reread = False
+                        got = [
+                            (i.decode(), f or {}) for _, entries in rows or [] for i, f in entries
+                        ]
+                        if got:
+                            return got
+                    return super(Retrying, self).read_equipment(
+                        scope, group, consumer, count, block_ms, own=own
+                    )
 
-            rows = self._retrying(once)
-            self.read_ids += [i for i, _ in rows]
-            return rows  # type: ignore[no-any-return]
+                rows = equipment._retrying(once)
+                equipment.read_ids += [i for i, _ in rows]
+                return rows  # type: ignore[no-any-return]
 
-        def sending(*args: Any) -> tuple[list[str], list[str | None]]:
-            ids, published = self._retrying(lambda: send(*args))
-            self.answer_ids += ids
-            return ids, published
+            def send_replies(self, *args: Any) -> tuple[list[str], list[str | None]]:
+                send = super().send_replies
+                ids, published = equipment._retrying(lambda: send(*args))
+                equipment.answer_ids += ids
+                return ids, published
 
-        def acking(*args: Any) -> None:
-            self._retrying(lambda: ack(*args))
+            def ack_equipment(self, *args: Any) -> None:
+                ack = super().ack_equipment
+                equipment._retrying(lambda: ack(*args))
 
-        store.read_equipment = reading  # type: ignore[method-assign]
-        store.send_replies = sending  # type: ignore[method-assign,assignment]
-        store.ack_equipment = acking  # type: ignore[method-assign,assignment]
+        return Retrying
 
     def start(self) -> Equipment:
         self.thread.start()

@@ -22,7 +22,7 @@ from host.entries import decode_equipment
 from host.equipment import Answer, Responder, always
 from host.jobs import MethodResult, submit
 from host.settings import Settings
-from host.store import Store
+from host.store import Loaded, ReadAhead, Store
 from host.worker import Worker
 
 _counter = itertools.count(1)
@@ -111,8 +111,11 @@ class Host:
         settings: Settings = FAST,
         consumer: str | None = None,
         overlap: bool = False,
+        store: Store | None = None,
     ) -> Worker:
-        w = Worker(self.store(), settings, scopes, consumer=consumer, overlap=overlap)
+        if store is None:
+            store = self.store()
+        w = Worker(store, settings, scopes, consumer=consumer, overlap=overlap)
         w.refresh_scopes()
         return w
 
@@ -223,18 +226,26 @@ def counts(r: redis.Redis, scope: str) -> dict[str, int]:
     return out
 
 
-def loads_of(w: Any) -> list[list[str]]:
-    """Spy on a worker's own loads (the jobs of each `load_batch` round trip): the real
-    method runs, its calls are recorded."""
-    calls: list[list[str]] = []
-    inner = w.store.load_batch
+class LoadsRecorded(Store):
+    """A store that records the jobs of each of its `load_batch` round trips (shared by the
+    stores `with_options` gives)."""
 
-    def load_batch(scope: str, jobs: Any, ahead: Any = None) -> Any:
-        calls.append(list(jobs))
-        return inner(scope, jobs, ahead)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.loads: list[list[str]] = []
 
-    w.store.load_batch = load_batch
-    return calls
+    def load_batch(self, scope: str, jobs: Sequence[str], ahead: ReadAhead | None = None) -> Loaded:
+        self.loads.append(list(jobs))
+        return super().load_batch(scope, jobs, ahead)
+
+
+def worker_and_loads(
+    host: Host, scopes: Sequence[str], settings: Settings = FAST, overlap: bool = False
+) -> tuple[Worker, list[list[str]]]:
+    """A worker whose own loads (the jobs of each `load_batch` round trip) are recorded."""
+    store = LoadsRecorded.from_url(host.url)
+    host.stores.append(store)
+    return host.worker(scopes, settings, overlap=overlap, store=store), store.loads
 
 
 def pending_of(r: redis.Redis, scope: str) -> list[tuple[str, str, int]]:

@@ -834,7 +834,16 @@ def test_a_worker_of_one_scope_reads_nothing_while_its_slot_is_moving(
         settings = replace(
             FAST, sweep_interval=60_000, autoclaim_idle=120_000, outage_threshold=120_000
         )
-        worker = Worker(host.store(), settings, [scope])
+        rounds = [0]  # rounds of the loop that failed, each followed by its backoff
+
+        class Counted(Store):
+            def wait_out(self, stop: threading.Event, seconds: float) -> None:
+                rounds[0] += 1
+                super().wait_out(stop, seconds)
+
+        store = Counted.from_url(cluster.url)
+        host.stores.append(store)
+        worker = Worker(store, settings, [scope])
         worker.refresh_scopes()
         for job in ("first", "second"):
             host.submit(scope, linear_recipe(3), job_id=job)
@@ -843,14 +852,7 @@ def test_a_worker_of_one_scope_reads_nothing_while_its_slot_is_moving(
             step=lambda: worker.read_once(block_ms=5),
             what="both jobs started (their indexes written)",
         )
-        rounds = [0]  # rounds of the loop that failed, each followed by its backoff
-        wait_out = worker.store.wait_out
-
-        def counted(stop: threading.Event, seconds: float) -> None:
-            rounds[0] += 1
-            wait_out(stop, seconds)
-
-        worker.store.wait_out = counted  # type: ignore[method-assign]
+        rounds[0] = 0  # the loop's rounds only
         thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
         thread.start()
         wait_for(lambda: bool(worker.store.heartbeat(scope)), what="the loop's first sweep")
@@ -916,15 +918,14 @@ def test_sfc_equipment_says_a_reshard_stuck_half_way_once_at_info(
             what="the job's wait on the equipment stream",
         )
         script = load_host_script(json.dumps({"replies": {"result": ["passed"]}}).encode())
-        equipment = ScriptedEquipment(Store.from_url(cluster.url), scope, script)
         rounds = [0]  # pumps that failed, each followed by its backoff
-        wait_out = equipment.store.wait_out
 
-        def counted(stop: threading.Event, seconds: float) -> None:
-            rounds[0] += 1
-            wait_out(stop, seconds)
+        class Counted(Store):
+            def wait_out(self, stop: threading.Event, seconds: float) -> None:
+                rounds[0] += 1
+                super().wait_out(stop, seconds)
 
-        equipment.store.wait_out = counted  # type: ignore[method-assign]
+        equipment = ScriptedEquipment(Counted.from_url(cluster.url), scope, script)
         slot, port = move_slot(
             cluster, keys.work(scope), only=[keys.active(scope), keys.due(scope)]
         )

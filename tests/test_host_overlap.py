@@ -21,7 +21,7 @@ from host.batches import LOAD_AHEAD_MAX, merged
 from host.entries import decode_history, fields
 from host.store import JobRecord, Loaded, Row
 from tests.faultkit import wait_until
-from tests.hostkit import FAST, Host, linear_recipe, loads_of, pending_of, started
+from tests.hostkit import FAST, Host, linear_recipe, pending_of, started, worker_and_loads
 
 ONE = replace(FAST, read_count=1)
 
@@ -33,8 +33,7 @@ def events_of(host: Host, scope: str, job: str) -> list[str]:
 def test_a_batch_is_evaluated_while_the_one_before_is_in_flight(host: Host) -> None:
     scope = host.scope("overlap")
     jobs = [host.submit(scope, linear_recipe(1), job_id=f"j{i}").job for i in range(6)]
-    w = host.worker([scope], ONE, overlap=True)
-    loads = loads_of(w)
+    w, loads = worker_and_loads(host, [scope], ONE, overlap=True)
     r = host.client()
 
     # the first batch is applied as read; its round trips read and load two batches ahead
@@ -76,8 +75,7 @@ def test_a_job_in_flight_lands_before_its_next_entry_is_evaluated(host: Host) ->
     host.submit(scope, linear_recipe(2), job_id="j")
     store.add_work(scope, fields("resume", ResumeData(job="j")))
     host.submit(scope, linear_recipe(1), job_id="d")
-    w = host.worker([scope], ONE, overlap=True)
-    loads = loads_of(w)
+    w, loads = worker_and_loads(host, [scope], ONE, overlap=True)
     landed_first = False
     for _ in range(20):
         flight = w.batches.flight

@@ -14,7 +14,7 @@ from host import keys
 from host.entries import decode_history, fields
 from host.equipment import Responder, always
 from host.store import ReadAhead
-from tests.hostkit import FAST, Host, linear_recipe, loads_of, pending_of, started
+from tests.hostkit import FAST, Host, linear_recipe, pending_of, started, worker_and_loads
 
 ONE = replace(FAST, read_count=1)
 
@@ -25,8 +25,7 @@ def test_under_load_a_batch_is_loaded_and_read_by_the_round_trips_before_it(host
     r = host.client()
     starts = [i.decode() for i, _ in r.xrange(keys.work(scope))]  # type: ignore[union-attr]
     assert len(starts) == 4
-    w = host.worker([scope], ONE)
-    loads = loads_of(w)
+    w, loads = worker_and_loads(host, [scope], ONE)
 
     out = w.read_once(block_ms=100)
     assert out.applied == 1 and started(host, scope, "j0")
@@ -66,8 +65,7 @@ def test_a_job_read_ahead_is_loaded_after_the_commit_before_it(host: Host) -> No
     host.submit(scope, linear_recipe(2), job_id="j")
     store.add_work(scope, fields("resume", ResumeData(job="j")))
     host.submit(scope, linear_recipe(1), job_id="k")
-    w = host.worker([scope], ONE)
-    loads = loads_of(w)
+    w, loads = worker_and_loads(host, [scope], ONE)
     for _ in range(3):
         assert w.read_once(block_ms=100).applied + w.counters.outcome.absorbed >= 1
     assert loads == [["j"]] and w.counters.outcome.conflicts == 0
@@ -262,8 +260,7 @@ def test_a_large_batch_reads_ahead_in_its_commit_stream_only_and_loads_nothing_a
     scope = host.scope("large")
     for i in range(3 * n):
         host.submit(scope, linear_recipe(1), job_id=f"j{i}")
-    w = host.worker([scope], replace(FAST, read_count=n))
-    loads = loads_of(w)
+    w, loads = worker_and_loads(host, [scope], replace(FAST, read_count=n))
     assert w.read_once(block_ms=100).applied == n
     # one batch read ahead, in the commit stream (the load read nothing): not loaded
     assert w.batches.ready is None and len(w.batches.ahead) == n and w.batches.decoded == {}

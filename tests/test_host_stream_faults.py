@@ -16,6 +16,7 @@ socket (odd paths, one that cannot be opened).
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import replace
 from typing import Any
@@ -395,18 +396,23 @@ def test_a_batch_that_raises_while_its_last_chunk_is_held_writes_none_of_it(
     host.submit(scope, linear_recipe(1), job_id="gone")
     r = host.client()
     r.delete(keys.job(scope, "gone"))
-    w = host.worker([scope], replace(FAST, read_count=100))
-    inner = w.store.ack
+    failing = threading.Event()
+    failing.set()
 
-    def ack_fails(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("a bug between the held chunk and the stream's finish")
+    class AckFails(Store):
+        def ack(self, *args: Any, **kwargs: Any) -> str:
+            if failing.is_set():
+                raise RuntimeError("a bug between the held chunk and the stream's finish")
+            return super().ack(*args, **kwargs)
 
-    w.store.ack = ack_fails  # type: ignore[method-assign]
+    store = AckFails.from_url(host.url)
+    host.stores.append(store)
+    w = host.worker([scope], replace(FAST, read_count=100), store=store)
     outcome = w.read_once(block_ms=100)
     assert outcome.applied == 0 and len(outcome.failed) == n + 1  # the batch raised
     assert sum(started(host, scope, j) for j in jobs) == COMMIT_CHUNK
     assert len(pending_of(r, scope)) == 2  # the held chunk's 1, and the missing job's start
-    w.store.ack = inner  # type: ignore[method-assign]
+    failing.clear()
     host.run([w], [], lambda: all(started(host, scope, j) for j in jobs), sweep=False)
     assert pending_of(r, scope) == []
     for job in jobs:
