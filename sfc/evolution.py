@@ -71,6 +71,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal
 
 from msgspec import UNSET
@@ -179,9 +180,14 @@ REASON_ENDED = "ended"
 
 def _label(spec: ActionSpec) -> str:
     """An action block as a plant engineer reads it: `andon (D 10 s)`, `conveyor (S)`."""
-    if spec.duration_ms is None:
-        return f"{spec.name} ({spec.qualifier})"
-    return f"{spec.name} ({spec.qualifier} {duration(spec.duration_ms)})"
+    return _labelled(spec.name, spec.qualifier, spec.duration_ms)
+
+
+@lru_cache(maxsize=4096)
+def _labelled(name: str, qualifier: str, duration_ms: int | None) -> str:
+    if duration_ms is None:
+        return f"{name} ({qualifier})"
+    return f"{name} ({qualifier} {duration(duration_ms)})"
 
 
 def new_state(graph: Graph, job_id: str, scope: str) -> SfcState:
@@ -888,7 +894,8 @@ class _Evaluation:
         """Everything due at or before now, in the order it fires: by time; at one time,
         deadlines and dwells before process timers (an answer or a timeout that ends a step
         at entry+T wins over its D); then in the recipe's order of action blocks (dwells
-        after them, in step order). Items: (time, 0 deadline / 1 timer, order, name)."""
+        after them, in the order their steps were entered). Items: (time, 0 deadline or
+        dwell / 1 timer, order, name)."""
         held = self.held_at is not None
         at = self.at
         due: list[tuple[int, int, int, str]] = []
@@ -902,9 +909,9 @@ class _Evaluation:
                 due.append((rec.timer, 1, self.g.actions[name].index, name))
         if self.dwells and not held:
             blocks = len(self.g.actions)
-            for step, when_due in self.dwells.items():
+            for i, (step, when_due) in enumerate(self.dwells.items()):
                 if when_due <= at:
-                    due.append((when_due, 0, blocks + self.g.steps.index(step), step))
+                    due.append((when_due, 0, blocks + i, step))
         due.sort()
         return due
 
@@ -919,8 +926,9 @@ class _Evaluation:
                 break
             if kind == 1:
                 # The chart first settles on what came before (a step left earlier does not
-                # start its D). Evolving needs the job released: timers wait while held.
-                self.evolve()
+                # start its D); all that came before put its steps on the worklist.
+                if self.worklist:
+                    self.evolve()
                 if self.status == "running":
                     timers.extend(self.fire_timer(name))
                 continue
