@@ -82,6 +82,9 @@ MAX_TIMEOUT_SECONDS: Final = 604_800
 MAX_ATTEMPTS: Final = 100
 SUGGESTIONS: Final = 20
 """Most unknown names that get a "did you mean" in their message."""
+RESERVED_LOOKALIKES: Final = {"timeout": "timeout", "timedout": "timeout", "error": "error"}
+"""A condition, in lower case without `_` and `-`, that means a reserved outcome: one
+spelled otherwise (`"Error"`, `"timed_out"`) could never match (SFC009)."""
 
 PUSH: Final = "push_command"
 PULL: Final = "pull_event"
@@ -967,17 +970,25 @@ class _Checker:
 
         A condition is `"true"` (the default) or the name of an outcome; outcomes are single
         words of at most OUTCOME_LIMIT characters, compared exactly. IEC structured text
-        writes TRUE, so `"TRUE"` and `"True"` get a hint.
+        writes TRUE, so `"TRUE"` and `"True"` get a hint, and so do look-alikes of the
+        core's own outcomes (`"Error"`, `"Timeout"`, `"timed_out"`).
         """
         path = f"$.Transitions[{j}].Condition"
         label = _q(f"{source} -> {target}")
         problem = None
+        reserved = RESERVED_LOOKALIKES.get(condition.lower().replace("_", "").replace("-", ""))
         if condition.strip() == "":
             problem = 'an empty condition; write "true" for the default, or an outcome name'
         elif condition != TRUE and condition.lower() == TRUE:
             problem = (
                 f'the condition {_q(condition)}; the default condition is "true", '
                 "in lower case (conditions are compared exactly)"
+            )
+        elif reserved is not None and condition != reserved:
+            problem = (
+                f"the condition {_q(condition)}; did you mean {_q(reserved)}? The outcomes "
+                'the engine gives itself are "timeout" (attempts used up) and "error" (a '
+                "failure reported), in lower case (conditions are compared exactly)"
             )
         elif unsafe_char(condition) is not None or any(c.isspace() for c in condition):
             problem = (

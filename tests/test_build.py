@@ -1015,6 +1015,31 @@ def test_reserved_outcomes_are_always_allowed(outcome: str) -> None:
     assert run(doc, station(("t.push", "push", []), ("t.pull", "pull", []))).ok
 
 
+@pytest.mark.parametrize(
+    ("condition", "meant"),
+    [
+        ("Error", "error"),
+        ("ERROR", "error"),
+        ("Timeout", "timeout"),
+        ("TimeOut", "timeout"),
+        ("timed_out", "timeout"),
+        ("time-out", "timeout"),
+        ("TIMED_OUT", "timeout"),
+    ],
+)
+def test_a_reserved_outcome_spelled_otherwise_is_refused_with_or_without_capabilities(
+    condition: str, meant: str
+) -> None:
+    """The core's own outcomes are compared exactly: `"Error"` would never match, and the
+    job would fault where the recipe meant to route (as `"TRUE"`, SFC009)."""
+    doc = mutate(chain(), ("Transitions.1.Condition", condition))
+    for capabilities in (None, station(("t.push", "push", []), ("t.pull", "pull", []))):
+        errors = [e for e in run(doc, capabilities).errors if e.code == "SFC009"]
+        assert [e.path for e in errors] == ["$.Transitions[1].Condition"]
+        assert f'the condition "{condition}"; did you mean "{meant}"?' in errors[0].message
+    assert run(mutate(chain(), ("Transitions.1.Condition", meant))).ok
+
+
 def test_done_is_allowed_for_a_push_command_but_not_for_a_pull_event() -> None:
     station_ = station(("t.push", "push", []), ("t.pull", "pull", []))
     assert run(mutate(chain(), ("Transitions.0.Condition", "done")), station_).ok
