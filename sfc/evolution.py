@@ -303,6 +303,7 @@ class _Evaluation:
         "active",
         "at",
         "cancel_reason",
+        "carried",
         "commands",
         "decisions",
         "dispatched",
@@ -348,6 +349,10 @@ class _Evaluation:
         self.commands: list[Command] = []
         self.decisions: list[Decision] = []
         self.worklist: deque[str] = deque()
+        self.carried: dict[str, list[str]] = {}
+        """The outcomes that led into each node entered in this evaluation: those of the
+        last node with actions before it (a job that ends in a step without actions reports
+        them)."""
         self.dispatched = 0
         self.entered = 0
 
@@ -556,6 +561,7 @@ class _Evaluation:
             )
             return
         self.note(f"{source} -> {t.target} fired on {t.condition} (outcomes {_fmt(outcomes)})")
+        self.carried[t.target] = outcomes or self.carried.get(source, [])
         self.leave(source)
         self.enter(t.target, outcomes)
 
@@ -1029,11 +1035,13 @@ class _Evaluation:
     # -- ending the job
 
     def complete_job(self, last: str, outcomes: list[str]) -> None:
+        """The job's outcomes are those of its last node, or when it has no actions, of the
+        last node with actions on the way to it (what decided how the job ended)."""
         self.end_work(REASON_ENDED)
         self.status = "completed"
         self.ended_at = self.at
-        self.outcomes = outcomes
-        self.note(f"job completed after {last} with outcomes {_fmt(outcomes)}")
+        self.outcomes = outcomes or self.carried.get(last, [])
+        self.note(f"job completed after {last} with outcomes {_fmt(self.outcomes)}")
 
     def fault_job(self, code: str, message: str) -> None:
         self.withdraw_all("teardown")

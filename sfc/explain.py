@@ -494,7 +494,7 @@ def _status_lines(graph: Graph, state: SfcState) -> list[str]:
         since += ", ended at a time the state does not record"
     if state.status == "completed":
         outcomes = ", ".join(state.outcomes) or "none"
-        return [f"The job completed{since}; the outcomes of its last step: {outcomes}."]
+        return [f"The job completed{since}; its outcomes: {outcomes}."]
     if state.status == "faulted":
         fault = state.fault
         why = "" if fault is None else f" ({fault.code}): {fault.message}"

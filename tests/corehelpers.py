@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from generated.command_v1_0 import CancelWork, StartWork
+from generated.dryrun_result_v1_2 import TranscriptEntry
 from generated.event_v1_0 import (
     ActionCompleted,
     ActionFailed,
@@ -25,6 +26,7 @@ from generated.event_v1_0 import (
 )
 from generated.snapshot_v1_0 import Snapshot
 from generated.state_v1_5 import ActionRecord, SfcState
+from generated.step_result_v1_0 import Complete, Continuation
 from generated.step_result_v1_2 import StepResult
 from sfc.builder import build
 from sfc.evolution import evolve, new_state, next_deadline
@@ -187,3 +189,14 @@ def summary(result: StepResult) -> list[tuple[str, ...]]:
         else:
             out.append(("cancel", c.command_id, c.reason))
     return out
+
+
+def continuation_now(entry: TranscriptEntry) -> Continuation:
+    """The continuation the current core gives for a frozen entry: the frozen one, but a
+    job that ended in a step without actions was frozen with no outcomes, and now reports
+    those that led there: the outcome of the event that ended it (docs/formats.md)."""
+    frozen = entry.continuation
+    outcome = getattr(entry.event, "outcome", None)
+    if frozen == Complete(outcomes=[]) and isinstance(outcome, str):
+        return Complete(outcomes=[outcome])
+    return frozen

@@ -40,7 +40,7 @@ def test_a_completed_run_exits_0_and_prints_the_transcript() -> None:
         "     0.000s  start                               -> applied: job started in step "
         "send_greeting  => push send_bye#1 (attempt 1, deadline 30.000s)  [now: send_greeting]",
         "     0.000s  reply send_bye#1 (attempt 1): ok    -> applied: send_bye answered ok  "
-        "=> job completed",
+        "=> job completed with outcomes ok",
         "end: completed at 0.000s after 2 evaluations",
     ]
 

@@ -95,7 +95,8 @@ def test_a_step_without_actions_is_passed_through_at_once():
 
 
 def test_the_action_free_cascade_completes_in_one_pass():
-    """Python parity: completing step_2 moves through step_3 in the same pass and completes."""
+    """Python parity: completing step_2 moves through step_3 in the same pass and completes
+    (with step_2's outcome, unlike the Python engine's empty list: the next test)."""
     doc = recipe(
         ["step_init", "step_2", "step_3"],
         transitions=[t("step_init", "step_2"), t("step_2", "step_3")],
@@ -103,9 +104,54 @@ def test_the_action_free_cascade_completes_in_one_pass():
     )
     job = Job(doc)
     job.start()
-    r = job.event("com.example.pull", "done", at=5)
-    assert r.continuation == Complete(outcomes=[])
+    r = job.event("com.example.pull", "passed", at=5)
+    assert r.continuation == Complete(outcomes=["passed"])
     assert job.state.status == "completed"
+
+
+def test_a_job_ending_in_a_step_without_actions_reports_the_outcomes_that_led_there():
+    """The job's outcomes are those of the last node with actions on its way to the end
+    (what decided how it ended: the MES reads them), through steps without actions."""
+    doc = recipe(
+        ["init", "check", "passed", "archived", "rework"],
+        transitions=[
+            t("init", "check"),
+            t("check", "rework", "nok", 0),
+            t("check", "passed", "true", 1),
+            t("passed", "archived"),
+        ],
+        actions=[push("i", "init"), push("c", "check"), push("r", "rework")],
+    )
+    job = Job(doc)
+    job.start()
+    job.respond("i", "ok")
+    r = job.respond("c", "torque_ok")
+    assert r.continuation == Complete(outcomes=["torque_ok"])
+    assert job.state.outcomes == ["torque_ok"]
+    # the other way: a last step with actions reports its own
+    job = Job(doc)
+    job.start()
+    job.respond("i", "ok")
+    job.respond("c", "nok")
+    assert job.respond("r", "reworked").continuation == Complete(outcomes=["reworked"])
+
+
+def test_a_convergence_into_a_step_without_actions_reports_every_sequence_outcome():
+    doc = recipe(
+        ["init", "a1", "b1", "end"],
+        transitions=[t("init", "par"), t("par", "end")],
+        actions=[push("a", "a1"), push("b", "b1")],
+        branches=[divergence("par", "simultaneous", ["a1"], ["b1"])],
+    )
+    job = Job(doc)
+    job.start()
+    job.respond("b", "left")
+    assert job.respond("a", "right").continuation == Complete(outcomes=["right", "left"])
+
+
+def test_a_job_with_no_actions_at_all_completes_with_no_outcomes():
+    job = Job(recipe(["a", "b"], transitions=[t("a", "b")]))
+    assert job.start().continuation == Complete(outcomes=[])
 
 
 def test_a_step_without_outgoing_transition_completes_with_its_outcomes():

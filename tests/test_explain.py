@@ -309,10 +309,7 @@ def test_a_faulted_job_says_why() -> None:
 def test_a_completed_job_names_its_outcomes() -> None:
     graph, sim = mid_run("greetings-demo", "happy", 600_000)
     text = explain_state(graph, sim.state)
-    assert (
-        "The job completed, started at 0.000s, ended at 0.120s; the outcomes of its last step: none."
-        in text
-    )
+    assert "The job completed, started at 0.000s, ended at 0.120s; its outcomes: ok." in text
 
 
 def test_a_cancelled_job_names_the_reason() -> None:

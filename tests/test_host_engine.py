@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from generated.state_v1_5 import SfcState
 from generated.work_entry_v1_0 import TickData
 from host import keys
 from host.entries import decode_history, fields
+from host.equipment import publish_event
 from host.joborder import job_response, path_text
 from host.jobs import clear
 from host.settings import Settings
@@ -19,6 +21,10 @@ from host.store import Commit
 from host.worker import Worker
 from sfc.codec import state_decoder
 from tests.hostkit import FAST, Host, linear_recipe, wait_for
+
+AXLE = (
+    Path(__file__).resolve().parent.parent / "examples/rear-axle-fitting/recipe.json"
+).read_bytes()
 
 
 def test_push_recipe_runs_to_completed_through_two_instances(host: Host) -> None:
@@ -39,6 +45,29 @@ def test_push_recipe_runs_to_completed_through_two_instances(host: Host) -> None
     assert a.counters.outcome.applied > 0 and b.counters.outcome.applied > 0
     pushes = [d for _, kind, d in host.equipment(scope) if kind == "push"]
     assert len(pushes) == 3 * len(jobs)
+
+
+def test_the_shipped_axle_recipe_responds_with_the_outcome_that_ended_it(host: Host) -> None:
+    """The rear-axle recipe ends in a step without actions (Complete): its job response
+    carries the outcome that led there, the torque check's, not an empty list."""
+    scope = host.scope("axle")
+    store = host.store()
+    job = host.submit(scope, AXLE, job_id="axle").job
+    responder = host.responder(scope)
+    responder.on_await = lambda d: publish_event(
+        store,
+        scope,
+        d.type_id,
+        subject=None if d.selector is None else d.selector.subject,
+        correlation_id=None if d.selector is None else d.selector.correlation_id,
+        outcome="qa_ok" if "qa" in d.type_id else "torque_ok",
+        source="s",
+        id=d.command_id,
+    )
+    host.run([host.worker([scope])], [responder], host.ended(scope, [job]))
+    response = job_response(host.order(scope, job))
+    data = {p.id: p.value for p in response.job_response_data}
+    assert (data["endedBy"], data["outcomes"]) == ("completed", ["torque_ok"])
 
 
 def test_a_workers_lifetime_counters_keep_counts_not_a_list_of_every_entry(host: Host) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from msgspec.structs import replace
 from syrupy.assertion import SnapshotAssertion
 from typer.testing import CliRunner
 
@@ -25,6 +26,7 @@ from sfc.codec import encode, state_decoder
 from sfc.evolution import STATE_FORMAT
 from sfc.migrate import state_format
 from sfc.transcript import from_json
+from tests.corehelpers import continuation_now
 from tests.test_examples import dataschema_of
 from tests.test_wire_snapshots import WireBytes
 
@@ -69,7 +71,7 @@ def test_every_frozen_state_migrates_and_the_rest_replays_as_before(case: str) -
             where = f"state {i}, then entry {j}"
             assert result.disposition == entry.disposition, (where, result.reason)
             assert result.commands == entry.commands, where
-            assert result.continuation == entry.continuation, where
+            assert result.continuation == continuation_now(entry), where
             state = result.state
 
 
@@ -92,6 +94,11 @@ def test_every_frozen_1_4_state_migrates_to_what_the_current_core_writes(case: s
         assert state_format(document) == "1.4"
         fresh = evolve(graph, fresh, None, transcript[i].event).state
         state = migrate(document, graph)
+        if fresh.status == "completed" and state.outcomes == []:
+            # frozen before a job that ends in a step without actions reported the outcomes
+            # that led there (continuation_now); an ended job's state is not evolved again
+            assert fresh.outcomes, i
+            fresh = replace(fresh, outcomes=[])
         assert encode(state) == encode(fresh), i
         for j in range(i + 1, len(transcript)):
             entry = transcript[j]
@@ -99,7 +106,7 @@ def test_every_frozen_1_4_state_migrates_to_what_the_current_core_writes(case: s
             where = f"state {i}, then entry {j}"
             assert (result.disposition, result.reason) == (entry.disposition, entry.reason), where
             assert result.commands == entry.commands, where
-            assert result.continuation == entry.continuation, where
+            assert result.continuation == continuation_now(entry), where
             state = result.state
 
 
