@@ -109,7 +109,21 @@ def _describe(error: ValidationError, what: str) -> list[tuple[str, str]]:
         return [(path, f"expected {want}, got {_kind(instance)}")]
     if error.validator in ("enum", "const"):
         return [(path, f"{json.dumps(instance)} is not an allowed value")]
+    if error.validator in _BOUNDS and isinstance(schema, Mapping):
+        bounds = [f"{word} {schema[key]:g}" for key, word in _BOUNDS.items() if key in schema]
+        week = " (one week)" if schema.get("maximum") == 604_800 else ""
+        field = path.rsplit(".", 1)[-1]
+        return [(path, f"{field} must be a number {' and '.join(bounds)}{week}")]
     return [(path, error.message)]
+
+
+_BOUNDS = {
+    "exclusiveMinimum": "above",
+    "minimum": "at least",
+    "exclusiveMaximum": "below",
+    "maximum": "at most",
+}
+"""Range keywords, in the order a message names them (DurationSeconds, MinSeconds)."""
 
 
 def _order(part: str | int) -> tuple[int, int, str]:

@@ -254,6 +254,10 @@ def decode_and_check(
             )
         elif path.endswith(".Qualifier") and "is not an allowed value" in message:
             return refused("SFC010", path, message)
+        elif decoder is not None and _bare_reset(recipe_json, path):
+            message += (
+                f"; an R block of only Name, Step and Qualifier needs dataschema {RECIPE_V1_2_0}"
+            )
         return refused("SFC000", path, message)
     except RecursionError:
         return refused("SFC000", "$", "the document is nested too deeply")
@@ -265,6 +269,21 @@ def decode_and_check(
     except RecursionError:
         return refused("SFC000", "$", "the document is nested too deeply")
     return BuildResult(index(recipe, recipe_hash, dataschema))
+
+
+_MISSING_AT = re.compile(r"^\$\.Actions\[(?P<index>\d+)\]\.(Interaction|TypeId|TimeoutSeconds)$")
+
+
+def _bare_reset(recipe_json: bytes, path: str) -> bool:
+    """Whether the field missing at `path` belongs to an R block (v1.2.0's form of one)."""
+    at = _MISSING_AT.match(path)
+    if at is None:
+        return False
+    try:
+        actions = msgspec.json.decode(recipe_json).get("Actions")
+        return bool(actions[int(at["index"])].get("Qualifier") == "R")
+    except (msgspec.DecodeError, RecursionError, AttributeError, LookupError, TypeError):
+        return False
 
 
 def _syntax_error(recipe_json: bytes) -> str | None:
@@ -1398,8 +1417,23 @@ class _Checker:
                 f"$.Transitions[{j}].Condition",
                 f"transition {_q(f'{t.source} -> {t.target}')} waits for outcome "
                 f"{_q(t.condition)}, which no action type of {where} declares "
-                f"(possible: {', '.join(sorted(possible))})",
+                f"(possible: {', '.join(sorted(possible))})"
+                + self.not_waited_for(t.source, t.condition, outcomes),
             )
+
+    def not_waited_for(self, step: str, outcome: str, outcomes: list[set[str] | None]) -> str:
+        """`; "blow" (L) declares it, ...` when a non-gating action of the step has the outcome:
+        the reader wrote the condition for it, and needs to hear why it cannot work."""
+        if not self.qualified:
+            return ""
+        for i, a in enumerate(self.actions):
+            own = outcomes[i]
+            if a.step == step and not self.gating[i] and own is not None and outcome in own:
+                return (
+                    f"; action {_q(a.name)} ({a.qualifier}) declares it, but it is not waited "
+                    "for: only the outcomes of N actions decide a transition"
+                )
+        return ""
 
     def qualifier_features(self, enabled: dict[str, bool]) -> None:
         """SFC015 for each action block whose qualifier needs a feature the station lacks."""

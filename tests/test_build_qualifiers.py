@@ -9,7 +9,9 @@ from typing import Any
 
 import msgspec
 import pytest
+from typer.testing import CliRunner
 
+from cli.main import app
 from generated.capabilities_v1_1 import Capabilities
 from sfc import RECIPE_V1_0_0, RECIPE_V1_1_0, RECIPE_V1_2_0, BuildResult, build
 from sfc.graph import Graph
@@ -211,6 +213,7 @@ def test_sfc016_counts_the_outcomes_of_gating_actions_only() -> None:
     (error,) = run(doc, capabilities=station).errors
     assert (error.code, error.path) == ("SFC016", "$.Transitions[1].Condition")
     assert '"blown"' in error.message and "pressed" in error.message
+    assert 'action "blow" (L) declares it, but it is not waited for' in error.message
     doc["Transitions"][1]["Condition"] = "pressed"
     assert run(doc, capabilities=station).ok
 
@@ -315,3 +318,41 @@ def test_a_time_out_of_range_is_refused_naming_the_range(value: float) -> None:
 def test_a_qualifier_outside_the_eleven_is_sfc010() -> None:
     (error,) = run(press(block("x", "Press", "DL", DurationSeconds=1))).errors
     assert (error.code, error.path) == ("SFC010", "$.Actions[3].Qualifier")
+
+
+# -- the command line
+
+
+def test_sfc_validate_lists_every_range_and_qualifier_error_in_the_decoders_words(
+    tmp_path: Path,
+) -> None:
+    doc = press(
+        block("blow", "Press", "L", DurationSeconds=0),
+        {"Name": "x", "Step": "Press", "Qualifier": "XX"},
+        min_seconds=700_000,
+    )
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    done = CliRunner().invoke(app, ["validate", str(path)])
+    assert done.exit_code == 1
+    assert done.stdout.splitlines() == [
+        "SFC000 $.Steps[1].MinSeconds: MinSeconds must be a number above 0 and at most 604800 "
+        "(one week)",
+        "SFC000 $.Actions[3].DurationSeconds: DurationSeconds must be a number above 0 and at "
+        "most 604800 (one week)",
+        'SFC010 $.Actions[4].Qualifier: "XX" is not an allowed value',
+    ]
+
+
+def test_sfc_validate_reads_v1_2_0_by_default_and_counts_resets(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(press(block("clamp", "Load", "S"), reset("clamp", "Release"))))
+    done = CliRunner().invoke(app, ["validate", str(path)])
+    assert done.exit_code == 0
+    assert done.stdout == f"ok: {path} (3 steps, 4 actions, 1 reset)\n"
+    older = CliRunner().invoke(app, ["validate", str(path), "--dataschema", RECIPE_V1_1_0])
+    assert older.exit_code == 1
+    assert older.stdout.splitlines()[0] == (
+        "SFC000 $.Actions[4].Interaction: the required field Interaction is missing; an R block "
+        f"of only Name, Step and Qualifier needs dataschema {RECIPE_V1_2_0}"
+    )
