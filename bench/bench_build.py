@@ -11,6 +11,12 @@ count is reached:
 - a final step whose push action either loops back to the first step (outcome "again") or
   ends the job by default.
 
+The same line is timed a second time as a recipe v1.2.0 that uses every qualifier: each
+plain step gets a second push action whose qualifier cycles through P1, P0, L, D, S, SD, DS
+and SL (with DurationSeconds where it has a time), each stored one an R block three blocks
+later, and every fifth step MinSeconds; the ratio to the N-only line of the same size is
+printed.
+
 The document is encoded once; the timed region is `build(bytes)` alone: decode, every check
 and the graph's indexes, with the default garbage collector on, as a host would run it.
 Each size is timed RUNS times; the median is printed (and the fastest run, which shows how
@@ -46,14 +52,20 @@ def _action(name: str, step: str, interaction: str, type_id: str, **extra: Any) 
     }
 
 
-def line(elements: int) -> dict[str, Any]:
-    """A valid looped line of about `elements` elements (never more)."""
+QUALIFIED = ("P1", "P0", "L", "D", "S", "SD", "DS", "SL")
+
+
+def line(elements: int, qualified: bool = False) -> dict[str, Any]:
+    """A valid looped line of about `elements` elements (never more); with `qualified`, one
+    of recipe v1.2.0 with every qualifier (see the module docstring)."""
     steps: list[dict[str, Any]] = [{"Name": "start", "Initial": True}]
     actions = [_action("load", "start", "push_command", "station.load")]
     transitions: list[dict[str, Any]] = []
     branches: list[dict[str, Any]] = []
     previous = "start"
     block = 0
+    pending_resets: list[tuple[int, str]] = []
+    """(block that resets, stored action) of the qualified line."""
 
     def count() -> int:
         return len(steps) + len(actions) + len(transitions) + len(branches)
@@ -81,10 +93,24 @@ def line(elements: int) -> dict[str, Any]:
             branches.append({"Name": name, "Type": "simultaneous", "Branches": sequences})
         else:
             name = f"op{block}"
-            steps.append({"Name": name})
+            steps.append(
+                {"Name": name, **({"MinSeconds": 2} if qualified and block % 5 == 1 else {})}
+            )
             actions.append(
                 _action(f"do_{name}", name, "push_command", "station.op", Parameters={"n": block})
             )
+            if qualified and count() + 2 + 11 + 5 <= elements:
+                q = QUALIFIED[block % len(QUALIFIED)]
+                timed = {"DurationSeconds": 5} if q in ("L", "D", "SD", "DS", "SL") else {}
+                actions.append(
+                    _action(f"{q.lower()}_{name}", name, "push_command", "station.aux", **timed)
+                )
+                actions[-1]["Qualifier"] = q
+                if q in ("S", "SD", "DS", "SL"):
+                    pending_resets.append((block + 3, actions[-1]["Name"]))
+            while qualified and pending_resets and pending_resets[0][0] <= block:
+                _, stored = pending_resets.pop(0)
+                actions.append({"Name": stored, "Step": name, "Qualifier": "R"})
         transitions.append({"Source": previous, "Target": name, "Condition": "true"})
         previous = name
     steps.append({"Name": "unload"})
@@ -141,3 +167,20 @@ def main() -> None:
     print(
         f"20k elements: {last * 1000:.1f} ms, {verdict} the target of {TARGET_SECONDS * 1000:.0f} ms"
     )
+    print("recipe v1.2.0 with every qualifier, R blocks and MinSeconds (same sizes):")
+    plain = last
+    for size in SIZES:
+        doc = line(size, qualified=True)
+        data = msgspec.json.encode(doc)
+        total = elements(doc)
+        resets = sum(1 for a in doc["Actions"] if a["Qualifier"] == "R")
+        del doc
+        times = timings(data)
+        seconds = statistics.median(times)
+        print(
+            f"{total:>6} elements ({resets} R blocks; {len(data):,} bytes): "
+            f"median {seconds * 1000:6.1f} ms (min {min(times) * 1000:6.1f}), "
+            f"{seconds / total * 1e6:.1f} us/element"
+        )
+        last = seconds
+    print(f"20k elements: x{last / plain:.2f} of the N-only line")

@@ -383,6 +383,8 @@ class _Checker:
         """Action name -> its first defining block (not an R)."""
         self.resets: dict[str, list[int]] = {}
         """Step name -> its R blocks."""
+        self._not_gating: dict[str, list[int]] | None = None
+        """Step name -> its action blocks but N and R (for SFC016's message), made once."""
         self.interaction_ok: list[bool] = []
         self.selector_ok: list[bool] = []
         self.equipment_ok: list[bool] = []
@@ -1426,9 +1428,14 @@ class _Checker:
         the reader wrote the condition for it, and needs to hear why it cannot work."""
         if not self.qualified:
             return ""
-        for i, a in enumerate(self.actions):
-            own = outcomes[i]
-            if a.step == step and not self.gating[i] and own is not None and outcome in own:
+        if self._not_gating is None:  # once, so that many SFC016s stay linear
+            self._not_gating = {}
+            for i, a in enumerate(self.actions):
+                if not self.gating[i]:
+                    self._not_gating.setdefault(a.step, []).append(i)
+        for i in self._not_gating.get(step, ()):
+            a, own = self.actions[i], outcomes[i]
+            if own is not None and outcome in own:
                 return (
                     f"; action {_q(a.name)} ({a.qualifier}) declares it, but it is not waited "
                     "for: only the outcomes of N actions decide a transition"
