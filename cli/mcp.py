@@ -2,11 +2,12 @@
 server").
 
 The tools are in cli/mcptools.py, imported when the command runs, so that no other command
-pays for the SDK.
+pays for the SDK, and every other command works without it: the MCP SDK is the `mcp` extra.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import sys
 from typing import Annotated
@@ -17,6 +18,11 @@ from cli.hostcommon import DataDirOption, RedisOption, fail, process_settings
 from cli.main import app
 from host.serve import NoServer, resolve_url
 from host.store import redacted
+
+NO_MCP = (
+    "sfc mcp needs the MCP SDK (the mcp package), the `mcp` extra: "
+    "pip install 'microdcs-sfc[mcp]' (in a clone of the repository: uv sync --extra mcp)"
+)
 
 
 @app.command()
@@ -38,7 +44,10 @@ def mcp(
 ) -> None:
     """Serve MCP tools over stdio: sfc_validate, sfc_explain and sfc_dryrun; with a server
     (--redis, SFC_REDIS_URL or the server.json of --data-dir) also sfc_job, sfc_jobs and
-    sfc_work_pending; with --allow-control the job-control tools too. Logs go to stderr."""
+    sfc_work_pending; with --allow-control the job-control tools too. Logs go to stderr.
+    Needs the `mcp` extra."""
+    if importlib.util.find_spec("mcp") is None:
+        fail(NO_MCP, 1)
     logging.basicConfig(
         level=logging.WARNING,
         stream=sys.stderr,
