@@ -34,8 +34,6 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import TYPE_CHECKING
 
-import redis
-
 from host.store import (
     moved_to,
     slot_moved,
@@ -84,7 +82,8 @@ def failure(error: BaseException) -> Happened | None:
     outage or a move (a bug, a bad reply: the caller raises it)."""
     if not unreachable(error):
         return None
-    if isinstance(error, redis.exceptions.MovedError):
+    moved = moved_to(error)
+    if moved is not None and moved.answer == "MOVED":
         return Happened.MOVED
     if slot_moving(error):
         return Happened.MOVING
