@@ -1,8 +1,11 @@
 """The park-and-move policy of a worker on a cluster (host.cluster), with no cluster: each
-row of its table, its timers, and the words of its lines. The errors are the client's
-exceptions for the replies a node gives (MOVED, ASK, TRYAGAIN, a connection refused)."""
+row of its table, its timers, and the words of its lines (a Routes on the session's one
+server says them). The errors are the client's exceptions for the replies a node gives
+(MOVED, ASK, TRYAGAIN, a connection refused)."""
 
 from __future__ import annotations
+
+import logging
 
 import pytest
 import redis
@@ -15,13 +18,15 @@ from host.cluster import (
     WAITS,
     Happened,
     ParkPolicy,
+    Routes,
+    Said,
     Say,
     Status,
     failure,
     moving_reason,
     stuck_text,
 )
-from host.store import slot_moving
+from host.store import Store, slot_moving
 
 H, S = Happened, Status
 MOVED = redis.exceptions.MovedError("1234 127.0.0.1:7001")
@@ -276,3 +281,42 @@ def test_a_stuck_slot_being_moved_is_said_to_be_a_reshard_half_way(
 def test_a_stuck_tryagain_of_no_known_slot_says_a_slot() -> None:
     text = stuck_text("worker w", TRYAGAIN, None, 40.0, "new scopes wait meanwhile", 0.0)
     assert text.startswith("worker w: a slot has answered TRYAGAIN for 40 s"), text
+
+
+def test_a_scope_parked_for_an_outage_whose_node_answers_a_move_says_the_move() -> None:
+    """A scope parked because its node went away, whose node is back and answers ASK (a
+    reshard stuck half way): it is parked for the move from then, said at info, once at
+    warning after SFC_OUTAGE_THRESHOLD, and its end at info, never as the outage's end."""
+    p = ParkPolicy(THRESHOLD_MS)
+    assert p.step("s", H.AWAY, 1000.0).say is Say.PARKED
+    assert p.step("s", H.AWAY, 1001.0).say is Say.NOTHING
+    assert p.step("s", H.MOVING, 1010.0).say is Say.MOVE_STARTED
+    assert p.parked["s"].moved
+    says = [p.step("s", H.MOVING, 1010.0 + 0.5 * i).say for i in range(1, 12)]
+    assert says.count(Say.MOVE_STUCK) == 1 and set(says) <= {Say.NOTHING, Say.MOVE_STUCK}
+    assert p.step("s", H.WHOLE_OK, 1020.0).say is Say.NOTHING  # not BACK, at warning
+    over = p.step("s", H.BATCH_OK, 1021.0)
+    assert over.say is Say.MOVE_OVER and over.seconds == pytest.approx(11.0)
+
+
+def test_the_end_of_a_move_and_of_an_outage_are_said_at_their_levels(
+    valkey_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The words and levels of a parked scope's end: a move's at info ("its slot moved"),
+    an outage's at warning ("its node could not be reached")."""
+    caplog.set_level(logging.INFO, logger="sfc.host.worker")
+    store = Store.from_url(valkey_url)
+    try:
+        routes = Routes(store, THRESHOLD_MS, "c1", lambda: 0.0)
+        routes.say("s", Said(Say.MOVE_OVER, 3.0))
+        routes.say("s", Said(Say.BACK, 7.25))
+    finally:
+        store.close()
+    over, back = caplog.records
+    assert (over.levelno, over.getMessage()) == (logging.INFO, "scope s: served again after 3.0 s")
+    assert over.reason == "its slot moved 3.0 s ago"  # type: ignore[attr-defined]
+    assert (back.levelno, back.getMessage()) == (
+        logging.WARNING,
+        "scope s: served again after 7.2 s",
+    )
+    assert back.reason == "its node could not be reached for 7.2 s"  # type: ignore[attr-defined]

@@ -995,61 +995,6 @@ def test_a_worker_of_one_scope_says_a_move_after_an_outage(
         host.close()
 
 
-def test_a_scope_parked_for_an_outage_whose_node_answers_a_move_says_the_move(
-    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A scope parked because its node went away, whose node is back and answers ASK (a
-    reshard stuck half way): it stayed silent (the park was said already), never said the
-    move stuck, and said at warning, once served again, that its node could not be
-    reached the whole time. It is parked for the move from then: said at info, once at
-    warning after SFC_OUTAGE_THRESHOLD, and its end at info. (The worker's clock is
-    stepped.)"""
-    caplog.set_level(logging.INFO, logger=LOGGER)
-    away, other = scope_on(1, "away-moved"), scope_on(0, "away-stays")
-    node = cluster.servers[1]
-    host = Host(cluster.url)
-    now = [1000.0]
-    try:
-        host.scopes += [away, other]
-        settings = replace(FAST, outage_threshold=2000)
-        worker = Worker(host.store(), settings, [away, other], clock=lambda: now[0])
-        worker.refresh_scopes()
-        worker.store.load_library()  # on every node (`sfc setup`) while all are up
-
-        def later() -> None:  # a round of the loop
-            now[0] += 0.5
-            worker.sweep_once()
-            worker.read_once(block_ms=5)
-
-        node.kill()
-        wait_for(lambda: away in worker.parked, timeout=20, step=later, what="the park")
-        assert not worker.parked[away].moved
-        rejoin(cluster, node)
-        slot, port = move_slot(cluster, keys.work(away), half_way=True)
-        wait_for(
-            lambda: away in worker.parked and worker.parked[away].moved,
-            timeout=20,
-            step=later,
-            what="the move",
-        )
-        said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == LOGGER]
-        line = f"scope {away}: slot {slot} is moving to 127.0.0.1:{port} (a failover or a reshard)"
-        assert (logging.INFO, f"{line}; reading the slots again") in said, said
-
-        def stuck() -> list[str]:
-            return [r.getMessage() for r in caplog.records if "has answered ASK" in r.getMessage()]
-
-        wait_for(lambda: bool(stuck()), timeout=20, step=later, what="the stuck warning")
-        end_move(cluster, slot, port)
-        wait_for(lambda: away not in worker.routes.moving, timeout=20, step=later, what="its end")
-        (back,) = [r for r in caplog.records if "served again after" in r.getMessage()]
-        assert back.levelno == logging.INFO, back
-        assert "its slot moved" in back.reason  # type: ignore[attr-defined]
-        assert len(stuck()) == 1
-    finally:
-        host.close()
-
-
 def test_a_move_of_every_scope_at_start_up_is_said_once_for_each(
     cluster: LocalCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
