@@ -42,6 +42,8 @@ ALLOWED = {
         "host",
         "prometheus_client",
         "paho",
+        "starlette",
+        "uvicorn",
     },
 }
 TALKS_TO_THE_SERVER = {"host/server.py"}
@@ -306,3 +308,14 @@ def test_commands_share_helpers_through_one_module_not_through_each_other() -> N
         for other in imported & COMMANDS
     ]
     assert not offences, "\n".join(offences)
+
+
+def test_only_the_console_serves_http() -> None:
+    """Starlette and uvicorn are used in one place: host/console/ (docs/console.md)."""
+    offences = [
+        f"{_rel(path)}:{line}: imports {module}"
+        for path in _files("host")
+        for line, module in _imports(path, "host")
+        if module in ("starlette", "uvicorn") and not _rel(path).startswith("host/console/")
+    ]
+    assert not offences, "only host/console/ imports starlette and uvicorn:\n" + "\n".join(offences)

@@ -83,6 +83,23 @@ class ReadViews(StoreClient):
         """Every stored job id of the scope, oldest order first."""
         return [wire.text(j) for j in self.client(scope).zrange(keys.orders(scope), 0, -1)]
 
+    def history_changes(
+        self, scope: str, after: Mapping[str, str], block_ms: int
+    ) -> dict[str, str]:
+        """The jobs of `after` (job -> a history entry id) whose history has an entry past
+        that id, with their newest entry id: one XREAD that blocks up to `block_ms` until
+        one has (the keys share the slot of `{scope}`). Empty when none changed."""
+        if not after:
+            return {}
+        streams = {keys.history(scope, job): last for job, last in after.items()}
+        prefix = len(keys.history(scope, ""))
+        rows: Any = self.client(scope).xread(streams, count=1000, block=block_ms)  # type: ignore[arg-type]
+        return {
+            wire.text(key)[prefix:]: wire.text(entries[-1][0])
+            for key, entries in rows or []
+            if entries
+        }
+
     def active_jobs(self, scope: str) -> list[str]:
         return sorted(wire.text(j) for j in self.client(scope).smembers(keys.active(scope)))
 

@@ -1,0 +1,78 @@
+"""The console's chart of a job, and its check of a recipe: built from what is stored, or
+from what was pasted, drawn by the core's pure SVG renderer. Nothing here writes."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import msgspec
+
+from generated.state_v1_5 import SfcState
+from host.apply import decode_order
+from host.store import Store
+from sfc.builder import build
+from sfc.codec import state_decoder
+from sfc.explain import explain
+from sfc.simulation import ScriptError, Simulation, load_script
+from sfc.svg import render_svg
+from sfc.transcript import to_text
+
+DRYRUN_LIMIT_MS = 24 * 3_600_000
+"""The virtual time a dry run of the recipe page may take at most."""
+
+
+def chart_of(store: Store, scope: str, job: str) -> tuple[str | None, str]:
+    """The job's chart with its state marked, or None and why it cannot be drawn."""
+    record = store.job(scope, job)
+    if record is None:
+        return None, f"no job order {job!r} in scope {scope}"
+    try:
+        order = decode_order(record.order)
+    except msgspec.DecodeError as e:
+        return None, f"its stored order cannot be read: {e}"
+    text = store.recipe_text(order.recipe_hash)
+    if text is None:
+        return None, f"recipe {order.recipe_hash[:12]} is not stored"
+    built = build(text, None, order.dataschema)
+    if built.graph is None:
+        return None, f"recipe {order.recipe_hash[:12]} does not build"
+    state: SfcState | None = None
+    with contextlib.suppress(msgspec.DecodeError):
+        state = state_decoder.decode(record.state)
+    return render_svg(built.graph, state), ""
+
+
+def check_recipe(recipe: bytes, script: bytes | None) -> dict[str, Any]:
+    """What `sfc validate`, `sfc explain`, `sfc render --format svg` and `sfc dryrun` say
+    of a recipe (and a script): errors, or the explanation, the chart and the transcript."""
+    built = build(recipe)
+    if built.graph is None:
+        return {
+            "valid": False,
+            "errors": [
+                {"code": e.code, "path": e.path, "message": e.message} for e in built.errors
+            ],
+        }
+    graph = built.graph
+    out: dict[str, Any] = {
+        "valid": True,
+        "errors": [],
+        "explain": explain(graph),
+        "chart": render_svg(graph),
+        "recipeHash": graph.recipe_hash,
+    }
+    if script is not None:
+        try:
+            loaded = load_script(script, graph)
+        except ScriptError as e:
+            out["dryrun"] = {"error": {"path": e.path, "message": e.message}}
+            return out
+        sim = Simulation(graph, loaded, time_limit_ms=DRYRUN_LIMIT_MS)
+        result = sim.run()
+        out["dryrun"] = {
+            "status": sim.state.status,
+            "transcript": to_text(result),
+            "chart": render_svg(graph, sim.state),
+        }
+    return out
