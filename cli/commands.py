@@ -1,6 +1,7 @@
 """Imports every command module so that each registers its commands on `cli.main.app`."""
 
 from cli import bridge as bridge
+from cli import console as console
 from cli import dryrun as dryrun
 from cli import equipment as equipment
 from cli import explain as explain

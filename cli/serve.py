@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
+from cli.console import AllowControlOption, HttpOption, TokenFileOption, checked_addr, launch
 from cli.files import read
 from cli.hostcommon import (
     DataDirOption,
@@ -21,6 +22,7 @@ from cli.hostcommon import (
 )
 from cli.main import app
 from host import logs
+from host.console.serving import DEFAULT_ADDR, ConsoleServer
 from host.serve import (
     CrashLoop,
     Serving,
@@ -245,10 +247,18 @@ def serve(
     metrics_addr: Annotated[
         str, typer.Option("--metrics-addr", metavar="ADDR", help="The address of /metrics.")
     ] = "127.0.0.1",
+    http: HttpOption = DEFAULT_ADDR,
+    no_http: Annotated[
+        bool, typer.Option("--no-http", help="Serve no console and no HTTP API.")
+    ] = False,
+    allow_control: AllowControlOption = False,
+    http_token_file: TokenFileOption = None,
 ) -> None:
     """Run the host until SIGINT or SIGTERM: the embedded Valkey (unless --redis) and the
     worker processes. A second `sfc serve` on the same --data-dir attaches to the running
     server as one more instance. On a stop, every entry not yet committed stays pending."""
+    if not no_http:
+        checked_addr(http)
     if fsync not in ("everysec", "always"):
         fail(f"--fsync {fsync!r}: use everysec or always", 2)
     level = getattr(logging, log_level.upper(), None)
@@ -326,6 +336,7 @@ def serve(
         stop = threading.Event()
         stop_on_signals(stop)  # not set in the handler: it could wait for the event's lock
         crashed: CrashLoop | None = None
+        console_server: ConsoleServer | None = None
         try:
             with server_errors():
                 try:
@@ -364,6 +375,16 @@ def serve(
                 "stop with Ctrl-C or SIGTERM",
                 chosen_format,
             )
+            if not no_http:
+                console_server = launch(
+                    http,
+                    url,
+                    serving.data_dir,
+                    allow_control,
+                    http_token_file,
+                    settings,
+                    lambda text: _say(f"sfc serve: {text}", chosen_format),
+                )
             while not stop.wait(0.5):
                 try:
                     serving.replace_exited()  # a worker killed (out of memory...) is replaced
@@ -373,5 +394,7 @@ def serve(
                     raise typer.Exit(1) from None
         finally:
             started = time.monotonic()
+            if console_server is not None:
+                console_server.stop()
             serving.stop(crashed=crashed)
             _say(f"sfc serve: stopped in {time.monotonic() - started:.1f} s", chosen_format)
