@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,3 +68,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "faults_long" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Each phase's report on the item (`rep_setup`, `rep_call`): a fixture's teardown can
+    tell that its test failed (the browser tests save screenshots then)."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report

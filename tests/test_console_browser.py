@@ -1,0 +1,194 @@
+"""The console in a real browser: Debian's chromium, headless, driven by Playwright.
+
+The set-up installs chromium with apt when it is missing (CI runs as root); in CI
+(CI=true) these tests run, never skip. A failing test leaves a screenshot of its page
+under its tmp_path. `SFC_UPDATE_SCREENSHOT=1` writes the job page's screenshot to
+docs/console-job.png (the README's tour shows it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.consolekit import TOKEN, Console, console
+from tests.hostkit import Host, linear_recipe
+
+playwright = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+WAIT_MS = 15_000
+"""The most any one thing may take to show in the page."""
+
+
+def _chromium() -> str | None:
+    if Path(CHROMIUM).exists():
+        return CHROMIUM
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        subprocess.run(["apt-get", "install", "-y", "chromium"], check=False, timeout=900)
+    return CHROMIUM if Path(CHROMIUM).exists() else None
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    path = _chromium()
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium is missing and could not be installed: CI must run these")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=path, args=ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def served(valkey_url: str) -> Iterator[Console]:
+    with console(valkey_url) as c:
+        yield c
+
+
+@pytest.fixture
+def page(browser: Any, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    p = context.new_page()
+    try:
+        yield p
+    finally:
+        report = getattr(request.node, "rep_call", None)
+        if report is None or report.failed:
+            p.screenshot(path=str(tmp_path / "failure.png"), full_page=True)
+        context.close()
+
+
+def submit(c: Console, scope: str, job: str, start: bool = True) -> None:
+    doc = {"jobId": job, "recipe": _recipe(), "scope": scope, "start": start}
+    r = c.post("/api/v1/jobs", doc, token=TOKEN)
+    assert r.status == 201, r.body
+
+
+def _recipe() -> Any:
+    import json
+
+    return json.loads(linear_recipe(3, timeout_s=600))
+
+
+def running(host: Host, scope: str, job: str) -> None:
+    w = host.worker([scope])
+    host.run([w], [], lambda: host.order_path(scope, job).startswith("Running"), what="a start")
+
+
+def test_the_jobs_list_shows_a_submitted_job_without_a_reload(
+    served: Console, host: Host, page: Any
+) -> None:
+    scope = host.scope("browser-list")
+    page.goto(f"{served.server.url}?scope={scope}")
+    page.wait_for_selector("#live.on", timeout=WAIT_MS)
+    page.evaluate("window.loadedOnce = true")
+    submit(served, scope, "seen-live", start=False)
+    page.wait_for_selector('tr[data-job="seen-live"]', timeout=WAIT_MS)
+    assert "NotAllowedToStart" in page.inner_text('tr[data-job="seen-live"]')
+    assert page.evaluate("window.loadedOnce") is True  # the same page: no reload
+
+
+def test_the_job_page_marks_the_active_step_and_counts_the_deadline_down(
+    served: Console, host: Host, page: Any
+) -> None:
+    scope = host.scope("browser-job")
+    submit(served, scope, "j1")
+    running(host, scope, "j1")
+    page.goto(f"{served.server.url}jobs/{scope}/j1")
+    page.wait_for_selector('#chart g[data-step="S1"][data-active="true"]', timeout=WAIT_MS)
+    assert page.locator('#chart g[data-step="S2"][data-active="false"]').count() == 1
+    assert page.locator('#chart g[data-action="a1"][data-status="open"]').count() == 1
+    cell = page.locator('tr[data-action="a1"] td.deadline')
+    first = cell.inner_text()
+    assert first.startswith("in ")
+    page.wait_for_function(
+        "t => document.querySelector('tr[data-action=\"a1\"] td.deadline').textContent !== t",
+        arg=first,
+        timeout=WAIT_MS,
+    )
+    assert cell.inner_text().startswith("in ")
+    page.wait_for_selector("#live.on", timeout=WAIT_MS)
+    shot = page.screenshot(full_page=False)
+    if os.environ.get("SFC_UPDATE_SCREENSHOT") == "1":
+        (DOCS / "console-job.png").write_bytes(shot)
+
+
+def test_enter_the_token_pause_and_resume_and_see_the_state_change(
+    served: Console, host: Host, page: Any
+) -> None:
+    scope = host.scope("browser-control")
+    submit(served, scope, "c1")
+    running(host, scope, "c1")
+    page.goto(f"{served.server.url}jobs/{scope}/c1")
+    page.wait_for_selector("#live.on", timeout=WAIT_MS)
+    page.evaluate("window.loadedOnce = true")
+    page.fill("#token", TOKEN)
+    page.click("#login button")
+    page.wait_for_function(
+        "() => document.getElementById('who').textContent.includes('control allowed')",
+        timeout=WAIT_MS,
+    )
+    assert TOKEN not in page.content()
+    page.click('button[data-method="pause"]')
+    page.wait_for_function(
+        "() => document.getElementById('state').textContent.startsWith('Interrupted')",
+        timeout=WAIT_MS,
+    )
+    assert "ok (1)" in page.inner_text("#said")
+    page.click('button[data-method="resume"]')
+    page.wait_for_function(
+        "() => document.getElementById('state').textContent.startsWith('Running')",
+        timeout=WAIT_MS,
+    )
+    assert page.evaluate("window.loadedOnce") is True
+    assert host.order_path(scope, "c1").startswith("Running")
+
+
+def test_the_work_and_recipe_pages(served: Console, host: Host, page: Any) -> None:
+    scope = host.scope("browser-work")
+    page.goto(f"{served.server.url}work?scope={scope}")
+    page.wait_for_selector("#unread:has-text('no worker has read yet')", timeout=WAIT_MS)
+    page.goto(f"{served.server.url}recipe")
+    page.fill("#recipe", linear_recipe(2).decode())
+    page.click("#check button[type=submit]")
+    page.wait_for_selector('#result svg g[data-step="S1"]', timeout=WAIT_MS)
+    assert "Valid" in page.inner_text("#result")
+    page.fill("#recipe", '{"Steps": []}')
+    page.click("#check button[type=submit]")
+    page.wait_for_selector("#result:has-text('Invalid')", timeout=WAIT_MS)
+
+
+def test_a_page_that_loses_its_stream_says_so_and_reconnects(
+    valkey_url: str, host: Host, page: Any, browser: Any
+) -> None:
+    scope = host.scope("browser-lost")
+    with console(valkey_url) as c:
+        page.goto(f"{c.server.url}?scope={scope}")
+        page.wait_for_selector("#live.on", timeout=WAIT_MS)
+        port = c.netloc.rsplit(":", 1)[1]
+    page.wait_for_selector("#live.off", timeout=WAIT_MS)
+    assert "reconnecting" in page.inner_text("#live")
+    with console(valkey_url, addr=f"127.0.0.1:{port}"):
+        page.wait_for_selector("#live.on", timeout=WAIT_MS)
