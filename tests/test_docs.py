@@ -5,8 +5,9 @@ NAME in a scratch directory (where `examples/` is the repository's). A ```` ```c
 block holds commands, each on a line starting with `$ `, followed by exactly what it prints
 (stdout and stderr as a terminal shows them). `$ sfc ...` runs the command line in-process,
 with `< FILE` as its standard input; `$ python3 -c ... > FILE` makes a file. docs/host.md
-belongs to the host and is tested with it, and so does docs/metrics.md
-(tests/test_metrics.py, tests/test_mcp.py).
+belongs to the host and is tested with it, and so do docs/metrics.md
+(tests/test_metrics.py, tests/test_mcp.py) and docs/api.md and docs/console.md
+(tests/test_console_docs.py, against a real console).
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from cli.main import app
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-PAGES = sorted(p for p in DOCS.glob("*.md") if p.name not in ("host.md", "metrics.md"))
+PAGES = sorted(
+    p for p in DOCS.glob("*.md") if p.name not in ("host.md", "metrics.md", "api.md", "console.md")
+)
 FENCE = re.compile(r"^```(?P<info>.*)$")
 
 
