@@ -30,6 +30,7 @@ from typing import Literal
 from generated.state_v1_5 import ActionRecord, SfcState
 from sfc.graph import RESERVED_OUTCOMES, ActionSpec, DivergenceSpec, Graph, TransitionSpec, visible
 from sfc.render import _interaction, _mark, _status
+from sfc.words import when
 
 Status = Literal["idle", "open", "done", "failed", "withdrawn", "held"]
 
@@ -84,9 +85,10 @@ def action_status(state: SfcState | None, rec: ActionRecord | None) -> Status:
 
     Open work of a job that has ended was withdrawn (a cancel or a fault took it back, or
     the job completed without it); a done block whose outcome the core gave itself (attempts
-    used up, a failure reported) failed.
+    used up, a failure reported) failed. A pending block (its process timer runs before its
+    work starts: D, SD, DS) has not started: idle, its mark says pending.
     """
-    if state is None or rec is None:
+    if state is None or rec is None or rec.status == "pending":
         return "idle"
     if rec.status == "open":
         if state.status != "running":
@@ -151,7 +153,10 @@ def _measure(graph: Graph, state: SfcState | None, step: str) -> _StepBox:
     rows: list[tuple[str, str, str, str, Status | None]] = []
     for spec in graph.step_actions[step]:
         rec = None if state is None else state.actions.get(spec.name)
-        mark = _mark(state, rec, active) or ""
+        if rec is not None and rec.status == "pending":
+            mark = "pending" + ("" if rec.timer is None else f", starts at {when(rec.timer)}")
+        else:
+            mark = _mark(state, rec, active) or ""
         status = action_status(state, rec)
         rows.append((spec.name, qualifier(spec), _interaction(spec), mark, status))
     for name in graph.resets.get(step, ()):
@@ -193,6 +198,8 @@ class _Canvas:
         self.bottom = max(self.bottom, bottom)
 
     def line(self, x1: int, y1: int, x2: int, y2: int, cls: str = "") -> None:
+        if (x1, y1) == (x2, y2):
+            return
         attr = f' class="{cls}"' if cls else ""
         self.add(f'<line{attr} x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}"/>', max(x1, x2), max(y1, y2))
 
@@ -400,7 +407,8 @@ class _Drawing:
             else:
                 box = self.boxes[node]
                 bottom = self.step(box, x, y)
-                c.line(x, bottom, x, y + box.height)
+                if self._targets(node):  # the line on to its transitions, past its actions
+                    c.line(x, bottom, x, y + box.height)
                 bottom = y + box.height
             end, goes_on = self.leave(node, x, bottom, below)
             y = end if goes_on else end + GAP

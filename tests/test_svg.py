@@ -30,6 +30,7 @@ SVG = "{http://www.w3.org/2000/svg}"
 STATES = {
     "bottling-line": ("vision-timeout", 60_000),
     "greetings-demo": ("cancel", 60_000),
+    "press-fit-line": ("slow-press", 5_000),
     "rear-axle-fitting": ("qa-reject", 5_000),
     "recovery-routing": ("clogged-nozzle", 20_000),
     "tightening-hold": ("pause-resume", 20_000),
