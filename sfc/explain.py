@@ -296,8 +296,8 @@ def explain_recipe(graph: Graph, max_attempts_default: int = DEFAULT_MAX_ATTEMPT
     if ends and qualified:
         out.append(
             f"  completed: when {' or '.join(ends)} is reached and done (its N blocks succeed "
-            "and its MinSeconds have passed); work still open then is withdrawn, but a "
-            "pulse's (P, P1, P0), which runs to its end"
+            "and its MinSeconds have passed); work still open then is withdrawn, except a "
+            "pulse (P, P1, P0), which runs to its end"
         )
     elif ends:
         out.append(
