@@ -407,9 +407,11 @@ class Rig:
         self._run(b)
         return b
 
-    def device(self, script: dict[str, Any] | None = None, name: str = "dev") -> MqttDevice:
+    def device(
+        self, script: dict[str, Any] | None = None, name: str = "dev", **kwargs: Any
+    ) -> MqttDevice:
         parsed = load_host_script(json.dumps(script or {}).encode())
-        d = MqttDevice(self.url, self.topics, parsed, client_id=f"{name}-{self.scope}")
+        d = MqttDevice(self.url, self.topics, parsed, client_id=f"{name}-{self.scope}", **kwargs)
         d.start()
         self._run(d)
         return d
@@ -1026,18 +1028,24 @@ def test_bridges_of_one_group_for_two_scopes_each_get_their_responses(
 def test_a_restarted_bridge_gets_the_responses_sent_while_it_was_away(rig: Rig, kept: bool) -> None:
     """The only bridge restarts while the equipment answers: with a session the broker
     keeps, the answers wait for it and every job completes on its first attempt; with a
-    clean session they are dropped (no subscriber), and the jobs, of 1 attempt, time out."""
+    clean session they are dropped (no subscriber), and the jobs, of 1 attempt, time out.
+    The device's clock stands still until the bridge has stopped: it answers then."""
     host, scope = rig.host, rig.scope
     session: dict[str, Any] = {"client_id": f"kept-{scope}", "session_expiry_s": 60} if kept else {}
     bridge = rig.bridge("first", **session)
-    device = rig.device({"default": "ok@1500"})
-    recipe = linear_recipe(1, timeout_s=5, max_attempts=1)
+    device_now = [time.time()]
+    device = rig.device({"default": "ok@1500"}, clock=lambda: device_now[0])
+    # kept: a deadline far enough not to fire on a loaded machine; clean: one that fires
+    recipe = linear_recipe(1, timeout_s=120 if kept else 5, max_attempts=1)
     ids = [host.submit(scope, recipe, job_id=f"r{i}").job for i in range(3)]
     worker = host.worker([scope])
     host.run([worker], [], lambda: bridge.counters.published == 3, what="the pushes out")
+    wait_for(lambda: device.counters.received == 3, timeout=10, what="the commands at the device")
     rig.stop(bridge)
-    assert bridge.counters.responses == 0, "the bridge stopped after the answers came"
+    assert device.counters.answered == 0  # its clock has not moved
+    device_now[0] = time.time() + 60  # past every answer's delay, before any expiry
     wait_for(lambda: device.counters.answered == 3, timeout=10, what="the answers")
+    assert bridge.counters.responses == 0
     again = rig.bridge("second", **session)
     end = "Ended/Completed" if kept else "Aborted"
     host.run([worker], [], host.ended(scope, ids, end), timeout=20)
