@@ -1494,12 +1494,24 @@ def test_the_clients_that_keep_a_left_server_are_those_that_stay_connected(
         passing = redis.Redis(host="127.0.0.1", port=server.port)
         stays.ping()
         passing.ping()
-        gone = threading.Timer(0.3, passing.close)  # a command that ends meanwhile
-        gone.start()
+        mine = {stays.client_id(), passing.client_id()}
+        counted: list[int] = []
+        asking = threading.Thread(target=lambda: counted.append(server.clients(settle=3.0)))
+        asking.start()
         try:
-            assert server.clients(settle=1.5) == 1
+            # a command that ends while serve looks: once serve's first CLIENT LIST is taken
+            wait_for(
+                lambda: any(
+                    int(c["id"]) not in mine and c.get("cmd") == "client|list"
+                    for c in stays.client_list()
+                ),
+                timeout=10,
+                what="serve's first look at the clients",
+            )
+            passing.close()
+            asking.join(30)
+            assert counted == [1]
         finally:
-            gone.cancel()
             stays.close()
             passing.close()
 
