@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from host.worker import Worker
 from sfc.codec import state_decoder
 from sfc.simulation import Simulation, load_script
 from tests.hostkit import Host, linear_recipe, wait_for
-from tests.test_host_scripted import graph_of, host_story, scaled_recipe, scaled_script, story
+from tests.test_host_scripted import graph_of, host_story, story
 
 ROOT = Path(__file__).resolve().parent.parent
 TIGHTENING = (ROOT / "examples/tightening-hold/recipe.json").read_bytes()
@@ -496,45 +497,69 @@ CONTROL_METHODS = {"hold": "Pause", "release": "Resume", "cancel": "Abort"}
 def test_every_tightening_script_through_the_host_ends_as_its_dry_run(
     host: Host, script: Path
 ) -> None:
-    """The script's controls become method calls at the same (scaled) offsets from the
-    start: hold is Pause, release is Resume, cancel is Abort."""
-    k = 0.02  # hold at 200 ms, tighten answers at 800 ms: margin for a loaded machine
-    recipe = scaled_recipe(TIGHTENING, k)
-    doc = json.loads(scaled_script(script.read_bytes(), k))
-    controls = [
-        (round(c["atMs"] * k), CONTROL_METHODS[c["kind"]])
-        for c in json.loads(script.read_bytes())["controls"]
-    ]
-    doc["controls"] = [
-        {**c, "atMs": round(c["atMs"] * k)} for c in json.loads(script.read_bytes())["controls"]
-    ]
-    dry = Simulation(graph_of(recipe), load_script(json.dumps(doc).encode())).run()
+    """The script's controls become method calls at the same offsets from the start: hold
+    is Pause, release is Resume, cancel is Abort. The equipment and the controls run on a
+    virtual clock that moves only when the host has nothing left to do, to the next answer
+    or control that is due: the order of events is the dry run's, however slow the machine.
+    No deadline fires in these scripts; the host's, on the server's real clock, are made
+    100 times longer, so that none can fire while the virtual clock runs ahead."""
+    raw = script.read_bytes()
+    dry = Simulation(graph_of(TIGHTENING), load_script(raw)).run()
     expected = story(dry)
-    replies = {key: value for key, value in doc.items() if key != "controls"}
+    doc = json.loads(raw)
+    controls = [(c["atMs"], CONTROL_METHODS[c["kind"]]) for c in doc.pop("controls")]
     scope = host.scope("tightscript")
     store = host.store()
-    job = host.submit(scope, recipe, job_id="job-1").job  # the dry run's job id
+    job = host.submit(scope, stretched(TIGHTENING, 100), job_id="job-1").job  # the dry run's
     worker = host.worker([scope])
-    equipment = ScriptedEquipment(
-        host.store(), scope, load_host_script(json.dumps(replies).encode())
-    )
     host.run([worker], [], lambda: _path(host, scope, job) == "Running", sweep=False)
     started = host.order(scope, job).started_at
     assert started is not None
+    now_ms = [float(started)]
+    equipment = ScriptedEquipment(
+        host.store(),
+        scope,
+        load_host_script(json.dumps(doc).encode()),
+        clock=lambda: now_ms[0] / 1000,
+    )
+
+    def busy() -> bool:
+        """One round of the host and the equipment; whether anything happened."""
+        moved = worker.read_once(block_ms=5)
+        return bool(moved.applied or moved.absorbed or moved.rejected) | bool(equipment.pump())
+
+    def quiet() -> None:
+        rounds = 0
+        while rounds < 3:  # three rounds in a row with nothing to do
+            rounds = 0 if busy() else rounds + 1
+
     pending = list(controls)
-
-    def step() -> None:
-        now = store.time_ms()
-        while pending and now >= started + pending[0][0]:
-            _, method = pending.pop(0)
-            CALLS[method](store, scope, job)
-        worker.sweep_once()
-        worker.read_once(block_ms=5)
-        equipment.pump(block_ms=1)
-
-    end = {"completed": "Ended/Completed", "cancelled": "Aborted"}[dry.end]
-    wait_for(host.ended(scope, [job], end), step=step, timeout=30, what="the job to end")
+    ended = host.ended(
+        scope, [job], {"completed": "Ended/Completed", "cancelled": "Aborted"}[dry.end]
+    )
+    for _ in range(100):
+        quiet()
+        if ended():
+            break
+        due = [started + at for at, _ in pending[:1]] + [equipment.next_due_ms() or math.inf]
+        if min(due) == math.inf:
+            break  # nothing left to come
+        now_ms[0] = max(now_ms[0], min(due))
+        while pending and now_ms[0] >= started + pending[0][0]:
+            CALLS[pending.pop(0)[1]](store, scope, job)
+    assert ended(), f"the job did not end: {_path(host, scope, job)}"
     assert host_story(host, scope, job) == expected
+
+
+def stretched(recipe: bytes, k: int) -> bytes:
+    """The recipe with every deadline, of its actions and their hold and restart, k times
+    longer."""
+    doc = json.loads(recipe)
+    for action in doc["Actions"]:
+        for part in (action, action.get("Hold"), action.get("Restart")):
+            if part is not None and "TimeoutSeconds" in part:
+                part["TimeoutSeconds"] *= k
+    return json.dumps(doc).encode()
 
 
 def test_pause_resume_and_answers_racing_from_three_processes_lose_nothing(
