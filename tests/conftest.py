@@ -7,9 +7,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from host.server import EmbeddedServer
 from tests.hostkit import Host
+
+# No example may fail for being slow: these machines are shared and noisy, and speed is
+# measured under bench/, never by a test (Hypothesis' default deadline is 200 ms).
+settings.register_profile("sfc", deadline=None)
+settings.load_profile("sfc")
 
 
 @pytest.fixture(scope="session")

@@ -25,3 +25,21 @@ def test_lint(args: list[str]) -> None:
         [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_no_property_test_has_a_deadline() -> None:
+    """Every Hypothesis test runs with no deadline (tests/conftest.py's profile): a slow
+    example on a loaded machine is not a failure; speed is measured under bench/."""
+    import ast
+
+    from hypothesis import settings
+
+    assert settings.default.deadline is None
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "settings":
+                for kw in node.keywords:
+                    if kw.arg == "deadline":
+                        assert isinstance(kw.value, ast.Constant) and kw.value.value is None, (
+                            f"{path.name}:{node.lineno} sets a deadline"
+                        )
