@@ -8,6 +8,8 @@ Nothing here writes. A stored order or state that cannot be read is None, with w
 from __future__ import annotations
 
 import contextlib
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,6 +162,36 @@ UNREAD_COUNT = 100
 server cannot tell the group's lag (an entry was deleted by hand)."""
 
 
+GRAPHS_KEPT = 64
+"""The recipes' graphs `recipe_graph` keeps built, the most recently used."""
+_graphs: OrderedDict[tuple[str, str], Graph] = OrderedDict()
+_graphs_lock = threading.Lock()
+
+
+def recipe_graph(store: Store, recipe_hash: str, dataschema: str) -> tuple[Graph | None, str]:
+    """The graph of a stored recipe, or None and why (not stored, does not build). A
+    recipe's hash names its text, which never changes: a graph built is kept (GRAPHS_KEPT),
+    so that reading a job (the console, `GET /api/v1/jobs/{scope}/{job}`) does not read and
+    build its recipe each time."""
+    key = (recipe_hash, dataschema)
+    with _graphs_lock:
+        graph = _graphs.get(key)
+        if graph is not None:
+            _graphs.move_to_end(key)
+            return graph, ""
+    text = store.recipe_text(recipe_hash)
+    if text is None:
+        return None, f"recipe {recipe_hash[:12]} is not stored"
+    built = build(text, None, dataschema)
+    if built.graph is None:
+        return None, f"recipe {recipe_hash[:12]} does not build"
+    with _graphs_lock:
+        _graphs[key] = built.graph
+        while len(_graphs) > GRAPHS_KEPT:
+            _graphs.popitem(last=False)
+    return built.graph, ""
+
+
 def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | None:
     """The job's order, state, indexes, last history entries and pending entries; its open
     commands with how far the scope's adapters read them, and the dead entries naming it.
@@ -184,15 +216,7 @@ def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | Non
         state = state_decoder.decode(record.state)
     graph, problem = None, "its order cannot be read"
     if order is not None:
-        problem = ""
-        text = store.recipe_text(order.recipe_hash)
-        if text is None:
-            problem = f"recipe {order.recipe_hash[:12]} is not stored"
-        else:
-            built = build(text, None, order.dataschema)
-            if built.graph is None:
-                problem = f"recipe {order.recipe_hash[:12]} does not build"
-            graph = built.graph
+        graph, problem = recipe_graph(store, order.recipe_hash, order.dataschema)
     rows = seen.history
     read: list[tuple[str, HistoryEntry]] = []
     for entry_id, raw in rows:

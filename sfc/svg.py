@@ -65,6 +65,8 @@ STYLE = (
 
 def text_width(text: str) -> int:
     """The width of `text` in pixels at 12 px monospace: 7.5 a cell, wide characters two."""
+    if text.isascii() and text.isprintable():  # most names: a cell a character
+        return (len(text) * 15 + 1) // 2
     cells = sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in visible(text))
     return (cells * 15 + 1) // 2
 
@@ -72,7 +74,7 @@ def text_width(text: str) -> int:
 def escape(text: str) -> str:
     """Text for an SVG element or attribute: unsafe characters as `\\uXXXX`, XML escaped."""
     return (
-        visible(text)
+        (text if text.isascii() and text.isprintable() else visible(text))
         .replace("&", "&amp;")
         .replace("<", "&lt;")
         .replace(">", "&gt;")

@@ -301,3 +301,20 @@ def test_the_stream_tells_a_change(api: Console, host: Host) -> None:
         assert data["jobs"] == ["s1"]
     finally:
         events.close()
+
+
+def test_a_recipe_graph_is_built_once_and_kept(api: Console, host: Host) -> None:
+    from host.jobview import recipe_graph
+    from sfc.builder import RECIPE_V1_1_0
+
+    scope = host.scope("graphs")
+    submit(api, scope, "g1", start=False)
+    order = host.order(scope, "g1")
+    store = host.store()
+    first, problem = recipe_graph(store, order.recipe_hash, order.dataschema)
+    assert first is not None and problem == ""
+    assert recipe_graph(store, order.recipe_hash, order.dataschema)[0] is first
+    assert recipe_graph(store, "0" * 64, RECIPE_V1_1_0) == (
+        None,
+        "recipe 000000000000 is not stored",
+    )

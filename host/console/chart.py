@@ -10,6 +10,7 @@ import msgspec
 
 from generated.state_v1_5 import SfcState
 from host.apply import decode_order
+from host.jobview import recipe_graph
 from host.store import Store
 from sfc.builder import build
 from sfc.codec import state_decoder
@@ -31,16 +32,13 @@ def chart_of(store: Store, scope: str, job: str) -> tuple[str | None, str]:
         order = decode_order(record.order)
     except msgspec.DecodeError as e:
         return None, f"its stored order cannot be read: {e}"
-    text = store.recipe_text(order.recipe_hash)
-    if text is None:
-        return None, f"recipe {order.recipe_hash[:12]} is not stored"
-    built = build(text, None, order.dataschema)
-    if built.graph is None:
-        return None, f"recipe {order.recipe_hash[:12]} does not build"
+    graph, problem = recipe_graph(store, order.recipe_hash, order.dataschema)
+    if graph is None:
+        return None, problem
     state: SfcState | None = None
     with contextlib.suppress(msgspec.DecodeError):
         state = state_decoder.decode(record.state)
-    return render_svg(built.graph, state), ""
+    return render_svg(graph, state), ""
 
 
 def check_recipe(recipe: bytes, script: bytes | None) -> dict[str, Any]:
