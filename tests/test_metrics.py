@@ -300,12 +300,12 @@ def test_an_outage_and_a_reconnect_are_logged_at_warning_and_counted(
 
     from host.metrics import WorkerMetrics
     from host.serve import setup_scope
-    from host.server import EmbeddedServer
+    from host.server import EmbeddedServer, held_port
     from host.settings import Settings
     from host.worker import Worker
 
     caplog.set_level(logging.INFO)
-    server = EmbeddedServer(tmp_path / "valkey").start()
+    server = EmbeddedServer(tmp_path / "valkey", port=held_port(bus=False)).start()
     store = Store.from_url(server.url)
     stop = threading.Event()
     thread: threading.Thread | None = None

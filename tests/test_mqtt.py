@@ -1176,7 +1176,7 @@ def test_a_client_id_hold_that_cannot_be_renewed_disconnects_first_and_stops_whe
     connected), and comes back once renewed; a hold another bridge took is lost for good."""
     from host.server import EmbeddedServer
 
-    server = EmbeddedServer(tmp_path / "lease").start()
+    server = EmbeddedServer(tmp_path / "lease", port=held_port(bus=False)).start()
     try:
         store = Store.from_url(server.url)
         store.load_library()
@@ -1211,7 +1211,7 @@ def test_a_response_that_could_not_be_written_comes_again_once_the_server_is_bac
     reconnect that never came, and the action timed out."""
     from host.server import EmbeddedServer
 
-    server = EmbeddedServer(tmp_path / "valkey").start()
+    server = EmbeddedServer(tmp_path / "valkey", port=held_port(bus=False)).start()
     h = Host(server.url)
     stop = threading.Event()
     threads: list[threading.Thread] = []
@@ -1258,7 +1258,7 @@ def test_a_message_that_comes_while_others_are_held_is_written_after_them(
     from host.server import EmbeddedServer
 
     caplog.set_level(logging.INFO, logger="sfc.host.mqtt")
-    server = EmbeddedServer(tmp_path / "valkey").start()
+    server = EmbeddedServer(tmp_path / "valkey", port=held_port(bus=False)).start()
     h = Host(server.url)
     pub: Connection | None = None
     bridge: MqttBridge | None = None
