@@ -9,6 +9,7 @@ completed.
 from __future__ import annotations
 
 import secrets
+import signal
 import statistics
 import tempfile
 import threading
@@ -25,7 +26,7 @@ from cli.main import app
 from host import joborder, jobs, keys
 from host.apply import decode_order
 from host.scripted import ScriptedEquipment
-from host.serve import Serving, connect, scope_values, setup_scope
+from host.serve import Serving, connect, scope_values, setup_scope, stop_on_signals
 from host.server import ServerError
 from host.settings import SettingsError, from_environment, scope_defaults
 from host.store import Store
@@ -65,7 +66,8 @@ def run(
     ] = 600.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """Run N jobs of RECIPE on the host: embedded server, workers and scripted equipment."""
+    """Run N jobs of RECIPE on the host: embedded server, workers and scripted equipment.
+    SIGTERM, SIGINT or SIGHUP stops the run and everything it started."""
     text = read(recipe, "recipe")
     built = build(text)
     if built.graph is None:
@@ -84,6 +86,9 @@ def run(
         expiry_grace=defaults.expiry_grace,
     )
     scope = f"run-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    signalled: list[int] = []
+    stopped = threading.Event()  # by a signal: every loop below looks at it
+    stop_on_signals(stopped, signalled)
     with tempfile.TemporaryDirectory(prefix="sfc-run-") as tmp:
         serving = Serving(
             redis_url=redis,
@@ -91,6 +96,7 @@ def run(
             workers=workers,
             scopes=[scope],
             settings=settings.texts(),
+            server_dies_with_this=True,
         )
         stop = threading.Event()
         thread: threading.Thread | None = None
@@ -107,7 +113,8 @@ def run(
                 store.ensure_library()  # an ACL user without FUNCTION LOAD relies on setup
                 setup_scope(store, scope, scope_settings)
                 serving.start_workers()
-                _workers_serve(store, scope, workers, time.monotonic() + timeout, serving)
+                deadline = time.monotonic() + timeout
+                _workers_serve(store, scope, workers, deadline, serving, stopped)
                 equipment = ScriptedEquipment(
                     connect(url),
                     scope,
@@ -119,11 +126,13 @@ def run(
                 started = time.monotonic()
                 ids = []
                 for i in range(1, jobs_ + 1):
+                    if stopped.is_set():
+                        break
                     result = jobs.submit(store, scope, text, job_id=f"job-{i}")
                     if not result.ok:
                         fail(result.words(), 1)
                     ids.append(result.job)
-                orders = _wait(store, scope, ids, started + timeout, serving)
+                orders = _wait(store, scope, ids, started + timeout, serving, stopped)
                 seconds = time.monotonic() - started
                 events = _events(store, scope, ids)
         finally:
@@ -133,6 +142,9 @@ def run(
             if store is not None:
                 store.close()
             serving.stop()
+    if signalled:
+        name = signal.Signals(signalled[0]).name
+        fail(f"run: stopped by {name}; its workers and server stopped, nothing is left", 1)
     summary = _summary(orders, ids, events, seconds)
     if as_json:
         print_json(summary)
@@ -143,22 +155,32 @@ def run(
 
 
 def _workers_serve(
-    store: Store, scope: str, workers: int, deadline: float, serving: Serving
+    store: Store,
+    scope: str,
+    workers: int,
+    deadline: float,
+    serving: Serving,
+    stopped: threading.Event,
 ) -> None:
     """Wait until every worker reads the scope's work stream, so that the run's times are
-    the host's and not the workers' start (about a second each)."""
+    the host's and not the workers' start (about a second each), or until `stopped`."""
     key = keys.work(scope)
-    while time.monotonic() < deadline and all(serving.alive()):
+    while time.monotonic() < deadline and all(serving.alive()) and not stopped.is_set():
         consumers: Any = store.client(scope).xinfo_consumers(key, keys.GROUP)
         if len(consumers) >= workers:
             return
         time.sleep(0.05)
-    if not all(serving.alive()):
+    if not all(serving.alive()) and not stopped.is_set():
         fail("a worker exited at start; see its log above", 1)
 
 
 def _wait(
-    store: Store, scope: str, ids: list[str], deadline: float, serving: Serving
+    store: Store,
+    scope: str,
+    ids: list[str],
+    deadline: float,
+    serving: Serving,
+    stopped: threading.Event,
 ) -> dict[str, Any]:
     orders: dict[str, Any] = {}
     progress = None
@@ -182,10 +204,10 @@ def _wait(
                     left.remove(j)
             if progress is not None:
                 progress.update(task, completed=len(orders))
-            if not all(serving.alive()):
+            if not all(serving.alive()) or stopped.is_set():
                 break
             if left:
-                time.sleep(0.05)
+                stopped.wait(0.05)
         for j in left:  # not ended: report where they stand
             r = store.job(scope, j)
             if r is not None:

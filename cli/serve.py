@@ -254,9 +254,10 @@ def serve(
     allow_control: AllowControlOption = False,
     http_token_file: TokenFileOption = None,
 ) -> None:
-    """Run the host until SIGINT or SIGTERM: the embedded Valkey (unless --redis) and the
-    worker processes. A second `sfc serve` on the same --data-dir attaches to the running
-    server as one more instance. On a stop, every entry not yet committed stays pending."""
+    """Run the host until SIGINT, SIGTERM or SIGHUP: the embedded Valkey (unless --redis)
+    and the worker processes. A second `sfc serve` on the same --data-dir attaches to the
+    running server as one more instance. On a stop, every entry not yet committed stays
+    pending."""
     if not no_http:
         checked_addr(http)
     if fsync not in ("everysec", "always"):

