@@ -18,7 +18,7 @@ from typing import Any
 
 from generated.state_v1_5 import ActionRecord, SfcState
 from sfc.evolution import DEFAULT_MAX_ATTEMPTS, ENDED, next_deadline
-from sfc.graph import TRUE, ActionSpec, DivergenceSpec, Graph, TransitionSpec, visible
+from sfc.graph import STORED, TRUE, ActionSpec, DivergenceSpec, Graph, TransitionSpec, visible
 from sfc.words import duration as duration
 from sfc.words import when as when
 
@@ -361,7 +361,7 @@ def _open_lines(
     """An open record of a running job: the command or wait that is out, and its hold."""
     spec = graph.actions[name]
     limit = default_attempts if spec.max_attempts is None else spec.max_attempts
-    head = f"{name} (step {spec.step}): "
+    head = f"{name} (step {spec.step}{_not_waited_for(spec)}): "
     if rec.work == "await":
         round_ = f", round {rec.round}" if rec.round > 1 else ""
         return [
@@ -396,6 +396,13 @@ def _open_lines(
             "and the work runs on to its deadline",
         ]
     out = [f"{head}{command} is out{details}" + _deadline(state, rec, _expiry(rec, limit))]
+    if rec.timer is not None:
+        out.append(
+            f"  withdrawn at its limit at {when(rec.timer)} (outcome done), unless it ends first"
+            + _moved(state)
+        )
+    if spec.qualifier in STORED:
+        out.append("  stored: it runs on until an R resets it or the job ends")
     if rec.hold == "notHeld":
         out.append(
             "  the work was not held (the equipment answered the hold notHeld, or not in time); "
@@ -403,6 +410,40 @@ def _open_lines(
         )
     if rec.restarted:
         out.append("  it restarts the work the equipment held")
+    return out
+
+
+def _not_waited_for(spec: ActionSpec) -> str:
+    """`, D 10 s, not waited for` for a block of any qualifier but N; `` for N."""
+    if spec.gating:
+        return ""
+    t = "" if spec.duration_ms is None else f" {duration(spec.duration_ms)}"
+    return f", {spec.qualifier}{t}, not waited for"
+
+
+def _moved(state: SfcState) -> str:
+    """What a hold does to a process time shown while the job is held."""
+    return " (moved by the length of the hold on release)" if state.held_at is not None else ""
+
+
+def _timer_lines(graph: Graph, state: SfcState) -> list[str]:
+    """The process timers of a running job that have not fired: pending starts and dwells."""
+    out = []
+    for name, rec in state.actions.items():
+        spec = graph.actions.get(name)
+        if spec is None or rec.status != "pending" or rec.timer is None:
+            continue
+        at = when(rec.timer)
+        head = f"{name} ({spec.qualifier} {duration(spec.duration_ms or 0)}, step {spec.step}): "
+        if spec.qualifier == "SD":
+            then = f"starts at {at}, even if its step was left, unless an R resets it first"
+        elif spec.qualifier == "DS":
+            then = f"starts at {at} if step {spec.step} is still active then, and is stored"
+        else:
+            then = f"starts at {at} if step {spec.step} is still active then"
+        out.append(head + then + _moved(state))
+    for step, at_ms in state.dwells.items():
+        out.append(f"step {step}: not done before {when(at_ms)} (MinSeconds){_moved(state)}")
     return out
 
 
@@ -459,6 +500,20 @@ def _due_lines(graph: Graph, state: SfcState, at: int, default_attempts: int) ->
                 out.append(f"{name} is sent again (attempt {rec.attempt + 1} of {limit})")
             else:
                 out.append(f"{name} ends with outcome timeout")
+    if held:  # process timers wait for the release, as work deadlines do
+        return out
+    for name, rec in state.actions.items():
+        timed = graph.actions.get(name)
+        if timed is None or rec.timer != at:
+            continue
+        if rec.status == "pending":
+            still = (
+                f" if step {timed.step} is still active" if timed.qualifier in ("D", "DS") else ""
+            )
+            out.append(f"{name} ({timed.qualifier}) starts{still}")
+        elif rec.status == "open":
+            out.append(f"{name} ({timed.qualifier}) is withdrawn at its limit")
+    out += [f"the dwell of step {step} passes" for step, d in state.dwells.items() if d == at]
     return out
 
 
@@ -629,11 +684,19 @@ def explain_state(
         recorded = [
             (n, r) for n, r in state.actions.items() if r.status == "done" and n in graph.actions
         ]
+        timers = _timer_lines(graph, state)
+        if timers:
+            out += ["", "Timers that have not fired (process time: an outage does not move them)"]
+            out.extend(f"  {line}" for line in timers)
         if recorded:
             out += ["", "Already done in the active steps and open divergences"]
             for name, rec in recorded:
                 error = f" ({rec.error})" if rec.error else ""
-                out.append(f"  {name}: outcome {rec.outcome}{error}")
+                block = graph.actions[name]
+                recorded_only = (
+                    "" if block.gating else f" ({block.qualifier}: recorded, not waited for)"
+                )
+                out.append(f"  {name}: outcome {rec.outcome}{error}{recorded_only}")
         out += ["", deadline_of(graph, state, max_attempts_default).text]
     return "\n".join(out) + "\n"
 

@@ -127,8 +127,14 @@ def _mark(state: SfcState | None, rec: ActionRecord | None, active: bool) -> str
     """The state of an action block, for the drawing: open, or its outcome in an active step."""
     if state is None or rec is None:
         return None
+    if rec.status == "pending":  # a process timer runs before the work starts (D, SD, DS)
+        if state.status != "running" or rec.timer is None:
+            return None
+        return f"starts at {when(rec.timer)}"
     if rec.status == "open":
         what = f"attempt {rec.attempt}" if rec.work == "push" else rec.work
+        if rec.timer is not None and state.status == "running":
+            what += f", stop at {when(rec.timer)}"
         if state.status == "completed":
             return f"no longer awaited, {what}"
         if state.status != "running":

@@ -9,8 +9,11 @@ from typing import Any
 
 import pytest
 
+from generated.event_v1_0 import ActionCompleted, Start, Tick
+from generated.state_v1_5 import SfcState
 from sfc import build
-from sfc.explain import explain_recipe, qualifier_words
+from sfc.evolution import evolve, new_state
+from sfc.explain import explain_recipe, explain_state, qualifier_words
 from sfc.graph import Graph
 from sfc.render import iec_time, qualifier_field, render
 
@@ -207,3 +210,75 @@ def test_dot_labels_blocks_iec_style_and_marks_the_others(graph: Graph) -> None:
     assert '<td align="left">push 1 min, not waited for</td>' in chart
     assert '<tr><td>R</td><td align="left">clamp</td><td align="left">reset</td></tr>' in chart
     assert "<tr><td>Cool</td></tr><tr><td>min T#10m</td></tr>" in chart
+
+
+# -- a job's state: non-gating work, pending timers, dwells
+
+
+def started() -> tuple[Graph, SfcState]:
+    """Load (N load; SD heater 5 s, D andon 50 s, L blow 50 s, P1 label; MinSeconds 30) ->
+    Work, right after the start at 0."""
+    doc = {
+        "Steps": [{"Name": "Load", "Initial": True, "MinSeconds": 30}, {"Name": "Work"}],
+        "Transitions": [{"Source": "Load", "Target": "Work", "Condition": "true"}],
+        "Actions": [
+            block("load", "Load"),
+            block("heater", "Load", "SD", DurationSeconds=5),
+            block("andon", "Load", "D", DurationSeconds=50),
+            block("blow", "Load", "L", DurationSeconds=50),
+            block("label", "Load", "P1"),
+            block("work", "Work"),
+        ],
+    }
+    graph = build(json.dumps(doc).encode()).graph
+    assert graph is not None
+    result = evolve(graph, new_state(graph, "job-1", "test"), None, Start(at=0))
+    return graph, result.state
+
+
+def test_explain_state_names_non_gating_work_pending_timers_and_dwells() -> None:
+    graph, state = started()
+    said = lines(explain_state(graph, state))
+    blow = next(s for s in said if s.startswith("blow (step Load"))
+    assert blow.startswith("blow (step Load, L 50 s, not waited for): push command blow#")
+    assert "withdrawn at its limit at 50.000s (outcome done), unless it ends first" in said
+    assert (
+        "heater (SD 5 s, step Load): starts at 5.000s, even if its step was left, unless an R "
+        "resets it first"
+    ) in said
+    assert "andon (D 50 s, step Load): starts at 50.000s if step Load is still active then" in said
+    assert "step Load: not done before 30.000s (MinSeconds)" in said
+    assert said[-1] == "Next deadline: 5.000s: heater (SD) starts"
+
+
+def test_the_next_deadline_names_limits_dwells_and_delayed_starts() -> None:
+    graph, state = started()
+    answered = evolve(
+        graph,
+        state,
+        None,
+        ActionCompleted(at=1000, action_key="job-1:label", outcome="ok"),
+    ).state
+    text = explain_state(graph, answered)
+    assert "label: outcome ok (P1: recorded, not waited for)" in lines(text)
+    later = evolve(graph, answered, None, Tick(at=5000)).state  # heater starts
+    assert lines(explain_state(graph, later))[-1] == (
+        "Next deadline: 30.000s: the dwell of step Load passes"
+    )
+    later = evolve(
+        graph, later, None, ActionCompleted(at=6000, action_key="job-1:load", outcome="ok")
+    ).state
+    later = evolve(graph, later, None, Tick(at=30_000)).state  # the dwell: on to Work
+    assert "heater (step Load, SD 5 s, not waited for)" in explain_state(graph, later)
+    assert "stored: it runs on until an R resets it or the job ends" in lines(
+        explain_state(graph, later)
+    )
+
+
+def test_render_marks_pending_starts_and_limits() -> None:
+    graph, state = started()
+    chart = render(graph, state)
+    assert "D T#35;50s andon · push 1 min, not waited for [starts at 50.000s]" in chart
+    assert (
+        "● L T#35;50s blow · push 1 min, not waited for [open, attempt 1, stop at 50.000s]" in chart
+    )
