@@ -79,6 +79,11 @@ def test_a_job_submitted_is_listed_shown_charted_and_has_history(api: Console, h
     page = api.get(f"/api/v1/jobs?scope={scope}").json()
     assert [j["job"] for j in page["jobs"]] == ["j1"]
     assert page["jobs"][0]["state"].startswith("Running")
+    assert "waiting" not in page["jobs"][0]
+    (row,) = api.get(f"/api/v1/jobs?scope={scope}&waits=true").json()["jobs"]
+    waiting = row["waiting"]
+    assert (waiting["for"], waiting["what"], waiting["held"]) == ("answer", "a1 (j1:a1#1)", False)
+    assert waiting["since"] == waiting["deadline"] - 30_000
     assert api.get(f"/api/v1/jobs?scope={scope}&state=Ended").json()["jobs"] == []
 
     detail = api.get(f"/api/v1/jobs/{scope}/j1").json()
@@ -104,8 +109,10 @@ def test_paging(api: Console, host: Host) -> None:
     scope = host.scope("paged")
     for i in range(3):
         submit(api, scope, f"p{i}", start=False)
-    page = api.get(f"/api/v1/jobs?scope={scope}&offset=1&limit=1").json()
+    page = api.get(f"/api/v1/jobs?scope={scope}&offset=1&limit=1&waits=true").json()
     assert (page["total"], [j["job"] for j in page["jobs"]]) == (3, ["p1"])
+    waiting = page["jobs"][0]["waiting"]
+    assert (waiting["for"], waiting["since"]) == ("start", page["jobs"][0]["storedAt"])
 
 
 def test_an_unknown_job_is_404_naming_the_job(api: Console, host: Host) -> None:

@@ -106,7 +106,8 @@ def test_the_jobs_list_shows_a_submitted_job_without_a_reload(
     page.evaluate("window.loadedOnce = true")
     submit(served, scope, "seen-live", start=False)
     page.wait_for_selector('tr[data-job="seen-live"]', timeout=WAIT_MS)
-    assert "NotAllowedToStart" in page.inner_text('tr[data-job="seen-live"]')
+    row = page.inner_text('tr[data-job="seen-live"]')
+    assert "NotAllowedToStart" in row and "start: sfc job start" in row and " ago" in row
     assert page.evaluate("window.loadedOnce") is True  # the same page: no reload
 
 

@@ -28,7 +28,7 @@ from starlette.staticfiles import StaticFiles
 from host import jobs, keys, readmodel
 from host.console import pages
 from host.console.auth import CSRF_HEADER, SESSION_COOKIE, Guard
-from host.console.chart import chart_of, check_recipe
+from host.console.chart import chart_of, check_recipe, list_waits
 from host.console.openapi import document
 from host.console.watch import Watchers
 from host.equipment import publish_event
@@ -268,7 +268,8 @@ async def openapi(request: Request) -> Response:
 
 @reads
 async def list_jobs(request: Request) -> Response:
-    """A scope's jobs, filtered by state, paged."""
+    """A scope's jobs, filtered by state, paged; with `?waits=true` what each waits for and
+    since when (the jobs page's one request a change)."""
     scope = scope_of(request.query_params.get("scope"))
     states = request.query_params.getlist("state")
     offset = query_int(request, "offset", 0, 0, 10**9)
@@ -279,7 +280,14 @@ async def list_jobs(request: Request) -> Response:
         )
     except readmodel.StateError as e:
         raise BadInput("state", str(e)) from None
-    return encoded(page)
+    if request.query_params.get("waits") not in ("true", "1"):
+        return encoded(page)
+    store = _console(request).store
+    waiting = await run_in_threadpool(list_waits, store, scope, [j.job for j in page.jobs])
+    doc = msgspec.to_builtins(page)
+    for row in doc["jobs"]:
+        row["waiting"] = waiting.get(row["job"])
+    return encoded(doc)
 
 
 async def _detail(request: Request) -> readmodel.JobDetail:

@@ -74,3 +74,55 @@ def check_recipe(recipe: bytes, script: bytes | None) -> dict[str, Any]:
             "chart": render_svg(graph, sim.state),
         }
     return out
+
+
+def list_waits(store: Store, scope: str, jobs: list[str]) -> dict[str, dict[str, Any]]:
+    """What each listed job waits for and since when, from its stored order and state (one
+    round trip for the page): a start, a worker, a resume (since the pause), or for a running
+    job its first open work by deadline: an answer or an event, since its command went out
+    (its deadline less the action's time), and the deadline."""
+    _, records = store.load(scope, jobs)
+    out: dict[str, dict[str, Any]] = {}
+    for job, record in records.items():
+        if record is None:
+            continue
+        try:
+            order = decode_order(record.order)
+            state = state_decoder.decode(record.state)
+        except msgspec.DecodeError:
+            continue
+        top = order.state[0].state_text if order.state else ""
+        if top == "NotAllowedToStart":
+            out[job] = {"for": "start", "what": "sfc job start", "since": order.stored_at}
+        elif top == "AllowedToStart":
+            out[job] = {"for": "worker", "what": "a worker to start it", "since": order.stored_at}
+        elif top == "Interrupted":
+            out[job] = {"for": "resume", "what": "an operator's resume", "since": state.held_at}
+        elif top == "Running":
+            out[job] = _running_wait(store, order.recipe_hash, order.dataschema, state)
+    return out
+
+
+def _running_wait(
+    store: Store, recipe_hash: str, dataschema: str, state: SfcState
+) -> dict[str, Any]:
+    opened = [
+        (rec.deadline if rec.deadline is not None else 1 << 62, name, rec)
+        for name, rec in state.actions.items()
+        if rec.status == "open"
+    ]
+    if not opened:
+        return {"for": "time", "what": "a step's time or a timer", "since": None}
+    _, name, rec = min(opened, key=lambda o: (o[0], o[1]))
+    graph, _ = recipe_graph(store, recipe_hash, dataschema)
+    spec = None if graph is None else graph.actions.get(name)
+    since = None
+    if rec.deadline is not None and spec is not None and rec.work != "restart":
+        since = rec.deadline - spec.timeout_ms
+    return {
+        "for": "event" if rec.work == "await" else "answer",
+        "what": f"{name} ({rec.command_id or rec.type_id})",
+        "since": since,
+        "deadline": rec.deadline,
+        "held": rec.hold == "held",
+    }

@@ -118,6 +118,12 @@ def document() -> dict[str, Any]:
                         _param("state", "query", "A state or state path (repeat it)."),
                         _param("offset", "query", "The first job (default 0).", "integer"),
                         _param("limit", "query", "At most this many (default 100).", "integer"),
+                        _param(
+                            "waits",
+                            "query",
+                            "true: each row's `waiting`, what it waits for and since when.",
+                            "boolean",
+                        ),
                     ],
                     "responses": {"200": _json("JobPage"), "400": _ERROR},
                 },
@@ -147,6 +153,7 @@ def document() -> dict[str, Any]:
                         _SCOPE,
                         _JOB,
                         _param("history", "query", "History entries (default 20).", "integer"),
+                        _param("chart", "query", "true: the chart's SVG too (`chart`).", "boolean"),
                     ],
                     "responses": {"200": _json("JobDetail"), "400": _ERROR, "404": _ERROR},
                 }

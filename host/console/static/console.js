@@ -71,26 +71,34 @@
   }
 
   // -- the jobs list
-  const WAITS = { NotAllowedToStart: "a start", AllowedToStart: "a worker", Interrupted: "a resume", Running: "its equipment" };
   function jobsPage() {
     const form = $("filter");
     let scope = data.scope;
     async function refresh() {
       const state = form.state.value;
-      const q = "scope=" + encodeURIComponent(scope) + "&limit=1000" + (state ? "&state=" + encodeURIComponent(state) : "");
+      const q = "scope=" + encodeURIComponent(scope) + "&limit=1000&waits=true" + (state ? "&state=" + encodeURIComponent(state) : "");
       const r = await call("GET", "/api/v1/jobs?" + q);
       if (!r.ok) { $("total").textContent = (r.answer && r.answer.error) || "refused"; return; }
       const needle = form.text.value;
       const rows = r.answer.jobs.filter((j) => !needle || j.job.includes(needle));
       $("jobs").tBodies[0].innerHTML = rows.map((j) => {
-        const top = (j.state || "").split("/")[0];
-        const since = top === "Running" || top === "Interrupted" ? j.startedAt : top === "Ended" || top === "Aborted" ? j.endedAt : j.storedAt;
+        const w = j.waiting;
         const link = "/jobs/" + encodeURIComponent(scope) + "/" + encodeURIComponent(j.job);
+        const what = w ? w.for + ": " + w.what + (w.held ? " (held)" : "") : "";
         return '<tr data-job="' + text(j.job) + '"><td><a href="' + link + '">' + text(j.job) + "</a></td><td>" + text(j.unreadable ? "unreadable" : j.state) +
-          "</td><td>" + text(WAITS[top] || "") + "</td><td>" + when(since) + "</td><td>" + when(j.storedAt) + "</td><td>" + when(j.endedAt) + "</td></tr>";
+          "</td><td>" + text(what) + '</td><td class="since"' + (w && w.since != null ? ' data-since="' + w.since + '"' : "") + ">" + (w ? when(w.since) : "") +
+          "</td><td>" + when(j.storedAt) + "</td><td>" + when(j.endedAt) + "</td></tr>";
       }).join("");
+      ago();
       $("total").textContent = rows.length + " of " + r.answer.total + " job(s)";
     }
+    function ago() {
+      for (const cell of document.querySelectorAll("[data-since]")) {
+        cell.title = when(Number(cell.dataset.since));
+        cell.textContent = span(Date.now() - Number(cell.dataset.since)) + " ago";
+      }
+    }
+    setInterval(ago, 1000);
     form.addEventListener("input", () => {
       if (form.scope.value && form.scope.value !== scope) { scope = form.scope.value; $("scope").textContent = scope; }
       later(refresh);
