@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright import sync_api as playwright
 
 from tests.consolekit import TOKEN, Console, console
 from tests.hostkit import Host, linear_recipe
-
-playwright = pytest.importorskip("playwright.sync_api")
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -42,7 +41,11 @@ def _chromium() -> str | None:
     if Path(CHROMIUM).exists():
         return CHROMIUM
     if os.geteuid() == 0 and shutil.which("apt-get"):
-        subprocess.run(["apt-get", "install", "-y", "chromium"], check=False, timeout=900)
+        install = ["apt-get", "install", "-y", "chromium"]
+        if subprocess.run(install, check=False, timeout=900).returncode != 0:
+            # a fresh image has no package lists yet
+            subprocess.run(["apt-get", "update"], check=False, timeout=900)
+            subprocess.run(install, check=False, timeout=900)
     return CHROMIUM if Path(CHROMIUM).exists() else None
 
 
