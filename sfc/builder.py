@@ -1419,7 +1419,7 @@ class _Checker:
                 f"$.Transitions[{j}].Condition",
                 f"transition {_q(f'{t.source} -> {t.target}')} waits for outcome "
                 f"{_q(t.condition)}, which no action type of {where} declares "
-                f"(possible: {', '.join(sorted(possible))})"
+                f"(possible: {', '.join(sorted(possible)) or 'none, only true can fire'})"
                 + self.not_waited_for(t.source, t.condition, outcomes),
             )
 
@@ -1548,7 +1548,8 @@ class _Checker:
                 involved += self.involved(self.transitions[j].source)
         else:
             involved = self.involved(source)
-        result = set(RESERVED_OUTCOMES)
+        # Without an N action nothing can time out or fail: only "true" can fire.
+        result = set(RESERVED_OUTCOMES) if involved else set()
         for i in involved:
             own = outcomes[i]
             if own is None:

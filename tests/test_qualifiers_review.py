@@ -1019,3 +1019,18 @@ def test_a_cancel_while_held_withdraws_open_non_gating_work_and_forgets_timers()
     assert run.withdraws_of("blow") == [(2000, "shift end")]
     assert run.withdraws_of("lbl") == [] and run.starts_of("andon") == []
     assert next_deadline(run.sim.state) is None
+
+
+@pytest.mark.parametrize("condition", ["ok", "error", "timeout"])
+def test_sfc016_refuses_any_outcome_on_a_step_without_gating_actions(condition: str) -> None:
+    # conv (S) is not waited for, so step A ends with no outcome at all: not even a
+    # failure, so only "true" can fire.
+    doc = chart(
+        ["A", "B", "C"],
+        [q("conv", "A", "S"), q("b", "B"), q("c", "C")],
+        transitions=[tr("A", "B", condition), tr("A", "C", "true", 1)],
+    )
+    types = ["com.example.conv.v1", "com.example.b.v1", "com.example.c.v1"]
+    result = built(doc, capabilities=station(types))
+    assert [(e.code, e.path) for e in result.errors] == [("SFC016", "$.Transitions[0].Condition")]
+    assert "possible: none, only true can fire" in result.errors[0].message
