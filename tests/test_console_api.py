@@ -325,3 +325,27 @@ def test_a_recipe_graph_is_built_once_and_kept(api: Console, host: Host) -> None
         None,
         "recipe 000000000000 is not stored",
     )
+
+
+def test_the_stream_tells_a_burst_of_commits_and_then_goes_quiet(api: Console, host: Host) -> None:
+    """Many commits of one job are told in a round or two, not an entry a round."""
+    scope = host.scope("burst")
+    submit(api, scope, "b1", start=False)
+    events = Events(api, f"/api/v1/stream?scope={scope}")
+    try:
+        assert events.next_event(10)[0] == "hello"
+        for _ in range(6):  # twelve commits, each with a history entry
+            assert api.post(f"/api/v1/jobs/{scope}/b1/start", token=TOKEN).status == 200
+            assert api.post(f"/api/v1/jobs/{scope}/b1/revoke", token=TOKEN).status == 200
+        told = 0
+        while True:
+            try:
+                name, data = events.next_event(2.5)
+            except AssertionError:
+                break  # quiet
+            assert (name, data["jobs"]) == ("change", ["b1"])
+            told += 1
+            assert told <= 4, "the stream keeps telling old entries"
+        assert told >= 1
+    finally:
+        events.close()

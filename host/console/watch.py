@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from host.store import Store
+from host.store import Store, id_tuple
 
 log = logging.getLogger("sfc.console")
 
@@ -95,7 +95,8 @@ class Watcher:
                 known = set(store.order_ids(self.scope))
                 new = known - set(cursors)
                 gone = set(cursors) - known
-                start = f"{store.time_ms() - int(ROUND_S * 1000) - 1000}-0"
+                now = store.time_ms()
+                start = f"{now - int(ROUND_S * 1000) - 1000}-0"
                 for job in new:
                     cursors[job] = start
                 for job in gone:
@@ -106,7 +107,10 @@ class Watcher:
                 if new or gone:  # told before the read blocks
                     self._tell(Change(self.scope, tuple(sorted(new | gone))))
                 moved = store.history_changes(self.scope, cursors, int(ROUND_S * 1000))
-                cursors.update(moved)
+                # the entries written before this round are this change: read on from now
+                past = f"{now - 1}-{(1 << 64) - 1}"
+                for job, last in moved.items():
+                    cursors[job] = max(last, past, key=id_tuple)
                 if moved:
                     self._tell(Change(self.scope, tuple(sorted(moved))))
             except Exception as e:  # the server went away: say so once, try again

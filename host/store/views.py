@@ -87,13 +87,14 @@ class ReadViews(StoreClient):
         self, scope: str, after: Mapping[str, str], block_ms: int
     ) -> dict[str, str]:
         """The jobs of `after` (job -> a history entry id) whose history has an entry past
-        that id, with their newest entry id: one XREAD that blocks up to `block_ms` until
-        one has (the keys share the slot of `{scope}`). Empty when none changed."""
+        that id, with the first such entry's id: one XREAD (COUNT 1: a change is told by one
+        entry) that blocks up to `block_ms` until one has (the keys share the slot of
+        `{scope}`). Empty when none changed."""
         if not after:
             return {}
         streams = {keys.history(scope, job): last for job, last in after.items()}
         prefix = len(keys.history(scope, ""))
-        rows: Any = self.client(scope).xread(streams, count=1000, block=block_ms)  # type: ignore[arg-type]
+        rows: Any = self.client(scope).xread(streams, count=1, block=block_ms)  # type: ignore[arg-type]
         return {
             wire.text(key)[prefix:]: wire.text(entries[-1][0])
             for key, entries in rows or []
