@@ -918,12 +918,7 @@ def explained_at(doc: dict[str, Any], script: dict[str, Any], until_ms: int) -> 
     return explain_state(g, sim.state)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="explain_state lists open non-gating work under 'What it waits for' and says "
-    "nothing of dwells or pending timers",
-)
-def test_explain_state_says_what_a_step_waits_for_not_the_work_it_does_not_wait_for() -> None:
+def test_explain_state_says_the_dwell_the_timers_and_what_the_next_deadline_does() -> None:
     doc = chart(
         ["Load", "Settle", "Unload"],
         [
@@ -936,11 +931,26 @@ def test_explain_state_says_what_a_step_waits_for_not_the_work_it_does_not_wait_
         min_seconds={"Settle": 5},
     )
     text = explained_at(doc, replies(vac=SILENT, load=["ok@1000"], andon=SILENT), 3000)
+    assert "andon (D 20 s, step Settle): starts at 21.000s if step Settle is still active" in text
+    assert "step Settle: not done before 6.000s (MinSeconds)" in text
+    assert "Next deadline: 6.000s: the dwell of step Settle passes" in text
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="explain_state lists open non-gating work, marked 'not waited for', under the "
+    "heading 'What it waits for'",
+)
+def test_explain_state_does_not_list_work_it_does_not_wait_for_as_waited_for() -> None:
+    doc = chart(
+        ["Load", "Settle", "Unload"],
+        [q("vac", "Load", "S"), q("load", "Load"), r("vac", "Unload"), q("unload", "Unload")],
+        min_seconds={"Settle": 5},
+    )
+    text = explained_at(doc, replies(vac=SILENT, load=["ok@1000"]), 3000)
     waits = text.split("What it waits for", 1)[1].split("\n\n", 1)[0]
-    assert "vac" not in waits  # an S is not waited for
-    assert "Settle" in waits and "6.000s" in waits  # the dwell is, until entry + 5 s
-    assert "andon" in text and "21.000s" in text  # the D's timer: when it would start
-    assert "Next deadline: 6.000s: " in text  # ... and what happens then, in words
+    assert "not waited for" not in waits
+    assert "vac" in text  # still shown, under a heading of its own
 
 
 def test_an_r_in_another_sequence_drops_a_pending_ds_while_its_step_is_still_active() -> None:
@@ -1034,3 +1044,57 @@ def test_sfc016_refuses_any_outcome_on_a_step_without_gating_actions(condition: 
     result = built(doc, capabilities=station(types))
     assert [(e.code, e.path) for e in result.errors] == [("SFC016", "$.Transitions[0].Condition")]
     assert "possible: none, only true can fire" in result.errors[0].message
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a release moves D/L timers and dwells but its transcript line does not say to when",
+)
+def test_a_release_says_which_process_timers_it_moved() -> None:
+    doc = chart(
+        ["A", "B"], [q("andon", "A", "D", 10), q("a", "A", TimeoutSeconds=600), q("b", "B")]
+    )
+    run = Run(
+        doc,
+        {
+            **replies(andon=SILENT, a=["ok@20000"]),
+            "controls": [{"kind": "hold", "atMs": 2000}, {"kind": "release", "atMs": 7000}],
+        },
+    )
+    release = next(
+        line for line in run.text.split("\nend:")[0].split("\n") if "operator release" in line
+    )
+    assert run.starts_of("andon") == [15_000]
+    assert "andon" in release and "15.000s" in release
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a late answer to stored work withdrawn by an R says its step was left, not that it was reset",
+)
+def test_a_late_answer_to_reset_work_says_it_was_reset() -> None:
+    doc = chart(
+        ["A", "B", "C"],
+        [q("conv", "A", "S"), q("a", "A"), q("b", "B"), r("conv", "C"), q("c", "C")],
+    )
+    run = Run(doc, replies(conv=["ok@5000"], a=["ok@1000"], b=["ok@1000"], c=["ok@9000"]))
+    late = next(e for e in run.result.transcript if e.at_ms == 5000)
+    assert late.disposition == "absorbed"
+    assert "reset" in late.reason or "withdrawn" in late.reason
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="render labels transition priorities p0:/p1:, which read as the qualifiers P0 and P1",
+)
+def test_render_does_not_label_priorities_like_the_p0_and_p1_qualifiers() -> None:
+    from sfc.render import render
+
+    doc = chart(
+        ["A", "B", "C"],
+        [q("a", "A"), q("bye", "A", "P0"), q("lbl", "A", "P1"), q("b", "B"), q("c", "C")],
+        transitions=[tr("A", "B", "ok"), tr("A", "C", "true", 1)],
+    )
+    text = render(graph(doc))
+    assert "P0" in text and "P1" in text
+    assert '"p0: ' not in text.lower() and '"p1: ' not in text.lower()
