@@ -31,6 +31,7 @@ from cli.hostcommon import (
 )
 from cli.hostcommon import server_errors as server_errors
 from cli.main import app
+from host import facade
 from host.keys import KeyError_, check_name
 from host.mqtt import (
     CLIENT_ID_LIMIT,
@@ -230,7 +231,7 @@ def bridge_mqtt(
         f"{c.claimed} claimed, {c.responses} response(s), {c.events} event(s)",
         err=True,
     )
-    store.close()
+    facade.close(store)
 
 
 @device_app.command("mqtt")

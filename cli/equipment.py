@@ -29,6 +29,7 @@ from cli.hostcommon import (
 from cli.hostcommon import server_errors as server_errors
 from cli.main import app
 from generated.simulation_script_v1_0 import SimulationScript
+from host import facade
 from host.scripted import DEFAULT_GROUP, ScriptedEquipment, load_host_script
 from host.serve import stop_on_signals
 from sfc.simulation import ScriptError
@@ -99,4 +100,4 @@ def equipment(
         f"{c.silent} silent, {c.dropped_expired} expired",
         err=True,
     )
-    store.close()
+    facade.close(store)

@@ -20,10 +20,10 @@ from typing import Annotated, Any, NoReturn
 import msgspec
 import typer
 
-from host import jobs, keys, logs
+from host import facade, jobs, keys, logs
+from host.facade import Connection, StoreError, unreachable
 from host.serve import NoServer, connect, resolve_url
 from host.settings import Settings, SettingsError, from_environment
-from host.store import Store, StoreError, unreachable
 
 RedisOption = Annotated[
     str | None,
@@ -130,13 +130,13 @@ def _named(scopes: list[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def unregistered(store: Store, scope: str, registered: list[str] | None = None) -> str | None:
+def unregistered(store: Connection, scope: str, registered: list[str] | None = None) -> str | None:
     """Why an empty answer for `scope` may not be "all clear": the scope is not registered
     (`sfc:scopes`: nothing was submitted to it, nor set up), with the registered scopes
     (read when not given); None when it is. A mistyped `--scope` otherwise looks like a
     quiet plant area."""
     if registered is None:
-        registered = store.scopes()
+        registered = facade.scopes(store)
     if scope in registered:
         return None
     return f"scope {scope} is not registered (a typo?); " + (
@@ -146,7 +146,7 @@ def unregistered(store: Store, scope: str, registered: list[str] | None = None) 
     )
 
 
-def warn_unregistered(store: Store, scope: str) -> str | None:
+def warn_unregistered(store: Connection, scope: str) -> str | None:
     """`unregistered`, said on stderr; returns it (for a JSON document's `warning`)."""
     warning = unregistered(store, scope)
     if warning is not None:
@@ -154,13 +154,13 @@ def warn_unregistered(store: Store, scope: str) -> str | None:
     return warning
 
 
-def not_found(store: Store, scope: str, job: str, fix: str = "add --scope {scope}") -> str:
+def not_found(store: Connection, scope: str, job: str, fix: str = "add --scope {scope}") -> str:
     """The message of a job that is not stored in `scope`, shared by every command."""
     return f"no such job order in scope {scope}{where_else(store, scope, job, fix)}"
 
 
 def not_found_many(
-    store: Store, scope: str, job_ids: list[str], fix: str = "add --scope {scope}"
+    store: Connection, scope: str, job_ids: list[str], fix: str = "add --scope {scope}"
 ) -> dict[str, str]:
     """`not_found` of each job, in one pass (`sfc job wait` of several)."""
     return {
@@ -169,7 +169,7 @@ def not_found_many(
     }
 
 
-def where_else(store: Store, scope: str, job: str, fix: str = "add --scope {scope}") -> str:
+def where_else(store: Connection, scope: str, job: str, fix: str = "add --scope {scope}") -> str:
     """What follows "no such job order in scope S": the other registered scopes that hold
     the id (`fix` says how to ask there), or that `scope` is not registered; "" when
     neither. Asked only on that path (one EXISTS per registered scope, pipelined)."""
@@ -177,11 +177,11 @@ def where_else(store: Store, scope: str, job: str, fix: str = "add --scope {scop
 
 
 def where_else_many(
-    store: Store, scope: str, job_ids: list[str], fix: str = "add --scope {scope}"
+    store: Connection, scope: str, job_ids: list[str], fix: str = "add --scope {scope}"
 ) -> dict[str, str]:
     """`where_else` of each job: the registry read once, and every EXISTS in one pipeline
     per node (`host.jobs.elsewhere_many`)."""
-    registered = store.scopes()
+    registered = facade.scopes(store)
     found = jobs.elsewhere_many(store, scope, job_ids, registered)
     warning = unregistered(store, scope, registered)
     out: dict[str, str] = {}
@@ -235,14 +235,14 @@ def server_errors() -> Iterator[None]:
         raise
 
 
-def open_store(redis_url: str | None, data_dir: Path | None) -> Store:
+def open_store(redis_url: str | None, data_dir: Path | None) -> Connection:
     """A checked connection; exits 2 with the reason when there is none."""
     with server_errors():
         return connect(resolve_url(redis_url, data_dir))
 
 
 @contextmanager
-def connected(redis_url: str | None, data_dir: Path | None) -> Iterator[Store]:
+def connected(redis_url: str | None, data_dir: Path | None) -> Iterator[Connection]:
     """A checked connection for the block, with the server's errors turned into messages,
     closed afterwards."""
     store = open_store(redis_url, data_dir)
@@ -250,7 +250,7 @@ def connected(redis_url: str | None, data_dir: Path | None) -> Iterator[Store]:
         with server_errors():
             yield store
     finally:
-        store.close()
+        facade.close(store)
 
 
 def print_json(doc: Any) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import msgspec
 import typer
@@ -45,11 +45,10 @@ from cli.hostcommon import (
     warn_unregistered,
 )
 from cli.main import app
-from host import joborder, jobs, jobview, keys, readmodel
-from host.apply import decode_order
+from host import facade, joborder, jobs, jobview, keys, readmodel
+from host.facade import Connection
 from host.joborder import ReturnStatus
 from host.reconnect import Reconnect
-from host.store import Store
 from sfc.explain import when
 from sfc.words import elapsed
 
@@ -127,6 +126,12 @@ def submit(
     interrupted = False
     lost: str | None = None
     with server_errors():
+        named = [i for i in ids if i is not None]
+        held = facade.taken(store, scope, named) if len(named) > 1 else []
+    if held:
+        facade.close(store)
+        _refuse_taken(held, named, scope, as_json)
+    with server_errors():
         try:
             for one in ids:
                 r = jobs.submit(
@@ -151,7 +156,7 @@ def submit(
             # the server went away part-way: say what was stored, then what went wrong
             # (a retry without --job-id would store the same orders again)
             interrupted, lost = True, str(e)
-    store.close()
+    facade.close(store)
     # every shape error, as validate lists them (the host's build stops at the first)
     refused = [_every_shape_error(text, r, scope) for r in results if not r.ok]
     if as_json:
@@ -180,6 +185,15 @@ def submit(
                 typer.echo(r.job)
         for r in refused:
             _refused(r, recipe, scope)
+    stored_ids = [r.job for r in results if r.ok]
+    if refused and stored_ids and not as_json:
+        # taken meanwhile (the ids were free when checked): every id, stored or not
+        left = [i for i in ids[len(stored_ids) :] if i is not None]
+        typer.echo(
+            f"sfc: stored {len(stored_ids)} of {count}: {_ids(stored_ids)}; not stored: "
+            f"{_ids(left)}",
+            err=True,
+        )
     if interrupted:
         stored = sum(1 for r in results if r.ok)
         if lost is not None:
@@ -193,6 +207,37 @@ def submit(
         raise typer.Exit(130)
     if refused:
         raise typer.Exit(1)
+
+
+def _ids(ids: list[str], shown: int = 20) -> str:
+    """Job ids in a line: the first `shown`, then how many more."""
+    more = len(ids) - shown
+    return ", ".join(ids[:shown]) + (f" and {more} more" if more > 0 else "") if ids else "none"
+
+
+def _refuse_taken(held: list[str], named: list[str], scope: str, as_json: bool) -> NoReturn:
+    """A submit of several ids, some of them taken: nothing is stored (all or none), and
+    every id is said, taken or free; exit 1."""
+    free = [i for i in named if i not in held]
+    message = (
+        f"nothing stored: {len(held)} of the {len(named)} job ids are taken in scope {scope}: "
+        f"{_ids(held)}; free: {_ids(free)}. A submit of several ids stores all of them or "
+        "none: choose another --job-id prefix, or remove the stored jobs first (`sfc job "
+        "clear` once they ended, `sfc job cancel` if they have not started)"
+    )
+    if as_json:
+        status = int(ReturnStatus.UNABLE_TO_ACCEPT)
+        print_json(
+            {
+                "jobs": [],
+                "refused": [
+                    {"job": j, "status": status, "message": jobs.TAKEN, "errors": []} for j in held
+                ],
+                "error": message,
+            }
+        )
+        raise typer.Exit(1)
+    fail(message, 1)
 
 
 def _submit_ids(job_id: str | None, count: int) -> list[str | None]:
@@ -298,7 +343,7 @@ def _report_part(results: list[jobs.MethodResult], as_json: bool) -> None:
             typer.echo(_status_line(r))
 
 
-def _located(store: Store, scope: str, result: jobs.MethodResult) -> jobs.MethodResult:
+def _located(store: Connection, scope: str, result: jobs.MethodResult) -> jobs.MethodResult:
     """`result`, and for a job not stored in `scope`, the message that says where it is
     (`not_found`): the id in another registered scope, or a scope that is not registered."""
     if result.status != ReturnStatus.UNKNOWN_JOB_ORDER_ID:
@@ -312,7 +357,7 @@ def _apply_each(
     redis: str | None,
     data_dir: Path | None,
     as_json: bool,
-    one: Callable[[Store, str], jobs.MethodResult],
+    one: Callable[[Connection, str], jobs.MethodResult],
 ) -> None:
     check_scope(scope)
     check_jobs(job_ids)
@@ -436,7 +481,7 @@ def update(
             settings=settings,
         )
         result = _located(store, scope, result)
-    store.close()
+    facade.close(store)
     if text is not None:
         result = _every_shape_error(text, result, scope)
     if not as_json and result.errors:
@@ -475,7 +520,7 @@ def redispatch(
     with server_errors():
         result = jobs.redispatch(store, scope, job_id, action, force=force, settings=settings)
         result = _located(store, scope, result)
-    store.close()
+    facade.close(store)
     _report([result], as_json)
 
 
@@ -501,7 +546,7 @@ def response(
                 typer.echo(f"sfc: {_status_line(result)}", err=True)
             else:
                 out.append(resp)
-    store.close()
+    facade.close(store)
     print_json({"responses": out})
     if failed:
         raise typer.Exit(1)
@@ -529,7 +574,7 @@ def list_(
             wanted = {r.job_order_id for r in responses}
         every = jobview.listing(store, scope)
         warning = warn_unregistered(store, scope) if not every else None
-    store.close()
+    facade.close(store)
     listed = [j for j in every if not state or j.job in wanted]
     if as_json:
         print_json(
@@ -627,7 +672,7 @@ def show(
     with server_errors():
         d = readmodel.job_detail(store, scope, job_id, history)
         missing = not_found(store, scope, job_id) if d is None else ""
-    store.close()
+    facade.close(store)
     if d is None:
         words = joborder.status_words(int(ReturnStatus.UNKNOWN_JOB_ORDER_ID))
         fail(f"{job_id}: {words}: {missing}", 1)
@@ -777,12 +822,12 @@ def wait(
     store = open_store(redis, data_dir)
     deadline = time.monotonic() + timeout
     with server_errors():
-        ends = _wait(store, scope, job_ids, deadline)
+        ends, paused = _wait(store, scope, job_ids, deadline)
         left = [j for j in job_ids if j not in ends]
         why = jobs.unreadable_jobs(store, scope, left) if left else {}
-        unknown = [j for j in job_ids if ends.get(j) == "unknown job order"]
+        unknown = [j for j in job_ids if ends.get(j) == facade.UNKNOWN]
         missing = not_found_many(store, scope, unknown) if unknown else {}
-    store.close()
+    facade.close(store)
     bad = False
     for j in job_ids:
         path = ends.get(j)
@@ -790,6 +835,8 @@ def wait(
             path = f"unknown job order ({missing[j]})"
         if path is None and j in why:  # no worker can evaluate it: it will never end
             path = f"not ended: its stored order or state cannot be read ({why[j]})"
+        if path is None and j in paused:  # it ends only after a person's resume
+            path = f"not ended: paused ({paused[j]}), it waits for `sfc job resume` (timeout)"
         typer.echo(visible(f"{j}: {path or 'not ended (timeout)'}"))
         bad = bad or path != "Ended/Completed"
     if bad:
@@ -800,8 +847,14 @@ WAIT_BACKOFF_MAX_S = 0.5
 """`sfc job wait` tries a server it cannot reach at least this often: a person waits on it."""
 
 
-def _wait(store: Store, scope: str, job_ids: list[str], deadline: float) -> dict[str, str]:
+def _wait(
+    store: Connection, scope: str, job_ids: list[str], deadline: float
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The jobs that ended (their state path) or are not stored, by the deadline; and of
+    the others, those paused at the last look. A job seen paused is said on stderr at once:
+    it ends only after a person resumes it."""
     ends: dict[str, str] = {}
+    paused: dict[str, str] = {}
     progress = None
     if terminal():
         from rich.progress import Progress
@@ -815,28 +868,38 @@ def _wait(store: Store, scope: str, job_ids: list[str], deadline: float) -> dict
         while True:
             left = [j for j in job_ids if j not in ends]
             try:
-                _, records = store.load(scope, left)
+                orders = facade.orders(store, scope, left)
             except Exception as e:
                 if not server_gone(e) or time.monotonic() > deadline:
                     raise
                 # a restart of the server (of `sfc serve`): waited out, as the workers do
                 reconnect.unreachable(e)
-                store.refresh_routes()
+                facade.reach_again(store)
                 time.sleep(reconnect.wait())
                 continue
             reconnect.went_through()
-            for j in left:
-                r = records[j]
-                if r is None:
-                    ends[j] = "unknown job order"
-                    continue
-                o = decode_order(r.order)
-                if joborder.ended(o):
+            for j, o in orders.items():
+                if o is None:
+                    ends[j] = facade.UNKNOWN
+                elif joborder.ended(o):
                     ends[j] = readmodel.ended_state(o)
+                    paused.pop(j, None)
+                elif joborder.state_of(o) == "Interrupted":
+                    if j not in paused:
+                        typer.echo(
+                            visible(
+                                f"sfc: {j} is paused ({joborder.path_text(o)}): it ends only "
+                                "after `sfc job resume` (or stop, or abort); waiting"
+                            ),
+                            err=True,
+                        )
+                    paused[j] = joborder.path_text(o)
+                else:
+                    paused.pop(j, None)
             if progress is not None:
                 progress.update(task, completed=len(ends))
             if len(ends) == len(job_ids) or time.monotonic() > deadline:
-                return ends
+                return ends, paused
             time.sleep(0.1)
     finally:
         if progress is not None:

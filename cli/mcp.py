@@ -16,8 +16,8 @@ import typer
 
 from cli.hostcommon import DataDirOption, RedisOption, fail, process_settings
 from cli.main import app
+from host.facade import redacted
 from host.serve import NoServer, resolve_url
-from host.store import redacted
 
 NO_MCP = (
     "sfc mcp needs the MCP SDK (the mcp package), the `mcp` extra: "

@@ -44,12 +44,12 @@ from cli.job import show_text
 from generated.capabilities_v1_1 import Capabilities
 from generated.simulation_script_v1_0 import SimulationScript
 from generated.state_v1_5 import SfcState
-from generated.work_entry_v1_0 import TickData
-from host import joborder, jobs, jobview, keys, readmodel
-from host.entries import fields
+from host import facade, joborder, jobs, jobview, keys, readmodel, workview
+from host.facade import Connection as Server
+from host.facade import StoreError, unreachable
 from host.joborder import ReturnStatus
+from host.serve import connect
 from host.settings import Settings
-from host.store import Store, StoreError, unreachable
 from sfc import codec
 from sfc.builder import RECIPE_V1_2_0
 from sfc.evolution import misfit
@@ -269,14 +269,13 @@ class Connection:
     """The server the tools use: connected at the first call, and again after a failure."""
 
     url: str
-    store: Store | None = None
-    opened: list[Store] = field(default_factory=list)
+    store: Server | None = None
+    opened: list[Server] = field(default_factory=list)
 
-    def get(self) -> Store:
+    def get(self) -> Server:
         if self.store is None:
             try:
-                store = Store.from_url(self.url)
-                store.ping()
+                store = connect(self.url)
             except StoreError as e:
                 raise ToolError(str(e)) from None
             self.opened.append(store)
@@ -285,7 +284,7 @@ class Connection:
 
     def close(self) -> None:
         for s in self.opened:
-            s.close()
+            facade.close(s)
         self.opened.clear()
         self.store = None
 
@@ -305,7 +304,7 @@ def _job(job: str) -> str:
 
 
 @contextmanager
-def _server(conn: Connection) -> Iterator[Store]:
+def _server(conn: Connection) -> Iterator[Server]:
     """The store; a server that is gone or refuses is a tool error (connect again next
     time)."""
     store = conn.get()
@@ -328,13 +327,13 @@ MCP_FIX = 'call it with scope "{scope}"'
 """How a tool's error says to ask another scope (`not_found`'s fix)."""
 
 
-def _missing(store: Store, scope: str, job: str) -> ToolError:
+def _missing(store: Server, scope: str, job: str) -> ToolError:
     """The error of a job not stored in `scope`, saying where it is (as `sfc job` says it)."""
     words = joborder.status_words(int(ReturnStatus.UNKNOWN_JOB_ORDER_ID))
     return ToolError(f"{job}: {words}: {not_found(store, scope, job, MCP_FIX)}")
 
 
-def _outcome(result: jobs.MethodResult, store: Store, scope: str) -> dict[str, Any]:
+def _outcome(result: jobs.MethodResult, store: Server, scope: str) -> dict[str, Any]:
     """A method's ReturnStatus; a refusal is a tool error that says why."""
     words = joborder.status_words(int(result.status))
     if result.status == ReturnStatus.UNKNOWN_JOB_ORDER_ID:
@@ -404,7 +403,7 @@ def server_tools(conn: Connection) -> list[Callable[..., Any]]:
         `sfc work pending --json`."""
         _scope(scope)
         with _server(conn) as store:
-            seen = readmodel.work_pending(store, scope)
+            seen = workview.work_pending(store, scope)
             idle = not seen.pending and not seen.unread
             warning = unregistered(store, scope) if idle else None
         doc: dict[str, Any] = msgspec.to_builtins(seen)
@@ -448,9 +447,9 @@ def control_tools(conn: Connection, settings: Settings | None = None) -> list[Ca
         _scope(scope)
         _job(job)
         with _server(conn) as store:
-            if store.job(scope, job) is None:
+            entry = facade.queue_tick(store, scope, job)
+            if entry is None:
                 raise _missing(store, scope, job)
-            entry = store.add_work(scope, fields("tick", TickData(job=job, outage_ms=0)))
         return {"job": job, "entry": entry, "message": f"queued tick {entry}"}
 
     def sfc_redispatch(

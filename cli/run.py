@@ -23,13 +23,12 @@ from cli.equipment import read_host_script
 from cli.files import read, terminal, visible
 from cli.hostcommon import DataDirOption, RedisOption, fail, print_json, server_errors
 from cli.main import app
-from host import joborder, jobs, keys
-from host.apply import decode_order
+from host import facade, joborder, jobs
+from host.facade import Connection
 from host.scripted import ScriptedEquipment
 from host.serve import Serving, connect, scope_values, setup_scope, stop_on_signals
 from host.server import ServerError
 from host.settings import SettingsError, from_environment, scope_defaults
-from host.store import Store
 from sfc.builder import build
 
 
@@ -100,7 +99,7 @@ def run(
         )
         stop = threading.Event()
         thread: threading.Thread | None = None
-        store: Store | None = None
+        store: Connection | None = None
         try:
             with server_errors():
                 try:
@@ -110,7 +109,7 @@ def run(
                 store = connect(url)
                 # SFC_MAX_ATTEMPTS, SFC_EQUIPMENT_HOLD and SFC_EXPIRY_GRACE are scope
                 # settings: stored in the run's scope, as `sfc serve --scope` stores them
-                store.ensure_library()  # an ACL user without FUNCTION LOAD relies on setup
+                facade.ensure_library(store)  # an ACL user without FUNCTION LOAD relies on setup
                 setup_scope(store, scope, scope_settings)
                 serving.start_workers()
                 deadline = time.monotonic() + timeout
@@ -140,7 +139,7 @@ def run(
             if thread is not None:
                 thread.join(5)
             if store is not None:
-                store.close()
+                facade.close(store)
             serving.stop()
     if signalled:
         name = signal.Signals(signalled[0]).name
@@ -155,7 +154,7 @@ def run(
 
 
 def _workers_serve(
-    store: Store,
+    store: Connection,
     scope: str,
     workers: int,
     deadline: float,
@@ -164,10 +163,8 @@ def _workers_serve(
 ) -> None:
     """Wait until every worker reads the scope's work stream, so that the run's times are
     the host's and not the workers' start (about a second each), or until `stopped`."""
-    key = keys.work(scope)
     while time.monotonic() < deadline and all(serving.alive()) and not stopped.is_set():
-        consumers: Any = store.client(scope).xinfo_consumers(key, keys.GROUP)
-        if len(consumers) >= workers:
+        if facade.readers(store, scope) >= workers:
             return
         time.sleep(0.05)
     if not all(serving.alive()) and not stopped.is_set():
@@ -175,7 +172,7 @@ def _workers_serve(
 
 
 def _wait(
-    store: Store,
+    store: Connection,
     scope: str,
     ids: list[str],
     deadline: float,
@@ -193,12 +190,11 @@ def _wait(
     try:
         left = list(ids)
         while left and time.monotonic() < deadline:
-            _, records = store.load(scope, left)
+            found = facade.orders(store, scope, left)
             for j in list(left):
-                r = records[j]
-                if r is None:
+                o = found[j]
+                if o is None:
                     continue
-                o = decode_order(r.order)
                 if joborder.ended(o):
                     orders[j] = o
                     left.remove(j)
@@ -208,21 +204,16 @@ def _wait(
                 break
             if left:
                 stopped.wait(0.05)
-        for j in left:  # not ended: report where they stand
-            r = store.job(scope, j)
-            if r is not None:
-                orders[j] = decode_order(r.order)
+        # not ended: report where they stand
+        orders.update((j, o) for j, o in facade.orders(store, scope, left).items() if o)
     finally:
         if progress is not None:
             progress.stop()
     return orders
 
 
-def _events(store: Store, scope: str, ids: list[str]) -> int:
-    pipe = store.client(scope).pipeline(transaction=False)
-    for j in ids:
-        pipe.xlen(keys.history(scope, j))
-    return sum(int(n) for n in pipe.execute())
+def _events(store: Connection, scope: str, ids: list[str]) -> int:
+    return facade.history_lengths(store, scope, ids)
 
 
 def _summary(orders: dict[str, Any], ids: list[str], events: int, seconds: float) -> dict[str, Any]:

@@ -21,8 +21,9 @@ from cli.hostcommon import (
     server_errors,
 )
 from cli.main import app
-from host import logs
+from host import facade, logs
 from host.console.serving import DEFAULT_ADDR, ConsoleServer
+from host.facade import redacted
 from host.serve import (
     CrashLoop,
     Serving,
@@ -40,7 +41,6 @@ from host.settings import (
     from_environment,
     scope_defaults,
 )
-from host.store import redacted
 
 log = logging.getLogger("sfc.serve")
 
@@ -162,12 +162,12 @@ def setup(
     with server_errors():
         store = connect(resolve_url(redis, data_dir))
         try:
-            store.load_library()
+            facade.load_library(store)
             for s in scopes:
                 setup_scope(store, s, values)
                 typer.echo(f"scope {s}: ready" + (f" ({', '.join(values)})" if values else ""))
         finally:
-            store.close()
+            facade.close(store)
 
 
 def _say(text: str, log_format: str) -> None:
@@ -346,7 +346,9 @@ def serve(
                     fail(str(e), 2)
                 store = connect(url)
                 try:
-                    store.ensure_library()  # an ACL user without FUNCTION LOAD relies on setup
+                    facade.ensure_library(
+                        store
+                    )  # an ACL user without FUNCTION LOAD relies on setup
                     # without --scope every registered scope is served; `default` is set up at
                     # once, so a first submit to it does not wait for the scope refresh
                     for s in scope or ["default"]:
@@ -354,7 +356,7 @@ def serve(
                     if not scope and values:
                         fail("--capabilities, --max-attempts and --equipment-hold need --scope", 2)
                 finally:
-                    store.close()
+                    facade.close(store)
             if metrics_port is not None:
                 try:
                     port = serving.start_metrics(metrics_addr, metrics_port)

@@ -22,18 +22,16 @@ from cli.hostcommon import (
     fail,
     open_store,
     print_json,
+    process_settings,
     server_errors,
     warn_unregistered,
     where_else,
 )
 from cli.main import app
-from generated.state_v1_5 import SfcState
-from host import jobs, readmodel
+from host import facade, workview
 from host.entries import entry_ms
 from host.equipment import answer_data, publish_event
-from host.equipment import respond as respond_
 from host.waits import matches, parse_member
-from sfc.codec import state_decoder
 from sfc.explain import when
 from sfc.words import elapsed
 
@@ -92,10 +90,24 @@ def respond(
     with refused():  # the answer's own shape first (exit 2), then what the job has open
         answer_data(job, action, outcome=outcome, error=error, command_id=command_id, round=round_)
     store = open_store(redis, data_dir)
-    with server_errors():
-        record = store.job(scope, job)
-        elsewhere = where_else(store, scope, job) if record is None else ""
-    if record is None:
+    try:
+        with server_errors():
+            data = facade.answer(
+                store,
+                scope,
+                job,
+                action,
+                outcome=outcome,
+                error=error,
+                command_id=command_id,
+                round=round_,
+            )
+            elsewhere = where_else(store, scope, job) if data is None else ""
+    except facade.Refused as e:
+        facade.close(store)
+        fail(visible(str(e)), 1)
+    if data is None:
+        facade.close(store)
         # an adapter's answer for a cleared job is dropped and counted by the worker; a
         # person who typed the id wants to know
         fail(
@@ -103,71 +115,10 @@ def respond(
             "(see `sfc job list`)",
             1,
         )
-    name = action.removeprefix(f"{job}:")
-    if name.endswith(":hold") and command_id is None:
-        # `ACTION:hold` answers the open hold command, as a script's reply key does; also
-        # one whose time ran out while its work is still out (the engine takes a late
-        # `held`: the attempt ends)
-        state = _stored_state(record.state)
-        rec = state.actions.get(name.removesuffix(":hold"))
-        if (
-            rec is None
-            or rec.status != "open"
-            or rec.hold not in ("open", "notHeld")
-            or rec.hold_command_id is None
-        ):
-            fail(f"{name}: no hold command is open for job {job}; nothing queued", 1)
-        command_id, action = rec.hold_command_id, name.removesuffix(":hold")
-    elif command_id is None:
-        # ACTION answers the work open now, by its command id: not work that opens later
-        # (a job not started yet), nor work of a later round of its step
-        state = _stored_state(record.state)
-        rec = state.actions.get(name)
-        if rec is None or rec.status != "open" or rec.command_id is None:
-            with server_errors():
-                names = jobs.recipe_actions(store, record)
-            if names and name not in names:
-                # a mistyped action, named as `sfc job redispatch` names it
-                fail(
-                    f"{name}: the recipe of job {job} has no action {name!r}; it has "
-                    f"{', '.join(names)}; nothing queued",
-                    1,
-                )
-            fail(
-                f"{name}: no work of it is open for job {job} "
-                f"({'it has not started' if state.status == 'ready' else 'see `sfc job show`'})"
-                "; nothing queued",
-                1,
-            )
-        if rec.work == "await":
-            fail(
-                f"{name} waits for an event, not an answer: publish it with `sfc event "
-                f"{rec.type_id} ...` (see `sfc job show {job}` for its selector); nothing queued",
-                1,
-            )
-        command_id = rec.command_id
-        if round_ is None:
-            round_ = rec.round
-    with server_errors(), refused():
-        entry = respond_(
-            store,
-            scope,
-            job,
-            action,
-            outcome=outcome,
-            error=error,
-            command_id=command_id,
-            round=round_,
-        )
-    store.close()
-    typer.echo(f"queued answer {entry}")
-
-
-def _stored_state(raw: bytes) -> SfcState:
-    """A job's stored state; one that cannot be read is said as every host command says it."""
     with server_errors():
-        return state_decoder.decode(raw)
-    raise AssertionError("unreachable")  # pragma: no cover - server_errors exits
+        entry = facade.queue_answer(store, scope, data)
+    facade.close(store)
+    typer.echo(f"queued answer {entry}")
 
 
 @app.command()
@@ -212,9 +163,9 @@ def event(
             warn_unregistered(store, scope)
             unmatched = None
         else:
-            members, _ = store.waiting(scope, type_id, entry_ms(entry), None)
+            members = facade.event_waits(store, scope, type_id, entry_ms(entry))
             unmatched = _unmatched(members, subject, correlation_id)
-    store.close()
+    facade.close(store)
     if entry is None:
         typer.echo(f"dropped: no job of scope {scope} waits for {type_id} (counted)")
         return
@@ -272,8 +223,8 @@ def pending(
     """Work entries read by a worker and not yet committed, oldest first."""
     check_scope(scope)
     with connected(redis, data_dir) as store:
-        seen = readmodel.work_pending(store, scope)
-        now = store.time_ms()
+        seen = workview.work_pending(store, scope)
+        now = facade.server_time(store)
         idle = not seen.pending and not seen.unread
         warning = warn_unregistered(store, scope) if idle else None
     out, unread = seen.pending, seen.unread
@@ -286,9 +237,11 @@ def pending(
             f"{unread} {'entry' if unread == 1 else 'entries'} not read by any worker yet "
             f"in scope {scope}"
         )
+        hint = _no_worker(seen)
+        if hint:
+            typer.echo(f"  {hint}")
     if not out:
         typer.echo(f"no pending entries in scope {scope}")
-        return
     for p in out:
         age = elapsed(now - entry_ms(p.id))
         typer.echo(
@@ -297,6 +250,40 @@ def pending(
                 f"{elapsed(p.idle_ms)}, delivered {p.deliveries} time(s)"
             )
         )
+    if seen.out_at_equipment:
+        typer.echo("Commands out at the equipment (delivered to an adapter, not acknowledged):")
+    for o in seen.out_at_equipment:
+        what = o.command_id or "(trimmed)"
+        typer.echo(
+            visible(
+                f"  {o.entry}  {what}" + (f" (job {o.job})" if o.job else "") + f": group "
+                f"{o.group}, consumer {o.consumer}, for {elapsed(o.idle_ms)}, delivered "
+                f"{o.deliveries} time(s)"
+            )
+        )
+
+
+WORKER_SILENT_MS = 30_000
+"""A scope whose workers have not read for this long while entries wait unread: `sfc work
+pending` asks whether `sfc serve` runs (a serving worker reads every few seconds)."""
+
+
+def _no_worker(seen: workview.PendingView) -> str | None:
+    """Why entries wait unread, when the workers' group says it: no consumer, or none that
+    read lately."""
+    if seen.workers == 0:
+        return (
+            f"no worker reads scope {seen.scope} (the workers' group has no consumer): "
+            f"is `sfc serve` serving it? (`sfc work groups` shows the groups)"
+        )
+    idle = seen.workers_idle_ms
+    if idle is not None and idle > WORKER_SILENT_MS:
+        return (
+            f"no worker of scope {seen.scope} has read for {elapsed(idle)} ({seen.workers} "
+            "consumer(s) in the workers' group, none reading): is `sfc serve` running, and "
+            "keeping up? (`sfc work groups` shows the groups)"
+        )
+    return None
 
 
 @work_app.command()
@@ -309,7 +296,7 @@ def dead(
     """Entries that could not be parsed, or failed too often, with the reason."""
     check_scope(scope)
     with connected(redis, data_dir) as store:
-        seen = readmodel.work_dead(store, scope)
+        seen = workview.work_dead(store, scope)
         warning = None if seen.dead else warn_unregistered(store, scope)
     out = seen.dead
     if as_json:
@@ -350,13 +337,13 @@ def requeue(
     missing = False
     with server_errors():
         for entry_id in entry_ids:
-            new = store.requeue(scope, entry_id)
+            new = facade.requeue(store, scope, entry_id)
             if new is None:
                 missing = True
                 typer.echo(f"{entry_id}: no such dead entry in scope {scope}", err=True)
             else:
                 typer.echo(f"{entry_id}: requeued as {new}")
-    store.close()
+    facade.close(store)
     if missing:
         raise typer.Exit(1)
 
@@ -376,16 +363,124 @@ def drop(
     store = open_store(redis, data_dir)
     missing = False
     with server_errors():
-        dead = {i: f for i, f in store.dead(scope, 10_000)}
-        for entry_id in entry_ids:
-            fields = dead.get(entry_id)
-            if fields is None or not store.drop_dead(scope, entry_id):
+        for entry_id, fields in facade.drop_dead(store, scope, entry_ids).items():
+            if fields is None:
                 missing = True
                 typer.echo(f"{entry_id}: no such dead entry in scope {scope}", err=True)
                 continue
-            d = readmodel.dead_entry_row(entry_id, fields)
+            d = workview.dead_entry_row(entry_id, fields)
             job = f" for job {d.job}" if d.job else ""
             typer.echo(visible(f"{entry_id}: dropped ({d.kind or 'no kind'}{job}): {d.reason}"))
-    store.close()
+    facade.close(store)
     if missing:
         raise typer.Exit(1)
+
+
+ADAPTER_LIVE_MS = 60_000
+"""A group with a consumer that read within this long has an adapter running: `sfc work
+groups --drop` refuses it without --force."""
+
+
+@work_app.command()
+def groups(
+    drop: Annotated[
+        str | None,
+        typer.Option(
+            "--drop",
+            metavar="NAME",
+            help="Remove this consumer group (of --stream): one an adapter left behind.",
+        ),
+    ] = None,
+    stream: Annotated[
+        str,
+        typer.Option("--stream", metavar="STREAM", help="With --drop: equipment or work."),
+    ] = "equipment",
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="With --drop: also the workers' group, or a group whose adapter still reads.",
+        ),
+    ] = False,
+    scope: ScopeOption = "default",
+    redis: RedisOption = None,
+    data_dir: DataDirOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The consumer groups of the scope's work stream (the workers') and equipment stream
+    (the adapters'): lag, entries delivered and not acknowledged, last delivery, since a
+    consumer last read, and whether the group is stale (its adapter gone: the trim passes
+    over it). --drop NAME removes a group."""
+    check_scope(scope)
+    if stream not in ("equipment", "work"):
+        fail(f"--stream: equipment or work, not {stream!r}", 2)
+    retention = process_settings().equipment_retention  # as the workers judge staleness
+    with connected(redis, data_dir) as store:
+        seen = workview.work_groups(store, scope, retention)
+        if drop is not None:
+            _drop_group(store, seen, stream, drop, force)
+            return
+        warning = None if seen.groups else warn_unregistered(store, scope)
+    if as_json:
+        print_json(msgspec.to_builtins(seen) | ({"warning": warning} if warning else {}))
+        return
+    if not seen.groups:
+        typer.echo(f"no consumer groups in scope {scope}")
+    for g in seen.groups:
+        typer.echo(visible(_group_line(g, seen.now, retention)))
+
+
+def _group_line(g: workview.GroupRow, now: int, retention: int) -> str:
+    role = {"workers": "the workers' group", "adapter": "an adapter's group"}.get(
+        g.role, "a group made by hand"
+    )
+    lag = "lag unknown" if g.lag is None else f"lag {g.lag}"
+    last = (
+        "nothing delivered yet"
+        if g.last_delivered_at is None
+        else f"last delivery {when(g.last_delivered_at)} ({elapsed(now - g.last_delivered_at)} ago)"
+    )
+    read = (
+        "no consumer"
+        if g.idle_ms is None
+        else f"{len(g.consumers)} consumer(s), the latest read {elapsed(g.idle_ms)} ago"
+    )
+    said = (
+        f"{g.stream} stream ({g.length} entries): {g.name} ({role}): {lag}, {g.pending} "
+        f"delivered and not acknowledged, {last}, {read}"
+    )
+    if g.stale:
+        said += (
+            f"; STALE: no consumer read for {elapsed(retention)} (SFC_EQUIPMENT_RETENTION): "
+            "the trim passes over it; `sfc work groups --drop NAME` removes it"
+        )
+    return said
+
+
+def _drop_group(
+    store: facade.Connection, seen: workview.GroupsView, stream: str, name: str, force: bool
+) -> None:
+    group = next((g for g in seen.groups if g.stream == stream and g.name == name), None)
+    if group is None:
+        fail(f"no consumer group {name!r} on the {stream} stream of scope {seen.scope}", 1)
+    if group.role == "workers" and not force:
+        fail(
+            f"{name} is the workers' group: without it no worker reads scope {seen.scope}, "
+            "and what they read and have not committed is forgotten; stop `sfc serve` first, "
+            "then give --force",
+            1,
+        )
+    if group.idle_ms is not None and group.idle_ms <= ADAPTER_LIVE_MS and not force:
+        fail(
+            f"group {name} has a consumer that read {elapsed(group.idle_ms)} ago: its adapter "
+            "runs; stop it first, or give --force",
+            1,
+        )
+    if not facade.drop_group(store, seen.scope, stream, name):
+        fail(f"no consumer group {name!r} on the {stream} stream of scope {seen.scope}", 1)
+    typer.echo(
+        visible(
+            f"dropped group {name} of the {stream} stream of scope {seen.scope} ({group.pending} "
+            f"delivered and not acknowledged, lag {group.lag})"
+        )
+    )

@@ -447,22 +447,7 @@ class Evaluator:
         elif isinstance(graph, str):
             return state, order, note("rejected", graph), "rejected"
         elif isinstance(data, AnswerData):
-            if data.error is not UNSET:
-                event = ActionFailed(
-                    at=at,
-                    action_key=data.action_key,
-                    error=data.error,
-                    command_id=data.command_id,
-                    round=data.round,
-                )
-            else:
-                event = ActionCompleted(
-                    at=at,
-                    action_key=data.action_key,
-                    outcome="done" if data.outcome is UNSET else data.outcome,
-                    command_id=data.command_id,
-                    round=data.round,
-                )
+            event = answer_event(data, at)
         elif isinstance(data, TickData):
             event = Tick(at=at, outage_ms=0 if data.outage_ms is UNSET else data.outage_ms)
         elif isinstance(data, ResumeData):
@@ -537,6 +522,25 @@ def _observe(
             # that an error led to its end otherwise)
             reason += f" (the equipment reported: {data.error[:300]!r})"
         tally.ends.append(JobEnd(job, entry.id, entry.kind, disposition, ended_by, reason))
+
+
+def answer_event(data: AnswerData, at: int) -> ActionCompleted | ActionFailed:
+    """The core's event of an answer entry's data, evaluated at `at`."""
+    if data.error is not UNSET:
+        return ActionFailed(
+            at=at,
+            action_key=data.action_key,
+            error=data.error,
+            command_id=data.command_id,
+            round=data.round,
+        )
+    return ActionCompleted(
+        at=at,
+        action_key=data.action_key,
+        outcome="done" if data.outcome is UNSET else data.outcome,
+        command_id=data.command_id,
+        round=data.round,
+    )
 
 
 def _detail(entry: Entry) -> str:

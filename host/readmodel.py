@@ -10,7 +10,9 @@ shown, as far as it can be, with `unreadable` saying why.
 - `job_detail` -> `JobDetail`: one job (`GET /api/v1/jobs/{scope}/{job}`).
 - `job_page` -> `JobPage`: a scope's jobs, filtered by state, paged (`GET /api/v1/jobs`).
 - `job_history` -> `list[HistoryRow]`: a job's last history entries.
-- `work_pending` -> `PendingView`, `work_dead` -> `DeadView`: the scope's work stream.
+
+The work stream's views (pending and dead entries, consumer groups, commands out at the
+equipment) are in host/workview.py.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from generated.job_order_v1_0 import JobOrder
 from generated.job_response_v1_0 import JobResponse
 from generated.state_v1_5 import SfcState
 from host import joborder, jobview, keys
-from host.entries import EntryError, dead_job, decode_history, decode_work
+from host.entries import EntryError, decode_history
 from host.jobview import DeadEntry, GroupRead, JobView, Listed, OutCommand
 from host.store import Store
 from sfc.explain import deadline_of, explain_state, waits, when
@@ -260,48 +262,6 @@ class JobPage(Model, frozen=True):
     offset: int
     limit: int
     jobs: list[JobRow]
-
-
-class PendingEntry(Model, frozen=True):
-    """A work entry of the scope read by a worker and not committed yet: `entry` in words,
-    its `kind`, and the job its data names (None for an event)."""
-
-    id: str
-    consumer: str
-    idle_ms: int
-    deliveries: int
-    entry: str
-    kind: str
-    job: str | None
-
-
-class PendingView(Model, frozen=True):
-    """The scope's work entries read and not committed, oldest first, and how many no
-    worker has read yet (`unread`)."""
-
-    scope: str
-    pending: list[PendingEntry]
-    unread: int
-
-
-class DeadEntryRow(Model, frozen=True):
-    """A dead entry of the scope: its id on the dead stream and on the work stream
-    (`entry`), why it died, the deliveries it had, its kind, data and job."""
-
-    id: str
-    entry: str
-    reason: str
-    deliveries: int
-    kind: str
-    data: str
-    job: str | None
-
-
-class DeadView(Model, frozen=True):
-    """The scope's dead entries, oldest first."""
-
-    scope: str
-    dead: list[DeadEntryRow]
 
 
 class StateError(ValueError):
@@ -734,65 +694,3 @@ def job_page(
         limit=limit,
         jobs=[job_row(j) for j in listed],
     )
-
-
-# -- the work stream
-
-
-def pending_entry(p: dict[str, Any]) -> PendingEntry:
-    """A pending work entry (`Store.pending_entries`) as a row."""
-    f = p["fields"]
-    return PendingEntry(
-        id=p["id"],
-        consumer=p["consumer"],
-        idle_ms=p["idleMs"],
-        deliveries=p["deliveries"],
-        entry=_describe(p["id"], f),
-        kind=f.get(b"kind", b"").decode(errors="replace"),
-        job=dead_job(p["id"], f),
-    )
-
-
-def _describe(entry_id: str, f: dict[bytes, bytes]) -> str:
-    try:
-        e = decode_work(entry_id, f)
-    except EntryError as x:
-        return f"malformed ({x})"
-    job = getattr(e.data, "job", None)
-    return f"{e.kind}" + (f" for job {job}" if job else "")
-
-
-PENDING_LIMIT = 1_000
-"""The most pending entries `work_pending` reads, oldest first."""
-DEAD_LIMIT = 1_000
-"""The most dead entries `work_dead` reads, oldest first."""
-
-
-def work_pending(store: Store, scope: str, limit: int = PENDING_LIMIT) -> PendingView:
-    """The scope's work entries read by a worker and not committed, oldest first, and how
-    many no worker has read yet."""
-    keys.check_scope(scope)
-    rows = store.pending_entries(scope, limit)
-    return PendingView(
-        scope=scope, pending=[pending_entry(p) for p in rows], unread=store.unread(scope)
-    )
-
-
-def dead_entry_row(entry_id: str, f: dict[bytes, bytes]) -> DeadEntryRow:
-    """A dead entry (its fields as stored) as a row."""
-    text = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in f.items()}
-    return DeadEntryRow(
-        id=entry_id,
-        entry=text.get("entry", ""),
-        reason=text.get("reason", ""),
-        deliveries=int(text.get("deliveries", "0") or 0),
-        kind=text.get("kind", ""),
-        data=text.get("data", ""),
-        job=dead_job(entry_id, f),
-    )
-
-
-def work_dead(store: Store, scope: str, limit: int = DEAD_LIMIT) -> DeadView:
-    """The scope's dead entries, oldest first, at most `limit`."""
-    keys.check_scope(scope)
-    return DeadView(scope=scope, dead=[dead_entry_row(i, f) for i, f in store.dead(scope, limit)])

@@ -319,3 +319,44 @@ def test_only_the_console_serves_http() -> None:
         if module in ("starlette", "uvicorn") and not _rel(path).startswith("host/console/")
     ]
     assert not offences, "only host/console/ imports starlette and uvicorn:\n" + "\n".join(offences)
+
+
+def test_the_cli_reaches_the_server_only_through_the_hosts_functions() -> None:
+    """cli/ imports nothing of host/store/ and calls no method of a store: it holds a
+    connection and passes it to host/jobs.py, host/readmodel.py and host/facade.py (the
+    console and the HTTP API will do the same)."""
+    from host.store import Store
+
+    methods = {name for name in dir(Store) if not name.startswith("_")}
+    offences = []
+    for path in _files("cli"):
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                module = node.module or ""
+                names = {a.name for a in node.names}
+                if module.startswith("host.store") or (module == "host" and "store" in names):
+                    offences.append(f"{_rel(path)}:{node.lineno} imports {module}")
+                if "Store" in names:
+                    offences.append(f"{_rel(path)}:{node.lineno} imports Store")
+            elif isinstance(node, ast.Import):
+                offences += [
+                    f"{_rel(path)}:{node.lineno} imports {a.name}"
+                    for a in node.names
+                    if a.name.startswith("host.store")
+                ]
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in methods
+                and _holds_a_store(node.func.value)
+            ):
+                offences.append(f"{_rel(path)}:{node.lineno} calls .{node.func.attr}() of a store")
+    assert not offences, "the CLI calls the host, never the store:\n" + "\n".join(offences)
+
+
+def _holds_a_store(node: ast.expr) -> bool:
+    """Whether `node` names what the CLI calls a store: `store`, `st`, `x.store`."""
+    if isinstance(node, ast.Name):
+        return node.id in ("store", "st")
+    return isinstance(node, ast.Attribute) and node.attr == "store"

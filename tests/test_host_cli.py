@@ -312,6 +312,21 @@ PENDING = obj(
             obj({**PENDING_ROW, "entry": STR, "kind": STR, "job": {"type": ["string", "null"]}})
         ),
         "unread": INT,
+        "workers": INT,
+        "workersIdleMs": INT_OR_NULL,
+        "outAtEquipment": array(
+            obj(
+                {
+                    "group": STR,
+                    "entry": STR,
+                    "commandId": STR_OR_NULL,
+                    "job": STR_OR_NULL,
+                    "consumer": STR,
+                    "idleMs": INT,
+                    "deliveries": INT,
+                }
+            )
+        ),
     },
     {"warning": STR},
 )

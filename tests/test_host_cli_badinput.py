@@ -418,7 +418,14 @@ def test_work_pending_of_a_scope_without_a_group_is_empty(valkey_url: str) -> No
     proc = sfc("work", "pending", "--scope", "nosuch-scope", "--redis", valkey_url, "--json")
     doc = json.loads(proc.stdout)
     assert doc.pop("warning").startswith("scope nosuch-scope is not registered (a typo?)")
-    assert doc == {"scope": "nosuch-scope", "pending": [], "unread": 0}
+    assert doc == {
+        "scope": "nosuch-scope",
+        "pending": [],
+        "unread": 0,
+        "workers": 0,
+        "workersIdleMs": None,
+        "outAtEquipment": [],
+    }
 
 
 def test_work_pending_tells_the_entries_no_worker_has_read(
@@ -433,6 +440,8 @@ def test_work_pending_tells_the_entries_no_worker_has_read(
     assert proc.returncode == 0
     assert proc.stdout == (
         f"2 entries not read by any worker yet in scope {scope}\n"
+        f"  no worker reads scope {scope} (the workers' group has no consumer): is `sfc "
+        "serve` serving it? (`sfc work groups` shows the groups)\n"
         f"no pending entries in scope {scope}\n"
     )
     proc = sfc("work", "pending", "--scope", scope, "--redis", valkey_url, "--json")

@@ -291,9 +291,15 @@ def test_the_reading_tools_write_nothing_and_offer_no_control(host: Host, tmp_pa
         r = _ok(await c.call_tool("sfc_work_pending", {"scope": scope}))
         assert r.structured_content is not None
         expected = pending.json()
-        # the idle time grows between the two reads
-        for p in (*expected["pending"], *r.structured_content["pending"]):
+        # the idle times grow between the two reads
+        got = r.structured_content
+        for p in (*expected["pending"], *got["pending"]):
             p.pop("idleMs")
+        for p in (*expected["outAtEquipment"], *got["outAtEquipment"]):
+            p.pop("idleMs")
+        assert {expected.pop("workersIdleMs") is None, got.pop("workersIdleMs") is None} == {
+            expected["workers"] == 0
+        }
         assert r.structured_content == expected
         assert len(expected["pending"]) == 1
         assert "scope:" in _error(await c.call_tool("sfc_work_pending", {"scope": "a b"}))

@@ -25,7 +25,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from host import jobs, keys, readmodel
+from host import jobs, keys, readmodel, workview
 from host.console import pages
 from host.console.auth import CSRF_HEADER, SESSION_COOKIE, Guard
 from host.console.chart import chart_of, check_recipe, list_waits
@@ -519,8 +519,8 @@ async def work(request: Request) -> Response:
     """The scope's pending and dead work entries."""
     scope = scope_of(request.query_params.get("scope"))
     store = _console(request).store
-    pending = await run_in_threadpool(readmodel.work_pending, store, scope)
-    dead = await run_in_threadpool(readmodel.work_dead, store, scope)
+    pending = await run_in_threadpool(workview.work_pending, store, scope)
+    dead = await run_in_threadpool(workview.work_dead, store, scope)
     return encoded({"scope": scope, "pending": pending, "dead": dead})
 
 

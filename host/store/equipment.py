@@ -80,13 +80,18 @@ class EquipmentCommands(StoreClient):
     def trim_equipment(self, scope: str, retention_ms: int, now: int | None = None) -> int:
         """Trim the equipment stream: remove the entries below the oldest one that some group
         has not acknowledged, but never one whose `expiresAt` (its own time, for a notice
-        without one) is less than `retention_ms` ago. Returns the entries removed."""
+        without one) is less than `retention_ms` ago. A stale group (`stale_group`: its
+        adapter is gone) holds back nothing. Returns the entries removed."""
         key = keys.equipment(scope)
         now = self.time_ms() if now is None else now
         bound: tuple[int, int] | None = None  # the first entry some group still needs
         groups: Any = self.client(scope).xinfo_groups(key) if self.client(scope).exists(key) else []
         for g in groups:
             name = g["name"]
+            consumers: Any = self.client(scope).xinfo_consumers(key, name)
+            idle = [int(c["idle"]) for c in consumers]
+            if stale_group(wire.text(g["last-delivered-id"]), idle, now, retention_ms):
+                continue
             first = _first_unacked(self.client(scope), key, name, wire.text(g["last-delivered-id"]))
             if first is not None and (bound is None or first < bound):
                 bound = first
@@ -180,6 +185,18 @@ def _expires_at(fields: Mapping[bytes, bytes], entry_ms: int) -> int:
     except (msgspec.DecodeError, RecursionError):
         value = None
     return value if isinstance(value, int) else entry_ms
+
+
+def stale_group(
+    last_delivered: str, consumers_idle_ms: Sequence[int], now: int, retention_ms: int
+) -> bool:
+    """Whether a consumer group of an equipment stream is stale, its adapter gone: none of
+    its consumers has read (or tried to) for `retention_ms`, and nothing was delivered to
+    it for as long (by its last delivered entry's time). The trim passes over such a group:
+    the entries it holds back are past their retention, which no adapter may deliver."""
+    if any(idle <= retention_ms for idle in consumers_idle_ms):
+        return False
+    return now - id_tuple(last_delivered)[0] > retention_ms
 
 
 def _first_unacked(r: redis.Redis, key: str, group: Any, last_delivered: str) -> tuple[int, int]:

@@ -125,6 +125,109 @@ class ReadViews(StoreClient):
         group = _work_group(groups)
         return 0 if group is None else work_unread(group, int(length))
 
+    def stream_groups(self, scope: str) -> dict[str, list[dict[str, Any]]]:
+        """The consumer groups of the scope's work and equipment streams (`work`,
+        `equipment`; none for a stream not made yet), each with its stream's length and
+        its consumers (XINFO GROUPS, XLEN, XINFO CONSUMERS): `name`, `raw` (the name as
+        stored), `pending`, `lag` (None: the server cannot tell), `lastDelivered`,
+        `length`, and `consumers` with their `name`, `pending`, `idleMs` and
+        `inactiveMs` (since their last read that delivered; None where the server does not
+        keep it, -1 for none yet). Two round trips."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        streams = {"work": keys.work(scope), "equipment": keys.equipment(scope)}
+        pipe = self.client(scope).pipeline(transaction=False)
+        for key in streams.values():
+            pipe.xinfo_groups(key)
+            pipe.xlen(key)
+        replies = pipe.execute(raise_on_error=False)
+        asked: list[tuple[str, Any]] = []
+        for (stream, key), groups, length in zip(
+            streams.items(), replies[::2], replies[1::2], strict=True
+        ):
+            if isinstance(length, Exception):
+                raise length
+            out[stream] = []
+            if isinstance(groups, Exception):  # no such stream yet
+                continue
+            for g in groups:
+                raw = _raw(g["name"])
+                lag = g.get("lag")
+                out[stream].append(
+                    {
+                        "name": _name(g["name"]),
+                        "raw": raw,
+                        "pending": int(g["pending"]),
+                        "lag": None if lag is None else int(lag),
+                        "lastDelivered": wire.text(g["last-delivered-id"]),
+                        "length": int(length),
+                        "consumers": [],
+                    }
+                )
+                asked.append((key, raw))
+        if not asked:
+            return out
+        pipe = self.client(scope).pipeline(transaction=False)
+        for key, raw in asked:
+            pipe.xinfo_consumers(key, raw)
+        every = [g for stream in streams for g in out[stream]]
+        for g, consumers in zip(every, pipe.execute(raise_on_error=False), strict=True):
+            if isinstance(consumers, Exception):  # dropped meanwhile
+                continue
+            g["consumers"] = [
+                {
+                    "name": _name(c["name"]),
+                    "pending": int(c["pending"]),
+                    "idleMs": int(c["idle"]),
+                    "inactiveMs": None if c.get("inactive") is None else int(c["inactive"]),
+                }
+                for c in consumers
+            ]
+        return out
+
+    def equipment_out(
+        self, scope: str, groups: Sequence[bytes], limit: int
+    ) -> list[list[tuple[dict[str, Any], Mapping[bytes, bytes] | None]]]:
+        """For each group of the equipment stream, its oldest `limit` entries delivered and
+        not acknowledged (XPENDING: `id`, `consumer`, `idleMs`, `deliveries`), each with its
+        fields (None: trimmed since); two round trips."""
+        if not groups:
+            return []
+        key = keys.equipment(scope)
+        pipe = self.client(scope).pipeline(transaction=False)
+        for group in groups:
+            pipe.xpending_range(key, group, "-", "+", limit)
+        pending: Any = pipe.execute(raise_on_error=False)
+        rows = [[] if isinstance(p, Exception) else list(p) for p in pending]
+        pipe = self.client(scope).pipeline(transaction=False)
+        for row in rows:
+            for p in row:
+                pipe.xrange(key, min=p["message_id"], max=p["message_id"], count=1)
+        found: Any = iter(pipe.execute())
+        out = []
+        for row in rows:
+            held = []
+            for p in row:
+                entry = next(found)
+                held.append(
+                    (
+                        {
+                            "id": wire.text(p["message_id"]),
+                            "consumer": _name(p["consumer"]),
+                            "idleMs": int(p["time_since_delivered"]),
+                            "deliveries": int(p["times_delivered"]),
+                        },
+                        entry[0][1] if entry else None,
+                    )
+                )
+            out.append(held)
+        return out
+
+    def drop_group(self, scope: str, stream: str, raw: bytes) -> bool:
+        """Remove a consumer group of the scope's `work` or `equipment` stream (XGROUP
+        DESTROY): whether there was one."""
+        key = keys.work(scope) if stream == "work" else keys.equipment(scope)
+        return bool(self.client(scope).xgroup_destroy(key, raw))
+
     def show_reads(
         self, scope: str, job: str, history: int, dead_tail: int, pending: int
     ) -> ShowReads:
