@@ -48,7 +48,12 @@ def _doc(path: Path) -> dict[str, Any]:
 SCRIPTS = sorted(EXAMPLES.glob("*/*.script.json"))
 REPLY_ONLY = [p for p in SCRIPTS if not _doc(p).get("events") and not _doc(p).get("controls")]
 CLOCK_ITEMS = [p for p in SCRIPTS if p not in REPLY_ONLY]
-SCALE = {"recovery-routing/operator-absent": 0.005}
+SCALE = {
+    "recovery-routing/operator-absent": 0.005,
+    # andon's D of 20 s against the press's answer at 26 s: 600 ms apart at 0.1, where the
+    # default 0.01 left 60 ms, close to the sweep's 50 ms that fires the timer
+    "press-fit-line/slow-press": 0.1,
+}
 """The scale of a variant when not 0.01: an operator wait of 600 s would take 6 s."""
 
 
@@ -63,9 +68,17 @@ def graph_of(recipe: bytes) -> Graph:
 
 
 def scaled_recipe(recipe: bytes, k: float) -> bytes:
+    """The recipe with its deadlines (whole seconds, at least 1) and its process timers
+    (DurationSeconds, MinSeconds) scaled by `k`; an R block has neither."""
     doc = json.loads(recipe)
     for action in doc["Actions"]:
-        action["TimeoutSeconds"] = max(1, math.ceil(action["TimeoutSeconds"] * k))
+        if "TimeoutSeconds" in action:
+            action["TimeoutSeconds"] = max(1, math.ceil(action["TimeoutSeconds"] * k))
+        if "DurationSeconds" in action:
+            action["DurationSeconds"] = max(0.001, round(action["DurationSeconds"] * k, 3))
+    for step in doc["Steps"]:
+        if "MinSeconds" in step:
+            step["MinSeconds"] = max(0.001, round(step["MinSeconds"] * k, 3))
     return json.dumps(doc).encode()
 
 
