@@ -6,6 +6,8 @@ Exit codes mean one thing each: 0 ok, 1 the input is invalid or the run failed, 
 
 from __future__ import annotations
 
+import os
+import sys
 from importlib.metadata import version
 from typing import Annotated, Any
 
@@ -52,6 +54,24 @@ def main(
     if ctx.invoked_subcommand is None:
         typer.echo(ctx.get_help())
         raise typer.Exit(0)
+
+
+HELP_WIDTH = 120
+"""The width of `--help` written to a pipe or a file (rich takes 80 there, which squeezed
+every option's help into a narrow column); a terminal's own width, `COLUMNS` and
+`TERMINAL_WIDTH` go first."""
+
+
+def run() -> None:
+    """The `sfc` console script: the app, with `--help` at HELP_WIDTH when no terminal or
+    variable says the width."""
+    if not (os.environ.get("COLUMNS") or os.environ.get("TERMINAL_WIDTH")) and not (
+        sys.stdout.isatty()
+    ):
+        import typer.rich_utils
+
+        typer.rich_utils.MAX_WIDTH = HELP_WIDTH
+    app(prog_name="sfc")
 
 
 # Each command group lives in its own module and registers itself on `app`.

@@ -938,3 +938,32 @@ def test_a_document_with_very_many_shape_errors_lists_the_first_hundred(tmp_path
         f"SFC000 $.Steps[{i}].Name: expected a string, got a whole number" for i in (3, 4, 5)
     ]
     assert lines[-1] == "SFC000 $: more shape errors than these 100; correct them first"
+
+
+# --------------------------------------------------------------------------- 37.14 --help width
+
+
+def test_help_to_a_pipe_is_120_columns_wide_and_columns_is_respected() -> None:
+    """`sfc serve --help | less`, or in a log: rich took 80 columns there and squeezed every
+    option's help into a narrow column (issue 37, item 14). COLUMNS still decides."""
+    import os
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).parent / "sfc"
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TERMINAL_WIDTH")}
+
+    def widths(extra: dict[str, str]) -> list[int]:
+        done = subprocess.run(
+            [str(script), "serve", "--help"],
+            capture_output=True,
+            text=True,
+            env={**env, **extra, "NO_COLOR": "1"},
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return [len(line) for line in done.stdout.splitlines()]
+
+    assert max(widths({})) == 120
+    assert max(widths({"COLUMNS": "90"})) == 90

@@ -7,7 +7,8 @@ block holds commands, each on a line starting with `$ `, followed by exactly wha
 with `< FILE` as its standard input; `$ python3 -c ... > FILE` makes a file. docs/host.md
 belongs to the host and is tested with it, and so do docs/metrics.md
 (tests/test_metrics.py, tests/test_mcp.py) and docs/api.md and docs/console.md
-(tests/test_console_docs.py, against a real console).
+(tests/test_console_docs.py, against a real console). docs/performance.md holds measured
+figures (`nox -s bench` makes them) and runs no example.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from cli.main import app
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 PAGES = sorted(
-    p for p in DOCS.glob("*.md") if p.name not in ("host.md", "metrics.md", "api.md", "console.md")
+    p
+    for p in DOCS.glob("*.md")
+    if p.name not in ("host.md", "metrics.md", "api.md", "console.md", "performance.md")
 )
 FENCE = re.compile(r"^```(?P<info>.*)$")
 

@@ -64,8 +64,27 @@ def test_the_readme_code_runs():
     assert namespace["state"] == step.state  # type: ignore[attr-defined]
 
 
-def test_the_readme_recipe_and_script_are_the_main_jobs_files():
+def test_the_readme_names_the_main_jobs_files_and_shows_only_them():
     args = _main_job_args()
     files = [args[1], args[args.index("--script") + 1]]
-    shown = [json.loads(b) for b in _blocks("json")]
-    assert shown == [json.loads((ROOT / f).read_text(encoding="utf-8")) for f in files]
+    assert all((ROOT / f).is_file() for f in files)
+    assert Path(files[1]).name in README  # the text names the script it describes
+    kept = [json.loads((ROOT / f).read_text(encoding="utf-8")) for f in files]
+    assert all(json.loads(b) in kept for b in _blocks("json"))
+
+
+def test_the_readme_is_short_and_its_figures_moved_to_performance_md():
+    """A newcomer's page: at most 250 lines, the two commands as they were; the scaling
+    figures, their method and history are in docs/performance.md (issue 37, item 14)."""
+    assert len(README.splitlines()) <= 250
+    for command in (
+        "python3 -m pip install uv && python3 -m uv run sfc run "
+        "examples/rear-axle-fitting/recipe.json --jobs 100",
+        "python3 -m pip install uv && python3 -m uv run nox -s tests",
+    ):
+        assert f"\n{command}\n" in README, command
+    performance = (ROOT / "docs/performance.md").read_text(encoding="utf-8")
+    for figure in ("15,573-16,067 events/s", "458 µs", "9,413-9,592", "13,318-14,838"):
+        assert figure in performance and figure not in README, figure
+    assert "source .venv/bin/activate" in README and "uv tool install" in README
+    assert ".sfc/" in (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
