@@ -373,7 +373,7 @@ def job_history(store: Store, scope: str, job: str, count: int = 100) -> list[Hi
     keys.check_scope(scope)
     keys.check_job(job)
     out = []
-    for entry_id, raw in reversed(store.history(scope, job, count)):
+    for entry_id, raw in store.history(scope, job, count):
         try:
             out.append(history_row(entry_id, decode_history(raw)))
         except EntryError:
