@@ -23,7 +23,7 @@ state: the same inputs give the same bytes.
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -391,13 +391,18 @@ class _Drawing:
             conv += 4
         return conv
 
-    def draw(self) -> str:
+    def key(self) -> tuple[object, ...]:
+        """All of the state the drawing's body shows: two jobs alike in it (the same active
+        steps, marks and statuses) have the same body; only the title names the job."""
+        active = () if self.state is None else tuple(sorted(set(self.state.active_steps)))
+        rows = tuple(tuple(b.rows) for b in self.boxes.values())
+        return (self.graph.recipe_hash, self.graph.dataschema, self.state is None, active, rows)
+
+    def body(self) -> tuple[str, int, int]:
+        """The elements below the title, joined, with their right and bottom edges."""
         g = self.graph
         c = self.canvas
-        title = 0
-        if self.state is not None:
-            c.text(MARGIN, MARGIN + 12, _status(self.state), "status")
-            title = 24
+        title = 0 if self.state is None else 24
         column = [self.boxes[n] for n in self.order if n in self.boxes]
         column += [self.boxes[s] for d in g.divergences.values() for s in d.sequences[0]]
         x = MARGIN + max([60, *(b.left for b in column)])
@@ -414,16 +419,39 @@ class _Drawing:
                 bottom = y + box.height
             end, goes_on = self.leave(node, x, bottom, below)
             y = end if goes_on else end + GAP
-        width = c.right + MARGIN
-        height = max(c.bottom, y) + MARGIN
-        head = (
+        return "\n".join(c.out), c.right, max(c.bottom, y)
+
+    def draw(self, drawn: MutableMapping[tuple[object, ...], tuple[str, int, int]] | None) -> str:
+        key = self.key() if drawn is not None else None
+        found = None if drawn is None or key is None else drawn.get(key)
+        if found is None:
+            found = self.body()
+            if drawn is not None and key is not None:
+                drawn[key] = found
+        body, right, bottom = found
+        parts = []
+        if self.state is not None:
+            head = _Canvas()
+            head.text(MARGIN, MARGIN + 12, _status(self.state), "status")
+            parts += head.out
+            right = max(right, head.right)
+        width = right + MARGIN
+        height = bottom + MARGIN
+        svg = (
             f'<svg xmlns="http://www.w3.org/2000/svg" class="sfc-chart" width="{width}" '
             f'height="{height}" viewBox="0 0 {width} {height}">'
             f"<style>{STYLE}</style>"
         )
-        return "\n".join([head, *c.out, "</svg>"]) + "\n"
+        return "\n".join([svg, *parts, *([body] if body else []), "</svg>"]) + "\n"
 
 
-def render_svg(graph: Graph, state: SfcState | None = None) -> str:
-    """The chart as an SVG document in IEC 61131-3 style; with a state, the job on it."""
-    return _Drawing(graph, state).draw()
+def render_svg(
+    graph: Graph,
+    state: SfcState | None = None,
+    drawn: MutableMapping[tuple[object, ...], tuple[str, int, int]] | None = None,
+) -> str:
+    """The chart as an SVG document in IEC 61131-3 style; with a state, the job on it.
+
+    `drawn`, when given, keeps the bodies drawn by what they show (the caller bounds it):
+    the chart of a job whose steps and marks another job had is not drawn again."""
+    return _Drawing(graph, state).draw(drawn)

@@ -349,3 +349,15 @@ def test_the_stream_tells_a_burst_of_commits_and_then_goes_quiet(api: Console, h
         assert told >= 1
     finally:
         events.close()
+
+
+def test_the_charts_kept_are_bounded_and_the_least_recently_used_goes() -> None:
+    from host.console.chart import Kept
+
+    kept = Kept(2)
+    kept[("a",)] = ("A", 1, 1)
+    kept[("b",)] = ("B", 1, 1)
+    assert kept.get(("a",)) == ("A", 1, 1)  # a is now the most recently used
+    kept[("c",)] = ("C", 1, 1)
+    assert sorted(kept) == [("a",), ("c",)]
+    assert kept.get(("b",)) is None

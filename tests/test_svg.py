@@ -309,3 +309,21 @@ def test_iec_times() -> None:
         "T#0ms",
         "T#1h",
     ]
+
+
+def test_a_body_kept_is_the_body_drawn() -> None:
+    """Two jobs alike in their steps and marks share a drawn body; only the title differs."""
+    from msgspec.structs import replace
+
+    graph = example("rear-axle-fitting")
+    one = state_of("rear-axle-fitting")
+    other = replace(one, job_id="another-job-with-a-longer-id-than-the-chart-is-wide" * 3)
+    drawn: dict[tuple[object, ...], tuple[str, int, int]] = {}
+    assert render_svg(graph, one, drawn) == render_svg(graph, one)
+    assert render_svg(graph, other, drawn) == render_svg(graph, other)
+    assert len(drawn) == 1
+    assert render_svg(graph, None, drawn) == render_svg(graph)
+    assert render_svg(example("tightening-hold"), state_of("tightening-hold"), drawn) == (
+        render_svg(example("tightening-hold"), state_of("tightening-hold"))
+    )
+    assert len(drawn) == 3

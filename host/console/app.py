@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from starlette.staticfiles import StaticFiles
 from host import jobs, keys, readmodel, workview
 from host.console import pages
 from host.console.auth import CSRF_HEADER, SESSION_COOKIE, Guard
-from host.console.chart import chart_of, check_recipe, list_waits
+from host.console.chart import DRAWN_KEPT, Kept, chart_of, check_recipe, list_waits
 from host.console.openapi import document
 from host.console.watch import Watchers
 from host.equipment import publish_event
@@ -62,6 +62,8 @@ class Console:
     guard: Guard
     watchers: Watchers
     settings: Settings | None
+    drawn: Kept = field(default_factory=lambda: Kept(DRAWN_KEPT))
+    """The chart bodies drawn, for the next job alike (render_svg's `drawn`)."""
 
 
 def _console(request: Request) -> Console:
@@ -309,9 +311,8 @@ async def job_detail(request: Request) -> Response:
     if request.query_params.get("chart") not in ("true", "1"):
         return encoded(detail)
     doc = msgspec.to_builtins(detail)
-    doc["chart"], _ = await run_in_threadpool(
-        chart_of, _console(request).store, detail.scope, detail.job
-    )
+    c = _console(request)
+    doc["chart"], _ = await run_in_threadpool(chart_of, c.store, detail.scope, detail.job, c.drawn)
     return encoded(doc)
 
 
@@ -331,7 +332,8 @@ async def job_history(request: Request) -> Response:
 async def job_chart(request: Request) -> Response:
     scope = scope_of(request.path_params["scope"])
     job = job_of(request.path_params["job"])
-    svg, problem = await run_in_threadpool(chart_of, _console(request).store, scope, job)
+    c = _console(request)
+    svg, problem = await run_in_threadpool(chart_of, c.store, scope, job, c.drawn)
     if svg is None:
         raise BadInput("job", problem, 404 if problem.startswith("no job order") else 409)
     return Response(svg, media_type="image/svg+xml")
@@ -646,7 +648,9 @@ async def _jobs_page(request: Request, console: Console) -> str:
 
 async def _job_page(request: Request, console: Console) -> str:
     detail = await _detail(request)
-    svg, _ = await run_in_threadpool(chart_of, console.store, detail.scope, detail.job)
+    svg, _ = await run_in_threadpool(
+        chart_of, console.store, detail.scope, detail.job, console.drawn
+    )
     return pages.job(detail, svg, console.guard)
 
 

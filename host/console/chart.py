@@ -4,6 +4,9 @@ from what was pasted, drawn by the core's pure SVG renderer. Nothing here writes
 from __future__ import annotations
 
 import contextlib
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import msgspec
@@ -23,8 +26,47 @@ DRYRUN_LIMIT_MS = 24 * 3_600_000
 """The virtual time a dry run of the recipe page may take at most."""
 
 
-def chart_of(store: Store, scope: str, job: str) -> tuple[str | None, str]:
-    """The job's chart with its state marked, or None and why it cannot be drawn."""
+DRAWN_KEPT = 256
+"""The chart bodies kept drawn (render_svg's `drawn`), the most recently used."""
+
+
+class Kept(MutableMapping[tuple[object, ...], tuple[str, int, int]]):
+    """A bounded map, safe across the server's threads: the least recently used goes first."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.kept: OrderedDict[tuple[object, ...], tuple[str, int, int]] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def __getitem__(self, key: tuple[object, ...]) -> tuple[str, int, int]:
+        with self.lock:
+            value = self.kept[key]
+            self.kept.move_to_end(key)
+            return value
+
+    def __setitem__(self, key: tuple[object, ...], value: tuple[str, int, int]) -> None:
+        with self.lock:
+            self.kept[key] = value
+            while len(self.kept) > self.size:
+                self.kept.popitem(last=False)
+
+    def __delitem__(self, key: tuple[object, ...]) -> None:
+        with self.lock:
+            del self.kept[key]
+
+    def __iter__(self) -> Iterator[tuple[object, ...]]:
+        with self.lock:
+            return iter(list(self.kept))
+
+    def __len__(self) -> int:
+        return len(self.kept)
+
+
+def chart_of(
+    store: Store, scope: str, job: str, drawn: Kept | None = None
+) -> tuple[str | None, str]:
+    """The job's chart with its state marked, or None and why it cannot be drawn; `drawn`
+    keeps the bodies drawn for the next job alike."""
     record = store.job(scope, job)
     if record is None:
         return None, f"no job order {job!r} in scope {scope}"
@@ -38,7 +80,7 @@ def chart_of(store: Store, scope: str, job: str) -> tuple[str | None, str]:
     state: SfcState | None = None
     with contextlib.suppress(msgspec.DecodeError):
         state = state_decoder.decode(record.state)
-    return render_svg(graph, state), ""
+    return render_svg(graph, state, drawn), ""
 
 
 def check_recipe(recipe: bytes, script: bytes | None) -> dict[str, Any]:
