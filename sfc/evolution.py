@@ -888,13 +888,18 @@ class _Evaluation:
                 self.actions[name] = replace(self.actions[name], **changes)
         return moved
 
-    def shift_timers(self, gap: int) -> None:
-        """Move every process timer and dwell by `gap` (a hold's length; an outage's never)."""
+    def shift_timers(self, gap: int) -> list[str]:
+        """Move every process timer and dwell by `gap` (a hold's length; an outage's never);
+        says which moved: `andon (D 10 s) to 15.000s`."""
+        moved: list[str] = []
         for name, rec in self.actions.items():
             if rec.timer is not None:
                 self.actions[name] = replace(rec, timer=rec.timer + gap)
+                moved.append(f"{_label(self.g.actions[name])} to {when(rec.timer + gap)}")
         for step, due in self.dwells.items():
             self.dwells[step] = due + gap
+            moved.append(f"the dwell of {step} to {when(due + gap)}")
+        return moved
 
     def due_now(self) -> list[tuple[int, int, int, str]]:
         """Everything due at or before now, in the order it fires: by time; at one time,
@@ -1167,6 +1172,11 @@ def _on_answer(ev: _Evaluation, event: ActionCompleted | ActionFailed) -> Handle
     if rec is None:
         if ev.status == "ready":
             return "rejected", f"no command was issued for {name}: the job has not started"
+        if not spec.gating:  # it outlives its step while open: it ended or was withdrawn
+            return "absorbed", (
+                f"late answer to {_label(spec)}: none of its work is open (it ended, or "
+                "was withdrawn: reset, limit or its step left)"
+            )
         return "absorbed", (
             f"late answer to {name}: its step {spec.step} is not active "
             "(it was left, or not entered again yet)"
@@ -1341,8 +1351,11 @@ def _on_release(ev: _Evaluation, event: Release) -> Handled:
     gap = max(0, event.at - ev.held_at)
     ev.held_at = None
     ev.shift_deadlines(gap, work=True, holds=False)
-    ev.shift_timers(gap)
-    ev.note(f"job released after {duration(gap)}")
+    timers = ev.shift_timers(gap) if gap > 0 else []
+    said = f"job released after {duration(gap)}"
+    if timers:
+        said += f"; process timers moved: {', '.join(timers)}"
+    ev.note(said)
     for name, rec in ev.open_work():
         spec = ev.g.actions[name]
         if rec.hold == "held":
@@ -1351,7 +1364,7 @@ def _on_release(ev: _Evaluation, event: Release) -> Handled:
             pass  # the hold's answer decides: `held` restarts, anything else re-issues the work
         elif rec.work in ("push", "restart"):
             ev.start_work(spec, rec, rec.work)
-    return "applied", f"job released after {duration(gap)}"
+    return "applied", said
 
 
 _HANDLERS: dict[type, Any] = {
