@@ -1093,3 +1093,37 @@ def test_render_does_not_label_priorities_like_the_p0_and_p1_qualifiers() -> Non
     text = render(graph(doc))
     assert "P0" in text and "P1" in text
     assert '"p0: ' not in text.lower() and '"p1: ' not in text.lower()
+
+
+@pytest.mark.parametrize("how", ["answer", "dwell"])
+def test_an_l_whose_limit_falls_on_its_steps_exit_is_withdrawn_deactivated(how: str) -> None:
+    if how == "answer":
+        doc = chart(["A", "B"], [q("blow", "A", "L", 4), q("a", "A"), q("b", "B")])
+        script = replies(blow=SILENT, a=["ok@4000"])
+    else:
+        doc = chart(
+            ["A", "B"], [q("blow", "A", "L", 4), q("a", "A"), q("b", "B")], min_seconds={"A": 4}
+        )
+        script = replies(blow=SILENT, a=["ok@1000"])
+    assert Run(doc, script).withdraws_of("blow") == [(4000, "deactivated")]
+
+
+def test_a_step_that_does_not_wait_starts_and_withdraws_its_l_at_once_and_never_its_d() -> None:
+    run = Run(chart(["A", "B"], [q("blow", "A", "L", 2), q("andon", "A", "D", 2), q("b", "B")]))
+    assert run.commands[:3] == [
+        (0, "push", "blow#1", "L"),
+        (0, "withdraw", "blow#1", "deactivated"),
+        (0, "push", "b#2", "N"),
+    ]
+    assert run.starts_of("andon") == []
+
+
+def test_a_failure_in_a_dwell_step_is_routed_when_the_dwell_has_passed() -> None:
+    doc = chart(
+        ["A", "B"],
+        [q("a", "A"), q("b", "B")],
+        transitions=[tr("A", "B", "error")],
+        min_seconds={"A": 30},
+    )
+    run = Run(doc, replies(a=["error:jam@1000"]))
+    assert run.starts_of("b") == [30_000]
