@@ -1,9 +1,7 @@
 """A worker's batches: the entries read ahead with their jobs' loads, and the batch in flight.
 
-A batch's round trips read the next batch ahead (ReadAhead): the rows come back loaded
-(`ready`) or not yet (`ahead`), and are the next batch read. A worker that overlaps
-(`Batches.overlap`, as `sfc serve` runs them) evaluates the next batch while the one before is
-in flight: its commits written, their replies not read yet (`fly`, `land`).
+A batch's round trips read the next batch ahead (ReadAhead). A worker that overlaps (`sfc
+serve`) evaluates the next batch while the one before is in flight (`send_overlapped`).
 """
 
 from __future__ import annotations
@@ -64,10 +62,9 @@ def merged(
     stale: Set[tuple[str, str]] = frozenset(),
     stale_new: Set[tuple[str, str]] = frozenset(),
 ) -> tuple[list[Row], dict[str, Loaded]] | None:
-    """Rows loaded ahead, then more rows with their newer load (None when there are no
-    rows). Of the older load only the records of jobs with rows waiting are kept, and none
-    of `stale` (jobs committed since: they load again); of the newer load none of
-    `stale_new`. A job's newer record wins."""
+    """`ready`'s rows then `rows`, with their loads (None when there are no rows). Keeps no
+    record of `stale` (old) or `stale_new` (new) jobs, nor an old one with no row waiting;
+    a job's newer record wins."""
     old_rows, old_loaded = ready if ready is not None else ([], {})
     if not old_rows and not rows:
         return None
@@ -226,7 +223,7 @@ class Batches:
         self.decoded[scope, entry_id] = entry
         return None if isinstance(entry, EntryError) else job_of(entry)
 
-    def fly(
+    def send_overlapped(
         self,
         worker: Applies,
         rows: list[Row],
@@ -234,9 +231,8 @@ class Batches:
         loaded: dict[str, Loaded],
         full: bool,
     ) -> Outcome:
-        """Evaluate a batch loaded ahead while the one before is in flight, land that one
-        (its replies carry the next batch), then write this one's commits with the read
-        ahead that follows, and leave them in flight."""
+        """Evaluate a batch loaded ahead, land the one in flight, then send this one's
+        commits (with the next read ahead) and leave them in flight."""
         started = time.perf_counter()
         prepared: list[tuple[Round, list[Entry]]] = []
         total = Outcome()
@@ -251,7 +247,7 @@ class Batches:
                     raise  # the loop reconnects; the entries stay pending
                 total.add(worker.raised(scope, good, e))
         try:
-            total.add(self.land(worker))
+            total.add(self.land_flight(worker))
         except BaseException:
             # this batch goes back before the rows after it, to be evaluated again (its
             # jobs load again): the server's outage must not reorder a job's entries
@@ -286,9 +282,9 @@ class Batches:
             self.flight = None
         return total
 
-    def land(self, worker: Applies) -> Outcome:
-        """Read the replies of the batch in flight and finish it (Applier.land); the rows its
-        read ahead loaded make the next batch."""
+    def land_flight(self, worker: Applies) -> Outcome:
+        """Read the replies of the batch in flight and finish it; the rows its read ahead
+        loaded make the next batch."""
         flight, self.flight = self.flight, None
         total = Outcome()
         if flight is None:

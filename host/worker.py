@@ -1,13 +1,7 @@
-"""The worker: read, claim, bury, sweep, outages, recovery, the scope registry and trimming.
+"""The worker: one consumer of group `sfc-engine` on the work stream of each scope it serves.
 
-One `Worker` is one consumer of the group `sfc-engine` on the work stream of every scope it
-serves (docs/host.md, "The sweep, outages and recovery"). It owns no state of its own: every
-decision is the server's (the functions of `sfc_1`) or the core's (through `Applier`), so any
-number of workers on any number of machines can run side by side, and a killed one loses
-nothing: what it had not committed stays pending and another worker claims it.
-
-`run(stop)` loops until `stop` is set; tests call the parts (`read_once`, `claim_once`,
-`sweep_once`, `refresh_scopes`, `trim_once`) one at a time to step a worker.
+It keeps no state of its own (the server and the core decide), so workers run side by side
+and a killed one loses nothing. `run` loops; tests step it (`read_once`, `claim_once`, ...).
 """
 
 from __future__ import annotations
@@ -47,9 +41,8 @@ allocations, not Python's 700 (tune_collector)."""
 
 
 def tune_collector() -> None:
-    """Set up the garbage collector of a process that runs a worker (after its imports):
-    what start-up made is frozen out of every pass, and young objects are looked at after
-    COLLECT_YOUNG_AFTER allocations (docs/host.md, "The worker's garbage collector")."""
+    """Freeze what start-up made and collect young objects every COLLECT_YOUNG_AFTER
+    allocations; call after the imports (docs/host.md, "The worker's garbage collector")."""
     gc.freeze()
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(COLLECT_YOUNG_AFTER, older, oldest)
@@ -137,11 +130,9 @@ class Worker:
     # -- scopes and recovery
 
     def refresh_scopes(self) -> list[str]:
-        """Take up scopes not seen before: create the group and repair every active job.
+        """Take up new scopes (create the group, repair every active job); return them.
 
-        Returns the scopes taken up now. The registry `sfc:scopes` is read when no scopes
-        were given.
-        """
+        The scopes are the ones given, else the registry `sfc:scopes`."""
         routes = self.routes
         if self.fixed_scopes is not None:
             wanted = self.fixed_scopes
@@ -182,21 +173,18 @@ class Worker:
         return taken
 
     def recover(self, scope: str) -> int:
-        """Set the indexes of every active job of `scope` from its hash (`repair`).
-
-        It resends nothing: the sweep owns every deadline. Returns the jobs repaired.
-        """
+        """Set the indexes of every active job of `scope` from its hash; resend nothing (the
+        sweep owns every deadline). Returns the jobs repaired."""
         return self.applier.repair_all(scope)
 
     # -- reading and applying
 
     def read_once(self, block_ms: int | None = None) -> Outcome:
         """Apply one batch: the entries read ahead, else new entries of every scope (up to
-        SFC_READ_COUNT each, blocking up to `block_ms`). Under load a batch costs one round
-        trip: its commits read the next batch ahead (Batches)."""
+        SFC_READ_COUNT each, blocking up to `block_ms`)."""
         batches = self.batches
         if batches.flight is not None and batches.lands_first():
-            return batches.land(self)
+            return batches.land_flight(self)
         total = Outcome()
         if not self.scopes:
             return total
@@ -211,7 +199,7 @@ class Worker:
         # batches do not shrink); the rows read ahead already load after its commits
         full = any(len(e) >= self.settings.read_count for e in by_scope.values())
         if from_ready and batches.overlapping():
-            return batches.fly(self, rows, by_scope, loaded, full)
+            return batches.send_overlapped(self, rows, by_scope, loaded, full)
         ahead = batches.ahead_of(full)
         last = next(reversed(by_scope), None)
         routes = self.routes
@@ -241,15 +229,12 @@ class Worker:
         return total
 
     def _forget_deliveries(self, rows: list[Row]) -> None:
-        """Drop the delivery counts (`_delivered`) of `rows`, read and not applied: their
-        next delivery counts again."""
         for row in rows:
             self._delivered.pop((row[0], row[1]), None)
 
     def _read(self, block_ms: int | None) -> list[Row]:
-        """New entries of the scopes served. A worker that isolates its scopes reads each on
-        its own (one that fails is parked, the others are read), its own pending entries
-        (Routes.reread) before its new ones."""
+        """New entries of the scopes served; when isolating, each scope on its own (one that
+        fails is parked) and its own pending entries (Routes.reread) first."""
         count = self.settings.read_count
         routes = self.routes
         if not routes.isolating():
@@ -282,9 +267,8 @@ class Worker:
         return rows
 
     def _read_scope(self, scope: str, count: int) -> list[Row]:
-        """A batch of `scope`: its own pending entries first, while it has any, then new
-        ones (without blocking). An own entry deleted meanwhile is left to the claim; one
-        delivered too often is buried (`_bury_if_spent`)."""
+        """A batch of `scope`: its own pending entries while it has any, then new ones
+        (without blocking)."""
         reread = self.routes.reread
         after = reread.get(scope)
         while after is not None:
@@ -301,8 +285,7 @@ class Worker:
         return self.store.read([scope], count, None)
 
     def _without_spent(self, scope: str, rows: list[Row]) -> list[Row]:
-        """`rows`, own pending entries read again, but for those `_bury_if_spent` buries;
-        the others' delivery counts are kept for their decoding (`_delivered`)."""
+        """`rows` (own pending entries read again) less those `_bury_if_spent` buries."""
         if not rows:
             return rows
         counts = self.store.own_deliveries(scope, rows[0][1], rows[-1][1], len(rows))
@@ -316,8 +299,7 @@ class Worker:
         return live
 
     def drain(self) -> Outcome:
-        """Apply the entries read ahead, reading nothing more: before the worker stops, so
-        that they do not wait for another worker to claim them."""
+        """Apply the entries read ahead, reading nothing more (before the worker stops)."""
         total = Outcome()
         batches = self.batches
         while batches.holds():
@@ -331,8 +313,7 @@ class Worker:
     def decode(
         self, scope: str, entries: Sequence[tuple[str, dict[bytes, bytes]]], deliveries: int
     ) -> list[Entry]:
-        """The entries that decode; one that does not is buried, with `deliveries` (or its
-        count in `_delivered`)."""
+        """The entries that decode; bury the others."""
         good: list[Entry] = []
         decoded = self.batches.decoded
         for entry_id, fields in entries:
@@ -375,8 +356,8 @@ class Worker:
         step: Callable[..., Outcome],
         *args: object,
     ) -> Outcome:
-        """`step(*args)`, which applies `good`, counted and reported; one that raises (but
-        for an unreachable server) is logged, and its entries stay pending."""
+        """Run `step(*args)`, which applies `good`, and count and log it. If it raises (but
+        for an unreachable server) log it and leave the entries pending."""
         try:
             outcome = step(*args)
         except Exception as e:
@@ -389,8 +370,7 @@ class Worker:
         return outcome
 
     def raised(self, scope: str, good: list[Entry], e: Exception) -> Outcome:
-        """A batch whose processing raised: nothing was committed that the commit did not
-        ack, so its entries stay pending (WorkLog.raised)."""
+        """Log a batch that raised; its entries stay pending."""
         self.worklog.raised(scope, [x.id for x in good], e)
         return Outcome(failed=[(x.id, "the batch raised") for x in good])
 
@@ -415,17 +395,15 @@ class Worker:
     # -- claiming entries that another consumer left
 
     def claim_once(self) -> Outcome:
-        """Take over the entries idle for SFC_AUTOCLAIM_IDLE in every scope and apply them one
-        at a time (one that crashes its process buries no batch); one delivered more than
-        SFC_MAX_DELIVERIES times is buried instead."""
+        """Take over the entries idle for SFC_AUTOCLAIM_IDLE and apply them one at a time;
+        bury one delivered more than SFC_MAX_DELIVERIES times."""
         total = Outcome()
         for outcome in self._each_scope(self._claim_scope):
             total.add(outcome)
         return total
 
     def _each_scope(self, step: Callable[[str], T], whole: bool = False) -> list[T]:
-        """`step` of each scope served now (Routes.serving); one whose call fails so is
-        parked (Routes.park) and the others go on."""
+        """`step` of each scope served now; one whose call fails so is parked (Routes.park)."""
         routes = self.routes
         out: list[T] = []
         for scope in routes.serving(whole):
@@ -439,10 +417,8 @@ class Worker:
         return out
 
     def _claim_scope(self, scope: str) -> Outcome:
-        """The claim of one scope (claim_once). It probes the scope first (Store.probe, no
-        delivery counted), so that nothing is claimed while its slot is being moved."""
         total = Outcome()
-        self.store.probe(scope)
+        self.store.probe(scope)  # first: nothing is claimed while its slot is being moved
         start = self._claim_start.get(scope, "0-0")
         next_start, claimed, deleted = self.store.autoclaim(
             scope, self.settings.autoclaim_idle, self.settings.read_count, start
@@ -463,9 +439,8 @@ class Worker:
     def _bury_if_spent(
         self, scope: str, entry_id: str, fields: dict[bytes, bytes], deliveries: int
     ) -> bool:
-        """Whether the entry was delivered more than SFC_MAX_DELIVERIES times (this delivery
-        counted): then it is buried with why, so that an entry that fails each time cannot
-        block its job for ever."""
+        """Bury the entry if it was delivered more than SFC_MAX_DELIVERIES times (this one
+        counted); whether it was."""
         if deliveries <= self.settings.max_deliveries:
             return False
         job = job_named(entry_id, fields)
@@ -498,8 +473,8 @@ class Worker:
     def _offered_to(
         self, scope: str, entry_id: str, fields: dict[bytes, bytes]
     ) -> tuple[str, str] | None:
-        """For an event: (job, why) of the first wait it matches whose job cannot be read
-        (`Applier.unreadable_wait`); else None, also when the look itself raises."""
+        """For an event: (job, why) of the first wait it matches whose job cannot be read;
+        else None, also when the look itself raises."""
         try:
             entry = decode_work(entry_id, fields)
         except EntryError:
@@ -517,19 +492,17 @@ class Worker:
             return None
 
     def _unreadable(self, scope: str, job: str) -> str | None:
-        """Why the stored order or state of `job` cannot be read, or None."""
         record = self.store.job(scope, job)
         return None if record is None else unreadable(record)
 
     # -- the sweep
 
     def sweep_once(self) -> int:
-        """The sweep of every scope: the heartbeat, then ticks of the due jobs; an outage
-        pass when the heartbeat shows a gap. Returns the ticks queued."""
+        """Sweep every scope: the heartbeat, ticks of the due jobs, an outage pass after a
+        gap. Returns the ticks queued."""
         return sum(self._each_scope(self._sweep_scope, whole=True))
 
     def _sweep_scope(self, scope: str) -> int:
-        """The sweep of one scope (sweep_once)."""
         kind, n = self.store.sweep(scope, self.settings.outage_threshold, self.settings.sweep_limit)
         if kind == "outage":
             self.counters.outages += 1
@@ -554,7 +527,6 @@ class Worker:
         return sum(self._each_scope(self._trim_scope))
 
     def _trim_scope(self, scope: str) -> int:
-        """The trim of one scope (trim_once)."""
         n = self.store.trim_equipment(scope, self.settings.equipment_retention)
         self.counters.trimmed += n
         return n
@@ -562,9 +534,8 @@ class Worker:
     # -- the loop
 
     def run(self, stop: threading.Event) -> None:
-        """Serve until `stop` is set: rounds of refresh, sweep, claim, trim as they come
-        due, and read and apply between them. What was read and not committed stays
-        pending."""
+        """Serve until `stop` is set: refresh, sweep, claim and trim as they come due, and
+        read and apply between them."""
         now = self.clock()
         autoclaim_s = self.settings.autoclaim_idle / 1000
         trim_s = random.uniform(0.5, 1.0) * TRIM_INTERVAL_MS / 1000
@@ -580,7 +551,7 @@ class Worker:
                     log.exception("worker %s: a round failed; retrying", self.consumer)
                     stop.wait(0.5)
                     continue
-                moving = self._waits_out(e, reconnect, moving, due)
+                moving = self._say_unreachable(e, reconnect, moving, due)
                 self.store.wait_out(stop, reconnect.wait())  # a cluster's failover ends it
                 continue
             reconnect.went_through()
@@ -589,11 +560,11 @@ class Worker:
                 # is being moved (a read alone goes through in a reshard under way)
                 self.routes.loop_move_over(moving)
                 moving = None
-        self._stopping()
+        self._drain_on_stop()
 
     def _round(self, due: Timetable, stop: threading.Event) -> bool:
-        """One round of the loop: each step that is due, then a batch read and applied,
-        blocking until the next step is due. Whether it swept."""
+        """Run each step that is due, then read and apply a batch (blocking until the next
+        step is due). Whether it swept."""
         s = self.settings
         now = self.clock()
         swept = False
@@ -617,11 +588,11 @@ class Worker:
             stop.wait(block / 1000)
         return swept
 
-    def _waits_out(
+    def _say_unreachable(
         self, error: Exception, reconnect: Reconnect, moving: Moving | None, due: Timetable
     ) -> Moving | None:
-        """A round failed with `error`, which `unreachable` waits out: a move (said by
-        Routes.loop_move; the node answered, so an outage is over), or an outage."""
+        """Say an unreachable `error` of a round: a move (Routes.loop_move) or an outage.
+        Returns the loop's move, if any."""
         self.store.refresh_routes()  # a cluster's slot may have moved
         if not slot_moving(error):
             if not reconnect.down:
@@ -639,8 +610,7 @@ class Worker:
         if self.metrics is not None:
             self.metrics.reconnect()
 
-    def _stopping(self) -> None:
-        """Apply what was read ahead before the worker stops (`drain`)."""
+    def _drain_on_stop(self) -> None:
         waiting = self.batches.waiting()
         try:
             self.drain()

@@ -1,8 +1,7 @@
 """The log lines (and metrics) of a worker's batches, claims, burials and sweeps.
 
-Each line answers the plant engineer's question at 3 a.m.: what happened to which entry of
-which job, and what happens next. Every line carries `scope` and, where known, `job`,
-`entry`, `kind`, `disposition` and `reason` as structured fields (host/logs.py).
+Each says what happened to which entry of which job, and what happens next, with `scope`
+and, where known, `job`, `entry`, `kind`, `disposition`, `reason` as fields (host/logs.py).
 """
 
 from __future__ import annotations
