@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeAlias
 
-from msgspec import Meta, Struct, field
+from msgspec import UNSET, Meta, Struct, UnsetType, field
 
 
 class CommandData(
@@ -28,6 +28,25 @@ class CommandData(
         ),
     ] = field(name="expiresAt")
     parameters: dict[str, Any]
+    qualifier: (
+        Annotated[
+            Literal["P", "P1", "P0", "S", "L", "D", "SD", "DS", "SL"],
+            Meta(
+                description="The IEC 61131-3 qualifier of the action (push only); absent for N. Work of any qualifier but N may be withdrawn with a reason that means stop it (limit, reset, deactivated, ended)."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    stop_at: (
+        Annotated[
+            int,
+            Meta(
+                description="L and SL: stop the work at this time (epoch ms) on the equipment's own clock; the engine withdraws it then (reason limit) as a backstop.",
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = field(name="stopAt", default=UNSET)
 
 
 class WithdrawData(
@@ -39,7 +58,9 @@ class WithdrawData(
     type_id: str = field(name="typeId")
     reason: Annotated[
         str,
-        Meta(description="redispatch, teardown, held, superseded, timeout, or the cancel reason."),
+        Meta(
+            description="redispatch, teardown, held, superseded, timeout, or the cancel reason; for an action other than N also limit, reset, deactivated or ended. limit, reset, deactivated and ended mean: stop the work, and do not answer it."
+        ),
     ]
 
 

@@ -75,6 +75,8 @@ def outgoing(
                     deadline=c.deadline,
                     expires_at=expires_at(at, c.deadline, grace),
                     parameters=c.parameters,
+                    qualifier=c.qualifier,
+                    stop_at=c.stop_at,
                 )
                 items.append((c.work, data))
         elif isinstance(c, CancelWork):

@@ -20,8 +20,10 @@ equipment does, so that a job run through the host with a script ends as its dry
   second copy completes nothing.
 - A command or wait read past its `expiresAt` is dropped, unasked (the adapter contract,
   docs/host.md "The equipment stream"). A scheduled answer is still sent when it falls past
-  `expiresAt`, and `withdraw` notices cancel nothing: in the dry run too a withdrawn
-  attempt's late answer arrives (and the core absorbs it).
+  `expiresAt`, and a `withdraw` notice cancels nothing: in the dry run too a withdrawn
+  attempt's late answer arrives (and the core absorbs it). A withdraw whose reason says
+  stop the work (`limit`, `reset`, `deactivated`, `ended`: an action other than N, that
+  became inactive) stops it: its scheduled answer is dropped, never sent.
 - The script's `events` and `controls` belong to the virtual clock; the host has real event
   sources and operators, so a script with either is refused (`host_script_problem`).
 
@@ -53,6 +55,7 @@ from host.equipment import answer_data, event_data
 from host.keys import EVENTS_UNMATCHED
 from host.reconnect import Reconnect
 from host.store import Store, slot_moving, slot_of, unreachable
+from sfc.evolution import STOP_REASONS
 from sfc.simulation import (
     Reply,
     ScriptError,
@@ -125,7 +128,9 @@ class Counters:
     dropped_expired: int = 0
     """Commands and waits read past their `expiresAt`, dropped unasked."""
     withdrawn: int = 0
-    """Withdraw notices read (they cancel nothing)."""
+    """Withdraw notices read."""
+    stopped: int = 0
+    """Scheduled answers dropped because a withdraw said to stop the work."""
     skipped: int = 0
     """Entries that did not decode."""
 
@@ -281,6 +286,8 @@ class ScriptedEquipment:
                 log.warning("equipment entry %s of %s skipped: %s", entry_id, self.scope, e)
                 done.append(entry_id)
                 continue
+            if isinstance(entry.data, WithdrawData) and entry.data.reason in STOP_REASONS:
+                done.extend(self._stop(entry.data.command_id))
             if not self._receive(entry):
                 done.append(entry_id)
         self.counters.read += len(rows)
@@ -352,6 +359,19 @@ class ScriptedEquipment:
         heapq.heappush(self._due, (at, self._order, item))
         self._order += 1
         return True
+
+    def _stop(self, command_id: str) -> list[str]:
+        """Drop the scheduled answer of a work that was withdrawn to stop; the entries it
+        would have acknowledged."""
+        kept = [d for d in self._due if d[2].command_id != command_id]
+        if len(kept) == len(self._due):
+            return []
+        stopped = [d[2].entry_id for d in self._due if d[2].command_id == command_id]
+        self._due = kept
+        heapq.heapify(self._due)
+        self.counters.stopped += len(stopped)
+        log.info("equipment of scope %s: %s stopped, not answered", self.scope, command_id)
+        return [e for e in stopped if e]
 
     def _send_due(self) -> int:
         now = self.now_ms()

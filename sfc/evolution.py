@@ -175,7 +175,8 @@ REASON_LIMIT_REACHED = "limit"
 REASON_RESET = "reset"
 REASON_DEACTIVATED = "deactivated"
 REASON_ENDED = "ended"
-"""The withdraw reasons of non-gating work; each means: stop the work."""
+STOP_REASONS = frozenset({REASON_LIMIT_REACHED, REASON_RESET, REASON_DEACTIVATED, REASON_ENDED})
+"""The withdraw reasons of non-gating work; each means: stop the work, and do not answer it."""
 
 
 def _label(spec: ActionSpec) -> str:

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
+from msgspec import UNSET
 
 from generated.equipment_entry_v1_0 import AwaitData, AwaitSelector, CommandData, WithdrawData
 from generated.work_entry_v1_0 import AnswerData, EventData
@@ -128,6 +129,10 @@ def command_event(scope: str, kind: str, data: CommandData, entry_ms: int) -> Cl
         "sfcdeadline": str(data.deadline),
         "sfcexpiresat": str(data.expires_at),
     }
+    if data.qualifier is not UNSET:  # absent for N
+        attributes["sfcqualifier"] = data.qualifier
+    if data.stop_at is not UNSET:
+        attributes["sfcstopat"] = str(data.stop_at)
     return CloudEvent(attributes, encode(data.parameters), JSON)
 
 

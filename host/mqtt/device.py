@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import msgspec
+
 from generated.equipment_entry_v1_0 import AwaitData, CommandData
 from generated.simulation_script_v1_0 import SimulationScript
 from host.mqtt.cloudevents import (
@@ -29,6 +31,7 @@ from host.mqtt.connection import Connection
 from host.mqtt.topics import BrokerURL, Topics
 from host.scripted import ASKED_RETENTION_MS, FORGET_EVERY, ScriptAnswers, host_script_problem
 from host.scripted import Counters as ScriptCounters
+from sfc.evolution import STOP_REASONS
 from sfc.simulation import Reply
 
 log = logging.getLogger("sfc.host.mqtt")
@@ -47,6 +50,9 @@ class DeviceCounters:
     not_held: int = 0
     """Holds of work the device did not know, answered notHeld."""
     refused: int = 0
+    stopped: int = 0
+    """Scheduled responses dropped: a withdraw said to stop the work (limit, reset,
+    deactivated, ended)."""
 
 
 @dataclass
@@ -147,6 +153,7 @@ class MqttDevice:
         try:
             event = msg.cloudevent()
             if event.get("sfckind") == "withdraw":
+                self._withdraw(msg, event)
                 return
             kind, data = command_of(event)
         except MessageError as e:
@@ -179,6 +186,23 @@ class MqttDevice:
             self._push(at, message)
         else:
             self._schedule(at, msg, event, data.command_id, reply)
+
+    def _withdraw(self, msg: Received, event: CloudEvent) -> None:
+        """A withdraw that says stop the work drops the work's scheduled response."""
+        try:
+            reason = msgspec.json.decode(event.data).get("reason")
+        except (msgspec.DecodeError, AttributeError):
+            return
+        if reason not in STOP_REASONS:
+            return  # an attempt that no longer counts: its answer is absorbed
+        command_id = event.get("sfccommandid") or (msg.correlation_data or b"").decode()
+        wanted = command_id.encode()
+        kept = [d for d in self._due if d[2].correlation_data != wanted]
+        if len(kept) != len(self._due):
+            self.counters.stopped += len(self._due) - len(kept)
+            self._due = kept
+            heapq.heapify(self._due)
+            log.info("the device stopped %s (%s), not answered", command_id, reason)
 
     def _schedule(
         self,
