@@ -31,7 +31,8 @@ routes nothing. Two kinds of time run: attempt deadlines (`deadline`, `holdDeadl
 outage and a hold move them) and process timers (a record's `timer`, the state's `dwells`;
 only a hold moves them). A tick handles everything due in time order (`expire`); before a
 process timer fires, the chart settles on what came before it, so a step left at exactly
-entry+T does not start its D.
+entry+T does not start its D. Before any other event at t (but a cancel), the process timers
+and dwells due before t fire first (`_AFTER_TIMERS`): a late tick loses no timer.
 
 Where each rule lives (methods of `_Evaluation` unless marked)
 --------------------------------------------------------------
@@ -277,9 +278,19 @@ def evolve(graph: Graph, state: SfcState, snapshot: Snapshot | None, event: Any)
 
     ev = _Evaluation(graph, state, snapshot, event.at)
     try:
+        overdue: list[str] = []
+        if (
+            type(event) in _AFTER_TIMERS
+            and state.status == "running"
+            and state.held_at is None
+            and (state.dwells or any(r.timer is not None for r in state.actions.values()))
+        ):
+            _, overdue = ev.expire(process_only=True)
         disposition, reason = handler(ev, event)
         if disposition != "applied":
             return _unchanged(state, disposition, reason)
+        if overdue:
+            reason = f"time passed first: {'; '.join(overdue)}; {reason}"
         ev.evolve()
     except _PropagationLimit:
         return _propagation_fault(graph, state, event.at)
@@ -927,15 +938,19 @@ class _Evaluation:
         due.sort()
         return due
 
-    def expire(self) -> tuple[list[str], list[str]]:
+    def expire(self, process_only: bool = False) -> tuple[list[str], list[str]]:
         """Handle every deadline, timer and dwell at or before now; says what became of each
-        (deadlines, then timers and dwells)."""
+        (deadlines, then timers and dwells). `process_only`: only the process timers and
+        dwells due *before* now (an event is about to be applied at now)."""
         held = self.held_at is not None
         expired: list[str] = []
         timers: list[str] = []
-        for _, kind, order, name in self.due_now():
+        blocks = len(self.g.actions)
+        for due, kind, order, name in self.due_now():
             if self.status != "running":
                 break
+            if process_only and (due >= self.at or (kind == 0 and order < blocks)):
+                continue  # attempt deadlines keep their tick; an event at T wins over T
             if kind == 1:
                 # The chart first settles on what came before (a step left earlier does not
                 # start its D); all that came before put its steps on the worklist.
@@ -944,7 +959,7 @@ class _Evaluation:
                 if self.status == "running":
                     timers.extend(self.fire_timer(name))
                 continue
-            if order >= len(self.g.actions):  # a dwell
+            if order >= blocks:  # a dwell
                 if self.dwells.pop(name, None) is not None:
                     self.worklist.append(name)
                     self.note(f"{name}: its MinSeconds passed")
@@ -968,6 +983,8 @@ class _Evaluation:
                 else:
                     self.time_out(name, f"no {spec.type_id} event arrived in time")
                     expired.append(f"{name} timed out waiting for {spec.type_id}")
+        if process_only and self.worklist:
+            self.evolve()  # the chart as it stood just before the event
         return expired, timers
 
     def fire_timer(self, name: str) -> list[str]:
@@ -1367,6 +1384,11 @@ def _on_release(ev: _Evaluation, event: Release) -> Handled:
             ev.start_work(spec, rec, rec.work)
     return "applied", said
 
+
+_AFTER_TIMERS = (ActionCompleted, ActionFailed, EventReceived, Hold, Resume)
+"""Events before which the process timers and dwells due earlier fire, in plant time: a
+tick that came late (a slow sweep, a worker that died) does not let an answer overtake a
+timer that ran out before it. A tick handles its own; a cancel starts nothing."""
 
 _HANDLERS: dict[type, Any] = {
     Start: _on_start,

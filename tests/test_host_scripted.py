@@ -50,11 +50,13 @@ REPLY_ONLY = [p for p in SCRIPTS if not _doc(p).get("events") and not _doc(p).ge
 CLOCK_ITEMS = [p for p in SCRIPTS if p not in REPLY_ONLY]
 SCALE = {
     "recovery-routing/operator-absent": 0.005,
-    # andon's D of 20 s against the press's answer at 26 s: 600 ms apart at 0.1, where the
-    # default 0.01 left 60 ms, close to the sweep's 50 ms that fires the timer
+    "press-fit-line/happy": 0.1,
+    "press-fit-line/reject": 0.1,
     "press-fit-line/slow-press": 0.1,
 }
-"""The scale of a variant when not 0.01: an operator wait of 600 s would take 6 s."""
+"""The scale of a variant when not 0.01: an operator wait of 600 s would take 6 s; the
+press-fit line's process timers race its answers by tens of ms at 0.01, more than a busy
+host's latency."""
 
 
 def name_of(script: Path) -> str:

@@ -502,3 +502,28 @@ def test_startwork_of_a_timed_or_stored_block_carries_its_qualifier() -> None:
     assert (by["s"].qualifier, by["s"].stop_at) == ("S", UNSET)
     assert (by["sl"].qualifier, by["sl"].stop_at) == ("SL", 1000)
     assert by["a"].qualifier is UNSET
+
+
+def test_an_answer_after_a_timer_ran_out_without_its_tick_fires_the_timer_first() -> None:
+    """The tick of a D at 10 s never came (a slow sweep, a worker that died): the answer at
+    12 s fires it first, in plant time, then leaves the step."""
+    j = job(
+        ["A", "B"], [q("andon", "A", "D", 10), q("blow", "A", "L", 5), n("a", "A"), n("b", "B")]
+    )
+    j.start()
+    result = j.respond("a", at=12_000)
+    assert result.reason.startswith("time passed first: blow (L 5 s) withdrawn at its limit; ")
+    assert names(summary(result)) == [
+        ("cancel", "blow#1", "limit"),
+        ("push", "andon#3"),
+        ("cancel", "andon#3", "deactivated"),
+        ("push", "b#4"),
+    ]
+
+
+def test_an_answer_absorbed_fires_no_timer() -> None:
+    j = job(["A", "B"], [q("andon", "A", "D", 10), n("a", "A"), n("b", "B")])
+    j.start()
+    result = j.respond("nobody", at=12_000)
+    assert result.disposition == "rejected" and result.commands == []
+    assert j.state.actions["andon"].status == "pending"

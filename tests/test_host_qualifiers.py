@@ -1,0 +1,197 @@
+"""The qualifiers through the host, on a real server (issue 34): the press-fit station runs
+to its end with scripted equipment; the equipment stream shows every withdraw with its
+reason and each command id once; a withdraw that says stop drops the work's answer; and a
+worker SIGKILLed mid-run loses no timer (a D still starts, an L is still withdrawn)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from msgspec import UNSET
+
+from generated.command_v1_0 import CancelWork, StartWork
+from generated.equipment_entry_v1_0 import CommandData, WithdrawData
+from host import keys
+from host.entries import decode_equipment, decode_work
+from host.jobs import submit
+from host.scripted import ScriptedEquipment, load_host_script
+from sfc.builder import build
+from sfc.graph import Graph
+from sfc.simulation import Simulation, load_script
+from tests.faultkit import Fleet, ended_count, wait_until
+from tests.hostkit import Host
+from tests.test_host_scripted import run_until_ended, scaled_recipe, scaled_script
+
+ROOT = Path(__file__).resolve().parent.parent
+STATION = ROOT / "examples" / "press-fit-line"
+K = 0.1
+"""Every delay, T, MinSeconds and TimeoutSeconds scaled (as tests/test_host_scripted.py), so
+that the closest race (a limit 200 ms before the answer that leaves its step) is wider than
+the worker's sweep."""
+
+
+def graph_of(recipe: bytes) -> Graph:
+    built = build(recipe)
+    assert built.graph is not None, built.errors
+    return built.graph
+
+
+def dry_withdraws(recipe: bytes, script: bytes) -> list[tuple[str, str]]:
+    result = Simulation(graph_of(recipe), load_script(script), job_id="job-1").run()
+    assert result.end == "completed"
+    return [
+        (c.command_id, c.reason)
+        for e in result.transcript
+        for c in e.commands
+        if isinstance(c, CancelWork)
+    ]
+
+
+def dry_pushes(recipe: bytes, script: bytes) -> list[StartWork]:
+    result = Simulation(graph_of(recipe), load_script(script), job_id="job-1").run()
+    seen: dict[str, StartWork] = {}
+    for e in result.transcript:
+        for c in e.commands:
+            if isinstance(c, StartWork) and c.work == "push":
+                seen.setdefault(c.command_id, c)
+    return list(seen.values())
+
+
+@pytest.mark.parametrize("name", ["happy", "slow-press", "reject"])
+def test_the_station_runs_to_its_end_and_the_stream_shows_every_withdraw(
+    host: Host, name: str
+) -> None:
+    recipe = scaled_recipe((STATION / "recipe.json").read_bytes(), K)
+    doc = json.loads((STATION / f"{name}.script.json").read_bytes())
+    if name == "slow-press":  # the air valve answers well before its limit, under load too
+        doc["replies"]["blow_off"] = ["ok@200"]
+    raw = json.dumps(doc).encode()
+    script = scaled_script(raw, K)
+    expected = dry_withdraws(recipe, script)
+    assert {reason for _, reason in expected} & {"limit", "reset", "deactivated", "ended"}
+
+    scope = host.scope("pressfit")
+    host.submit(scope, recipe, job_id="job-1")
+    equipment = ScriptedEquipment(host.store(), scope, load_host_script(raw), time_scale=K)
+    run_until_ended(host, scope, ["job-1"], equipment, end="Ended/Completed")
+
+    entries = host.equipment(scope)
+    withdraws = [(d.command_id, d.reason) for _, kind, d in entries if kind == "withdraw"]
+    assert withdraws == expected
+    pushes = [d for _, kind, d in entries if kind == "push"]
+    ids = [d.command_id for d in pushes]
+    assert len(ids) == len(set(ids)), "a command id appended twice"
+    # every push carries its qualifier (none for N) and an L its stopAt, as the core gave it
+    by_id = {c.command_id: c for c in dry_pushes(recipe, script)}
+    assert set(ids) == set(by_id)
+    for d in pushes:
+        assert isinstance(d, CommandData)
+        dry = by_id[d.command_id]
+        assert d.qualifier == dry.qualifier
+        # stopAt is absolute: the L's limit lies as far after its deadline as in the dry run
+        if dry.stop_at is UNSET:
+            assert d.stop_at is UNSET
+        else:
+            assert d.stop_at is not UNSET and d.stop_at - d.deadline == dry.stop_at - dry.deadline
+
+
+def test_a_withdraw_that_says_stop_drops_the_answer(host: Host) -> None:
+    """The vacuum (S) would answer after 300 ms; the R in Unload withdraws it (`reset`)
+    first, and the scripted equipment stops it: no answer is sent."""
+    doc = json.loads((STATION / "happy.script.json").read_bytes())
+    doc["replies"]["vacuum"] = ["ok@60000"]
+    raw = json.dumps(doc).encode()
+    recipe = scaled_recipe((STATION / "recipe.json").read_bytes(), K)
+    scope = host.scope("stop")
+    host.submit(scope, recipe, job_id="job-1")
+    equipment = ScriptedEquipment(host.store(), scope, load_host_script(raw), time_scale=K)
+    run_until_ended(host, scope, ["job-1"], equipment, end="Ended/Completed")
+    withdraws = [(d.command_id, d.reason) for _, k, d in host.equipment(scope) if k == "withdraw"]
+    assert ("job-1:vacuum#3", "reset") in withdraws
+    assert equipment.counters.stopped == 1
+    assert equipment.pending == 0
+    rows: Any = host.client().xrange(keys.work(scope))
+    answered = [
+        e.data.command_id
+        for e in (decode_work(i.decode(), f) for i, f in rows)
+        if e.kind == "answer"
+    ]
+    assert "job-1:vacuum#3" not in answered
+
+
+# ------------------------------------------------------------------ a worker killed
+
+
+TIMED = {
+    "Steps": [{"Name": "Work", "Initial": True}, {"Name": "Done"}],
+    "Transitions": [{"Source": "Work", "Target": "Done", "Condition": "true"}],
+    "Actions": [
+        {"Name": "work", "Step": "Work", "Qualifier": "N", "Interaction": "push_command",
+         "TypeId": "t.work", "TimeoutSeconds": 60},
+        {"Name": "blow", "Step": "Work", "Qualifier": "L", "DurationSeconds": 2,
+         "Interaction": "push_command", "TypeId": "t.blow", "TimeoutSeconds": 60},
+        {"Name": "andon", "Step": "Work", "Qualifier": "D", "DurationSeconds": 3,
+         "Interaction": "push_command", "TypeId": "t.andon", "TimeoutSeconds": 60},
+        {"Name": "done", "Step": "Done", "Qualifier": "N", "Interaction": "push_command",
+         "TypeId": "t.done", "TimeoutSeconds": 60},
+    ],
+}  # fmt: skip
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
+    f = Fleet(tmp_path)
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def test_no_timer_is_lost_when_the_worker_is_killed(fleet: Fleet) -> None:
+    """The only worker is SIGKILLed after the job started, before its L limit (2 s) and its
+    D (3 s); it comes back after both are due: the L is withdrawn (`limit`) and the D
+    starts, then work answers and the job completes."""
+    server = fleet.server()
+    scope = fleet.scope(server.url, "timers")
+    store = fleet.store(server.url)
+    fleet.scripted(
+        server.url,
+        scope,
+        {"replies": {"work": ["ok@5000"], "blow": ["silent"], "andon": ["silent"]}},
+    )
+    instance = fleet.instance(server.url, scope)
+    instance.wait_serving()
+    result = submit(store, scope, json.dumps(TIMED).encode(), job_id="job-1")
+    assert result.ok, result.words()
+
+    def kinds() -> list[tuple[str, str, str]]:
+        out = []
+        for i, f in store.equipment_entries(scope):
+            e = decode_equipment(i, f)
+            reason = e.data.reason if isinstance(e.data, WithdrawData) else ""
+            out.append((e.kind, e.data.command_id, reason))
+        return out
+
+    wait_until(lambda: ("push", "job-1:blow#2", "") in kinds(), timeout=30, what="the L pushed")
+    instance.kill()  # the job's timers, 2 s and 3 s after its start, are not due yet
+    instance.start().wait_serving()
+    try:
+        wait_until(
+            lambda: (
+                ("withdraw", "job-1:blow#2", "limit") in kinds()
+                and ("withdraw", "job-1:andon#3", "deactivated") in kinds()
+            ),
+            timeout=60,
+            what="the L withdrawn at its limit, the D started and withdrawn when Work was left",
+        )
+    except AssertionError as e:
+        raise AssertionError(
+            f"{e}; the stream: {kinds()}; the log: {instance.log()[-3000:]}"
+        ) from None
+    wait_until(lambda: ended_count(store, scope, ["job-1"]) == 1, timeout=60, what="the job to end")
+    pushes = [c for k, c, _ in kinds() if k == "push"]
+    assert pushes == ["job-1:work#1", "job-1:blow#2", "job-1:andon#3", "job-1:done#4"]
