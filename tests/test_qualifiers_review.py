@@ -1127,3 +1127,24 @@ def test_a_failure_in_a_dwell_step_is_routed_when_the_dwell_has_passed() -> None
     )
     run = Run(doc, replies(a=["error:jam@1000"]))
     assert run.starts_of("b") == [30_000]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="host/outbox.outgoing drops StartWork's qualifier and stopAt: the equipment stream "
+    "never tells an adapter that work is an L, nor when to stop it",
+)
+def test_the_equipment_entry_of_an_l_carries_its_qualifier_and_stop_at() -> None:
+    from host.outbox import outgoing
+
+    g = graph(chart(["A", "B"], [q("blow", "A", "L", 2), q("a", "A"), q("b", "B")]))
+    j = Job(g)
+    result = j.start(at=1_000)
+    items = outgoing(result.commands, loaded_sequence=0, job="job-1", at=1_000, grace=0, graph=g)
+    pushed = {
+        json.loads(msgspec.json.encode(data))["commandId"]: json.loads(msgspec.json.encode(data))
+        for _, data in items
+    }
+    blow = pushed["job-1:blow#1"]
+    assert (blow.get("qualifier"), blow.get("stopAt")) == ("L", 3_000)
+    assert "qualifier" not in pushed["job-1:a#2"]  # N says nothing, as on StartWork
