@@ -1129,11 +1129,6 @@ def test_a_failure_in_a_dwell_step_is_routed_when_the_dwell_has_passed() -> None
     assert run.starts_of("b") == [30_000]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="host/outbox.outgoing drops StartWork's qualifier and stopAt: the equipment stream "
-    "never tells an adapter that work is an L, nor when to stop it",
-)
 def test_the_equipment_entry_of_an_l_carries_its_qualifier_and_stop_at() -> None:
     from host.outbox import outgoing
 
