@@ -5,10 +5,8 @@
     job (expected version, state, order, due, commands, history, entry ids to ack)
     -> ok | conflict | gone | missing
 
-This is the one apply path; workers use it for batches of work entries. A conflict (another
-instance committed the job first) loads again and evolves again, in this process, and never
-counts as a delivery. `gone` means another consumer took the entries over: the result is
-dropped, since that consumer applies them (`Outcome.given_up` says which, for the log).
+The one apply path. A conflict loads and evolves again here (no delivery counted); `gone`
+drops the result: the consumer that took the entries over applies them.
 """
 
 from __future__ import annotations
@@ -80,13 +78,11 @@ UNREADABLE_SCAN = 100
 (`Applier.unreadable_wait`)."""
 
 
-def _failed(
+def _leave_pending(
     scope: str, job: str, record: JobRecord, entries: Sequence[Entry], e: Exception, tally: Outcome
 ) -> None:
-    """Entries of `job` whose evaluation raised `e`: they stay pending. A stored order or
-    state that does not decode is the job's fault, not the engine's: it goes to the
-    worker's one line (`Outcome.unreadable`); anything else is a bug, logged with its
-    traceback."""
+    """Leave the entries of `job`, whose evaluation raised `e`, pending: an unreadable job
+    goes to `Outcome.unreadable`, anything else is logged with its traceback."""
     why = unreadable(record) if isinstance(e, msgspec.DecodeError) else None
     if why is not None:
         ids = tuple(x.id for x in entries)
@@ -109,10 +105,9 @@ def _failed(
     tally.failed += [(x.id, f"{type(e).__name__}: {e}") for x in entries]
 
 
-def _unreadable_at_start(scope: str, job: str, why: str) -> None:
-    """The line of a job whose stored order or state cannot be read, found when a worker
-    takes its scope up (`repair_all`): why and the way out, in the words of the line of
-    each delivery of its entries (`WorkLog.applied`)."""
+def _log_unreadable_at_start(scope: str, job: str, why: str) -> None:
+    """Log a job found unreadable when its scope is taken up, in the words of
+    `WorkLog.applied`."""
     log.error(
         "scope %s: job %s cannot be evaluated: its stored order or state cannot be read (%s); "
         "its indexes are left as they are; %s",
@@ -150,13 +145,9 @@ class Applier:
         COMMIT_CHUNK, in a large batch) just before they are sent."""
 
     def method(self, scope: str, job: str, call: MethodCall) -> tuple[joborder.ReturnStatus, str]:
-        """Apply a job-control method as one commit, at the server's time; a conflict loads
-        again. Returns the ReturnStatus and the order's new state path (or why not).
-
-        The method is counted by name in the scope's hash, where `sfc serve`'s metrics read
-        it whichever process applied it: applied (in its commit), or refused because the
-        order's state does not allow it (a bad id or an unknown job is the caller's typing,
-        and writes nothing)."""
+        """Apply a job-control method as one commit at the server's time; returns the
+        ReturnStatus and the new state path (or why not). Applied or refused, it is counted
+        in the scope's hash; a bad id or unknown job writes nothing."""
         for attempt in range(CONFLICT_RETRIES):
             if attempt:
                 self.conflicts += 1
@@ -184,12 +175,8 @@ class Applier:
         return joborder.ReturnStatus.UNABLE_TO_ACCEPT, "the job kept changing; try again"
 
     def repair_all(self, scope: str, chunk: int = 200) -> int:
-        """Set the indexes of every active job of `scope` from its hash (recovery).
-
-        The due index comes from the hash's `due`; the active set and the waits index from
-        the state and the order. A job that moved meanwhile (its version changed) is left as
-        it is: the commit that moved it wrote its indexes. Returns the jobs repaired.
-        """
+        """Set the due, active and waits indexes of every active job of `scope` from its
+        hash; a job that moved meanwhile is left as it is. Returns the jobs repaired."""
         jobs = self.store.active_jobs(scope)
         repaired = 0
         for i in range(0, len(jobs), chunk):
@@ -204,7 +191,7 @@ class Applier:
                     state = state_decoder.decode(record.state)
                     order = decode_order(record.order)
                 except (msgspec.DecodeError, RecursionError) as e:
-                    _unreadable_at_start(scope, job, str(e))
+                    _log_unreadable_at_start(scope, job, str(e))
                     continue
                 running = state.status == "running" and not joborder.ended(order)
                 graph = self.graphs.get(order.recipe_hash, order.dataschema)
@@ -220,9 +207,8 @@ class Applier:
         ahead: ReadAhead | None = None,
         loaded: Loaded | None = None,
     ) -> Outcome:
-        """Apply `entries` (work entries of `scope`, in stream order) and commit them. With
-        `ahead`, the first round's load and commit stream also read ahead (ReadAhead). With
-        `loaded` (a load of the batch's jobs, read ahead), the first round loads nothing."""
+        """Apply and commit `entries` (of `scope`, in stream order). The first round reads
+        `ahead` too, and loads nothing that `loaded` holds."""
         tally = Outcome()
         jobs, events = _by_job(entries)
         pending = self._round(scope, jobs, tally, ahead, loaded) if jobs else {}
@@ -230,9 +216,8 @@ class Applier:
         return tally
 
     def prepare(self, scope: str, entries: Sequence[Entry], loaded: Loaded | None) -> Round:
-        """The first round of `apply`, evaluated and not sent (`send`, then `land`): a
-        worker evaluates its next batch while the server runs the one in flight. Jobs that
-        `loaded` lacks are loaded now."""
+        """The first round of `apply`, evaluated and not sent (then `send`, `land`); jobs
+        that `loaded` lacks are loaded now."""
         jobs, events = _by_job(entries)
         tally = Outcome()
         if not jobs:
@@ -315,21 +300,10 @@ class Applier:
     def _offer_together(
         self, scope: str, events: list[Entry], tally: Outcome, done: set[str]
     ) -> list[Entry]:
-        """Offer a batch's events in at most four round trips for the batch instead of
-        three for each: the waits of their types and their source/ids; the acks of those
-        that apply nowhere (source/id taken before, or no matching wait); the loads of the
-        others' first choices (the oldest matching wait); their commits. The events left
-        for `offer` are returned, in order (`done` holds those finished here).
-
-        Each event claims the jobs of every wait it matches. An event goes with the batch
-        when its first choice is no job an earlier event of the batch claimed, and its
-        source/id none that an earlier one claimed: so an event left to `offer`
-        (afterwards, in order) never finds a wait that a later event of the batch took
-        first. Also left to `offer`: an event whose first choice is stale (its job gone, or
-        without such a wait) or did not take it, whose commit did not land (conflict,
-        missing, an error), or whose ack group came back gone. `offer` decides each as it
-        would have alone. (A wait without a selector, the oldest, is every event's first
-        choice: then one event goes with the batch and the others alone.)"""
+        """Offer a batch's events together, in at most four round trips; returns those left
+        for `offer`, in order (`done` holds the others). An event goes together only if no
+        earlier event claimed its first choice's job or its source/id, so `offer` decides
+        each left one as it would have alone."""
         seen_of = {e.id: _seen_field(e) for e in events}
         until: dict[str, int] = {}
         for e in events:
@@ -419,12 +393,9 @@ class Applier:
         return _in_order(alone, events)
 
     def unreadable_wait(self, scope: str, entry: Entry) -> tuple[str, str] | None:
-        """(job, why) of the first wait the event matches (oldest first, as `offer` tries
-        them) whose job's stored order or state cannot be read, or None: what makes the
-        event fail at every delivery (`offer` raises UnreadableJob, and the event stays
-        pending), said again when it is buried. A readable job before it is passed over: it
-        did not take the event (it would have applied it), as a stale wait does not. Reads
-        the first UNREADABLE_SCAN matching jobs, in one round trip."""
+        """(job, why) of the first wait the event matches, oldest first, whose job cannot be
+        read (what makes `offer` raise UnreadableJob), or None. Reads the first
+        UNREADABLE_SCAN matching jobs in one round trip."""
         data = _event(entry)
         members, taken = self.store.waiting(scope, data.type_id, entry.ms, _seen_field(entry))
         if taken:
@@ -444,13 +415,9 @@ class Applier:
         return None
 
     def offer(self, scope: str, entry: Entry, tally: Outcome) -> str:
-        """Offer an event entry to the waits that match it, oldest first, until one takes it.
-
-        Only the jobs whose wait matches the event's type and selector and began no later
-        than the event are loaded. A non-matching offer writes nothing. The commit that
-        applies the event acknowledges it and takes its source/id; when no wait takes it, one
-        ack-only call does. Returns what became of it: applied, duplicate, unmatched or gone.
-        """
+        """Offer an event to the waits that match it (type, selector, begun no later),
+        oldest first, until one takes it; acks it and takes its source/id either way.
+        Returns applied, duplicate, unmatched or gone."""
         data = _event(entry)
         seen = _seen_field(entry)
         members, taken = self.store.waiting(scope, data.type_id, entry.ms, seen)
@@ -520,8 +487,7 @@ class Applier:
     def _drop_stale(
         self, scope: str, job: str, record: JobRecord, type_id: str, member: str
     ) -> None:
-        """Remove the job's member from the type's waits key when the job has no such open
-        wait any more (the index lost a removal): the offer found it stale."""
+        """Remove a stale member (its job has no such open wait) from the type's waits key."""
         state = state_decoder.decode(record.state)
         order = decode_order(record.order)
         graph = self.graphs.get(order.recipe_hash, order.dataschema)
@@ -564,8 +530,7 @@ class Applier:
         stream: CommitStream | None,
     ) -> tuple[list[Commit], list[Outcome], list[Entry]]:
         """Evaluate each job's entries: (commits, their tallies, entries of missing jobs).
-        With `stream`, the commits are sent as they are made, in chunks of COMMIT_CHUNK, and
-        the last chunk is held for the stream's read ahead."""
+        With `stream`, send the commits in chunks of COMMIT_CHUNK as they are made."""
         now, records, values = loaded
         config = ScopeConfig.of(values, self.settings)
         commits: list[Commit] = []
@@ -584,7 +549,7 @@ class Applier:
                 commits.append(self.evaluator.evaluate(scope, job, record, es, now, config, local))
                 counts.append(local)
             except Exception as e:  # the entries stay pending, and are claimed later
-                _failed(scope, job, record, es, e, tally)
+                _leave_pending(scope, job, record, es, e, tally)
             waiting = len(commits) - sent
             if stream is not None and (waiting >= COMMIT_CHUNK or (sent and 0 < left < waiting)):
                 # the server runs these while the next jobs are evaluated; after the first
@@ -598,8 +563,8 @@ class Applier:
         return commits, counts, missing
 
     def _drop_missing(self, scope: str, missing: list[Entry], tally: Outcome) -> None:
-        """Ack the entries of jobs that are not stored (cleared), counted as dropped; one
-        that another consumer took over is counted gone, and left to it."""
+        """Ack the entries of jobs not stored (cleared) as dropped; one another consumer
+        took over is counted gone."""
         if not missing:
             return
         answers = [e.id for e in missing if e.kind == "answer"]
@@ -710,8 +675,7 @@ def _by_job(entries: Sequence[Entry]) -> tuple[dict[str, list[Entry]], list[Entr
 
 @dataclass(slots=True)
 class Round:
-    """A scope's batch prepared by `Applier.prepare`: evaluated, then sent (`send`), its
-    results read by `land`."""
+    """A scope's batch evaluated by `Applier.prepare`, to `send` and then `land`."""
 
     scope: str
     jobs: dict[str, list[Entry]]

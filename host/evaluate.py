@@ -46,10 +46,8 @@ _order_decoder = msgspec.json.Decoder(JobOrder)
 
 
 class GraphCache:
-    """Graphs by recipe hash and dataschema, built once per process from `sfc:recipe:{hash}`.
-
-    A failure is not cached: the recipe may be stored later.
-    """
+    """Graphs by recipe hash and dataschema, built once per process from `sfc:recipe:{hash}`
+    (a failure is not cached: the recipe may be stored later)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -75,11 +73,8 @@ class GraphCache:
         return result.graph
 
     def check(self, recipe_hash: str, dataschema: str, capabilities: bytes | None) -> str | None:
-        """Why the stored recipe does not build against `capabilities` now, if it does not.
-
-        The scope's capabilities may have changed since the order was stored; a start checks
-        again. A pass is cached per (hash, dataschema, capabilities).
-        """
+        """Why the stored recipe does not build against `capabilities` now, or None; a pass
+        is cached per (hash, dataschema, capabilities)."""
         if capabilities is None:
             return None
         key = (recipe_hash, dataschema, capabilities)
@@ -111,9 +106,7 @@ class ScopeConfig:
 
     @staticmethod
     def of(values: dict[str, str], settings: Settings) -> ScopeConfig:
-        """The scope's own values win; the process's settings are the fallback (a scope set
-        up without them), so that a worker and a method applied by `sfc job` or `sfc mcp`
-        send the same attempts and the same `expiresAt`."""
+        """The scope's values, the process's settings where the scope has none."""
         try:
             max_attempts = int(values.get("maxAttempts", settings.max_attempts))
         except ValueError:
@@ -132,8 +125,8 @@ class ScopeConfig:
 
 @dataclass(frozen=True, slots=True)
 class MethodCall:
-    """A job-control method applied through the apply path, as one commit (docs/host.md,
-    "Job orders"): the order change and the recipe's hold, release or cancel together."""
+    """A job-control method: the order change and the recipe's hold, release or cancel in
+    one commit (docs/host.md, "Job orders")."""
 
     method: str
     comment: str | None = None
@@ -164,16 +157,13 @@ def decode_order(raw: bytes) -> JobOrder:
 
 
 def way_out(job: str) -> str:
-    """The way out of a job whose stored order or state cannot be read, as the host says it:
-    in the worker's lines (at start, `_unreadable_at_start`; at each delivery,
-    `WorkLog.applied`) and in the reason of a dead entry buried for it
-    (`Worker._bury_if_spent`), in the same words."""
+    """How to get out of a job whose stored order or state cannot be read, in the words of
+    every line and dead entry that says so."""
     return f"unless a newer sfc wrote it, `sfc job clear {job} --unreadable` removes the job"
 
 
 def unreadable(record: JobRecord) -> str | None:
-    """Why a stored job's order or state cannot be read (written by another program, or by
-    hand), or None: no worker can evaluate such a job."""
+    """Why a stored job's order or state cannot be read, or None."""
     try:
         decode_order(record.order)
         state_decoder.decode(record.state)
@@ -196,13 +186,8 @@ def open_command_ids(state: SfcState, except_action: str | None = None) -> list[
 
 
 class Decoded(Generic[T]):
-    """Decoded stored documents (states, orders) by their bytes, the oldest dropped first
-    past `limit`: a job's next load returns the bytes its last commit wrote, so the commit
-    keeps their decoding. The objects are shared, which is safe because nothing changes
-    them: `evolve` and the order functions return new ones (a property test holds evolve
-    to it). Bytes are compared whole, so a job another worker moved is decoded afresh.
-    The limit is modest because a decoded state is some 30 objects the collector tracks:
-    every full pass of it walks what the cache holds."""
+    """Decoded states and orders by their stored bytes, the oldest dropped past `limit`.
+    The objects are shared: nothing may change them (evolve returns new ones)."""
 
     def __init__(self, decode: Callable[[bytes], T], limit: int = 1024) -> None:
         if limit < 1:
@@ -247,8 +232,7 @@ class Evaluator:
         config: ScopeConfig,
         tally: Outcome,
     ) -> Commit:
-        """The commit of `entries`; their dispositions are added to `tally` (the caller
-        counts them only when the commit lands)."""
+        """The commit of `entries`; their dispositions are added to `tally`."""
         state = self.states.get(record.state)
         order = self.orders.get(record.order)
         graph = self.graphs.get(order.recipe_hash, order.dataschema)
@@ -309,9 +293,8 @@ class Evaluator:
         equipment: list[tuple[str, bytes]],
         work: list[tuple[str, bytes]],
     ) -> tuple[SfcState, JobOrder, HistoryEntry, str]:
-        """A job-control method: the order moves, and a running recipe gets its hold,
-        release or cancel in the same evaluation. Raises MethodRefused when the order's
-        state does not allow the method."""
+        """Move the order, and hold, release or cancel a running recipe with it. Raises
+        MethodRefused when the order's state does not allow the method."""
         m = call.method
         status = joborder.allowed(m, order)
         if status != joborder.ReturnStatus.OK:

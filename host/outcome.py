@@ -46,9 +46,8 @@ class Outcome:
     `failed`: they stay pending); the worker says so in one line, without a traceback."""
 
     def add(self, other: Outcome, lists: bool = True) -> None:
-        """Add `other`'s counts and failures, and with `lists` its lists of every entry
-        (answer waits, ends, entries given up): a worker's lifetime counters take no such
-        list, or they would grow with every entry applied, for as long as the process runs."""
+        """Add `other`'s counts and failures, and with `lists` its per-entry lists (long-lived
+        counters pass False, or they grow for ever)."""
         self.applied += other.applied
         self.absorbed += other.absorbed
         self.rejected += other.rejected
@@ -83,8 +82,7 @@ class Outcome:
 
 
 class UnreadableJob(Exception):
-    """The job an event's wait matched cannot be read (`Applier.offer`): the event stays
-    pending, and the worker says so in its one line (`Outcome.unreadable`)."""
+    """The job of a wait an event matched cannot be read; the event stays pending."""
 
     def __init__(self, job: str, why: str) -> None:
         super().__init__(f"job {job}: its stored order or state cannot be read: {why}")
@@ -94,9 +92,8 @@ class UnreadableJob(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Unreadable:
-    """A job that cannot be evaluated because its stored order or state does not decode
-    (written by another program, or by hand): not a bug of the engine, and its entries
-    fail so at every delivery until the job is mended or cleared."""
+    """A job whose stored order or state does not decode: its entries fail at every
+    delivery until it is mended or cleared."""
 
     job: str
     entries: tuple[str, ...]
