@@ -38,7 +38,7 @@ from host.settings import Settings
 from host.store import Commit, JobRecord, Store
 from sfc.builder import build
 from sfc.codec import capabilities_decoder, state_decoder
-from sfc.evolution import evolve, next_deadline
+from sfc.evolution import evolve, next_deadline, non_gating_outcomes, overdue_timers
 from sfc.graph import Graph
 
 log = logging.getLogger("sfc.host")
@@ -251,7 +251,7 @@ class Evaluator:
                 )
             else:
                 state, order, item, disposition = self._evolve_entry(
-                    scope, job, state, order, graph, entry, at, config, equipment
+                    scope, job, state, order, graph, entry, at, config, equipment, tally
                 )
             setattr(tally, disposition, getattr(tally, disposition) + 1)
             _observe(tally, job, entry, disposition, before, order, item, len(equipment) - sent)
@@ -393,6 +393,7 @@ class Evaluator:
         at: int,
         config: ScopeConfig,
         equipment: list[tuple[str, bytes]],
+        tally: Outcome,
     ) -> tuple[SfcState, JobOrder, HistoryEntry, str]:
         data = entry.data
         detail = _detail(entry)
@@ -456,6 +457,10 @@ class Evaluator:
         snapshot = Snapshot(max_attempts=config.max_attempts, live_work=live)
         result = evolve(graph, state, snapshot, event)
         decisions = [d.decision for d in result.decisions]
+        if result.disposition == "applied":  # (each is O(the records or the commands))
+            tally.timer_late += overdue_timers(state, at, isinstance(event, Tick))
+            for key in non_gating_outcomes(graph, event, result):
+                tally.non_gating[key] = tally.non_gating.get(key, 0) + 1
         if result.disposition != "applied":
             return (
                 state,

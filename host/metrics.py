@@ -40,6 +40,9 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 ENTRY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
 BATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+LATENESS_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60)
+OUTCOME_LABEL_LIMIT = 64
+"""Most characters of an outcome as a label value (outcomes are the recipe's words)."""
 
 
 def reason_class(reason: str) -> str:
@@ -68,9 +71,11 @@ class _Instruments:
     ended: Counter
     reconnects: Counter
     parked: Counter
+    non_gating: Counter
     entry_seconds: Histogram
     batch_seconds: Histogram
     answer_seconds: Histogram
+    timer_lateness: Histogram
 
 
 @functools.cache
@@ -123,6 +128,12 @@ def _instruments() -> _Instruments:
             "could not be reached, serving the others meanwhile.",
             s,
         ),
+        non_gating=Counter(
+            "sfc_non_gating_outcomes",
+            "Non-gating action blocks (every qualifier but N) that ended, by qualifier and "
+            "outcome (an answer, error, timeout after the last attempt, done at an L/SL limit).",
+            (*s, "qualifier", "outcome"),
+        ),
         entry_seconds=Histogram(
             "sfc_apply_entry_seconds",
             "Apply time per entry: a batch's time, shared by its entries.",
@@ -138,6 +149,12 @@ def _instruments() -> _Instruments:
             "From an answer's entry id to the end of the batch whose commit appended the "
             "commands it caused (at most that much; the server's clock, plus the batch time).",
             buckets=LATENCY_BUCKETS,
+        ),
+        timer_lateness=Histogram(
+            "sfc_timer_lateness_seconds",
+            "How late a process timer or dwell fired (the T of L, D, SD, DS, SL; MinSeconds): "
+            "the time of the entry that fired it less its due time.",
+            buckets=LATENESS_BUCKETS,
         ),
     )
 
@@ -193,6 +210,10 @@ class WorkerMetrics:
             _observe_all(m.entry_seconds, [seconds / entries] * entries)
         if outcome.answer_waits:
             _observe_all(m.answer_seconds, [ms / 1000 + seconds for ms in outcome.answer_waits])
+        for (qualifier, ended), n in outcome.non_gating.items():
+            m.non_gating.labels(scope, qualifier, ended[:OUTCOME_LABEL_LIMIT]).inc(n)
+        if outcome.timer_late:
+            _observe_all(m.timer_lateness, [ms / 1000 for ms in outcome.timer_late])
 
     def failed(self, scope: str, entries: int) -> None:
         """A batch that raised: its entries stay pending."""

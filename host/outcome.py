@@ -33,6 +33,10 @@ class Outcome:
     duplicate, unmatched."""
     sent: dict[str, int] = field(default_factory=dict)
     """Equipment entries appended, by kind (push, hold, restart, await, withdraw)."""
+    non_gating: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(qualifier, outcome) -> non-gating action blocks that ended (recipe v1.2.0)."""
+    timer_late: list[int] = field(default_factory=list)
+    """For each process timer or dwell an applied entry fired: ms past its due time."""
     answer_waits: list[int] = field(default_factory=list)
     """For each answer whose commit appended commands: ms from the answer's entry id to the
     batch's load (both the server's clock)."""
@@ -65,6 +69,8 @@ class Outcome:
         sent = self.sent
         for kind, n in other.sent.items():
             sent[kind] = sent.get(kind, 0) + n
+        for key, n in other.non_gating.items():
+            self.non_gating[key] = self.non_gating.get(key, 0) + n
         if other.failed:
             self.failed += other.failed
         if not lists:
@@ -73,6 +79,8 @@ class Outcome:
             return
         if other.answer_waits:
             self.answer_waits += other.answer_waits
+        if other.timer_late:
+            self.timer_late += other.timer_late
         if other.ends:
             self.ends += other.ends
         if other.given_up:

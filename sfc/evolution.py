@@ -1475,6 +1475,40 @@ def _unchanged(state: SfcState, disposition: Disposition, reason: str) -> StepRe
     )
 
 
+def non_gating_outcomes(graph: Graph, event: Any, result: StepResult) -> list[tuple[str, str]]:
+    """(qualifier, outcome) of each non-gating action block an applied evaluation ended: an
+    answer or a failure (`error`), a `timeout` after its last attempt, `done` at its limit."""
+    ended: list[tuple[str, str]] = []
+    if result.disposition != "applied":
+        return ended
+    if isinstance(event, ActionCompleted | ActionFailed):
+        spec = graph.actions.get(event.action_key.rpartition(":")[2])
+        cid = None if event.command_id is UNSET else event.command_id
+        if spec is not None and not spec.gating and not (cid or "").endswith(":hold"):
+            if isinstance(event, ActionFailed):
+                ended.append((spec.qualifier, "error"))
+            else:
+                outcome = DEFAULT_OUTCOME if event.outcome is UNSET else event.outcome
+                ended.append((spec.qualifier, outcome))
+    for c in result.commands:
+        if isinstance(c, CancelWork) and c.reason in ("timeout", REASON_LIMIT_REACHED):
+            spec = graph.actions.get(c.action_key.rpartition(":")[2])
+            if spec is not None and not spec.gating:
+                ended.append((spec.qualifier, "timeout" if c.reason == "timeout" else "done"))
+    return ended
+
+
+def overdue_timers(state: SfcState, at: int, inclusive: bool) -> list[int]:
+    """How late (ms) each process timer and dwell of a running, not held job is at `at`: those
+    due at or before it (`inclusive`, a tick) or before it (another event, which fires them
+    first). The host's lateness histogram."""
+    if state.status != "running" or state.held_at is not None:
+        return []
+    dues = [r.timer for r in state.actions.values() if r.timer is not None]
+    dues += state.dwells.values()
+    return [at - d for d in dues if d < at or (inclusive and d == at)]
+
+
 def misfit(graph: Graph, state: SfcState) -> str | None:
     """Whatever in the state the recipe does not know, or None; O(the records kept).
 

@@ -20,6 +20,7 @@ from host.entries import decode_equipment, decode_work
 from host.jobs import submit
 from host.scripted import ScriptedEquipment, load_host_script
 from sfc.builder import build
+from sfc.evolution import evolve, new_state, non_gating_outcomes
 from sfc.graph import Graph
 from sfc.simulation import Simulation, load_script
 from tests.faultkit import Fleet, ended_count, wait_until
@@ -51,6 +52,20 @@ def dry_withdraws(recipe: bytes, script: bytes) -> list[tuple[str, str]]:
     ]
 
 
+def dry_non_gating(recipe: bytes, script: bytes) -> dict[tuple[str, str], int]:
+    """(qualifier, outcome) -> count of the non-gating blocks the dry run ended."""
+    graph = graph_of(recipe)
+    result = Simulation(graph, load_script(script), job_id="job-1").run()
+    state = new_state(graph, "job-1", "sim")
+    counts: dict[tuple[str, str], int] = {}
+    for entry in result.transcript:
+        r = evolve(graph, state, None, entry.event)
+        for key in non_gating_outcomes(graph, entry.event, r):
+            counts[key] = counts.get(key, 0) + 1
+        state = r.state
+    return counts
+
+
 def dry_pushes(recipe: bytes, script: bytes) -> list[StartWork]:
     result = Simulation(graph_of(recipe), load_script(script), job_id="job-1").run()
     seen: dict[str, StartWork] = {}
@@ -77,7 +92,12 @@ def test_the_station_runs_to_its_end_and_the_stream_shows_every_withdraw(
     scope = host.scope("pressfit")
     host.submit(scope, recipe, job_id="job-1")
     equipment = ScriptedEquipment(host.store(), scope, load_host_script(raw), time_scale=K)
-    run_until_ended(host, scope, ["job-1"], equipment, end="Ended/Completed")
+    worker = host.worker([scope])
+    until = host.ended(scope, ["job-1"], "Ended/Completed")
+    host.run([worker], [equipment], until, timeout=30)  # type: ignore[list-item]
+    # what sfc_non_gating_outcomes counts: the worker's tally, as the dry run ended them
+    assert worker.counters.outcome.non_gating == dry_non_gating(recipe, script)
+    assert worker.counters.outcome.non_gating  # P1, P0 and L at least
 
     entries = host.equipment(scope)
     withdraws = [(d.command_id, d.reason) for _, kind, d in entries if kind == "withdraw"]

@@ -11,9 +11,11 @@ import pytest
 from msgspec import UNSET
 
 from generated.command_v1_0 import StartWork
+from generated.event_v1_0 import ActionCompleted, ActionFailed, Tick
 from generated.step_result_v1_0 import Complete, FaultContinuation
 from sfc.builder import RECIPE_V1_2_0, build
 from sfc.codec import encode
+from sfc.evolution import non_gating_outcomes, overdue_timers
 from sfc.graph import Graph
 from tests.corehelpers import Job, cancels, recipe, starts, summary, t
 
@@ -527,3 +529,18 @@ def test_an_answer_absorbed_fires_no_timer() -> None:
     result = j.respond("nobody", at=12_000)
     assert result.disposition == "rejected" and result.commands == []
     assert j.state.actions["andon"].status == "pending"
+
+
+def test_the_host_helpers_name_non_gating_outcomes_and_overdue_timers() -> None:
+    """What the host's metrics count: sfc_non_gating_outcomes and sfc_timer_lateness."""
+    j = job(["A", "B"], [q("blow", "A", "L", 2), q("p", "A", "P"), n("a", "A"), n("b", "B")])
+    j.start()
+    assert overdue_timers(j.state, 1999, inclusive=True) == []
+    assert overdue_timers(j.state, 2000, inclusive=False) == []  # an answer at 2 s wins
+    assert overdue_timers(j.state, 2050, inclusive=True) == [50]
+    tick = Tick(at=2050)
+    assert non_gating_outcomes(j.graph, tick, j.send(tick)) == [("L", "done")]
+    answer = ActionCompleted(at=2100, action_key="job-1:p", outcome="printed")
+    assert non_gating_outcomes(j.graph, answer, j.send(answer)) == [("P", "printed")]
+    gating = ActionFailed(at=2200, action_key="job-1:a", error="jammed")
+    assert non_gating_outcomes(j.graph, gating, j.send(gating)) == []
