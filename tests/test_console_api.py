@@ -174,7 +174,13 @@ def test_an_answer_moves_the_job_on(api: Console, host: Host) -> None:
         what="the answer to be applied",
     )
     r = api.post("/api/v1/answers", {"scope": scope, "job": "a", "action": "zz"}, token=TOKEN)
+    assert (r.status, r.json()["field"]) == (404, "action")
+    assert "has no action 'zz'; it has a1, a2" in r.json()["error"]
+    r = api.post("/api/v1/answers", {"scope": scope, "job": "a", "action": "a1"}, token=TOKEN)
+    assert (r.status, r.json()["field"]) == (409, "action")  # a1 is answered: no work open
+    r = api.post("/api/v1/answers", {"scope": scope, "job": "a", "action": "a2:hold"}, token=TOKEN)
     assert (r.status, r.json()["field"]) == (409, "action")
+    assert "no hold command is open" in r.json()["error"]
 
 
 def test_an_event_nobody_waits_for_is_dropped_and_said(api: Console, host: Host) -> None:

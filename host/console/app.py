@@ -439,30 +439,56 @@ async def answer(request: Request) -> Response:
         if record is None:
             raise BadInput("job", f"no job order {job!r} in scope {scope}: nothing queued", 404)
         name = action.removeprefix(f"{job}:")
+        answered = action
         if command_id is None:
             try:
                 state = state_decoder.decode(record.state)
             except msgspec.DecodeError as e:
                 raise BadInput("job", f"its stored state cannot be read: {e}", 409) from None
-            rec = state.actions.get(name)
-            if rec is None or rec.status != "open" or rec.command_id is None:
-                raise BadInput(
-                    "action", f"{name}: no work of it is open for job {job}; nothing queued", 409
-                )
-            if rec.work == "await":
-                raise BadInput(
-                    "action",
-                    f"{name} waits for an event, not an answer: POST /api/v1/events",
-                    409,
-                )
-            command_id = rec.command_id
-            round_ = rec.round if round_ is None else round_
+            base = name.removesuffix(":hold")
+            rec = state.actions.get(base)
+            if name.endswith(":hold"):  # the open hold command, as `sfc respond` answers it
+                if (
+                    rec is None
+                    or rec.status != "open"
+                    or rec.hold not in ("open", "notHeld")
+                    or rec.hold_command_id is None
+                ):
+                    raise BadInput(
+                        "action",
+                        f"{name}: no hold command is open for job {job}; nothing queued",
+                        409,
+                    )
+                command_id, answered = rec.hold_command_id, base
+            else:
+                if rec is None or rec.status != "open" or rec.command_id is None:
+                    names = jobs.recipe_actions(store, record)
+                    if names and name not in names:
+                        raise BadInput(
+                            "action",
+                            f"{name}: the recipe of job {job} has no action {name!r}; it has "
+                            f"{', '.join(names)}; nothing queued",
+                            404,
+                        )
+                    raise BadInput(
+                        "action",
+                        f"{name}: no work of it is open for job {job}; nothing queued",
+                        409,
+                    )
+                if rec.work == "await":
+                    raise BadInput(
+                        "action",
+                        f"{name} waits for an event, not an answer: POST /api/v1/events",
+                        409,
+                    )
+                command_id = rec.command_id
+                round_ = rec.round if round_ is None else round_
         try:
             return queue_answer(
                 store,
                 scope,
                 job,
-                action,
+                answered,
                 outcome=outcome,
                 error=error,
                 command_id=command_id,
