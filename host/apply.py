@@ -45,7 +45,7 @@ from host.keys import (
 from host.outcome import FAILURES_KEPT, JobEnd, Outcome, Unreadable, UnreadableJob
 from host.settings import Settings
 from host.store import Commit, CommitStream, JobRecord, Loaded, ReadAhead, Store, unreachable
-from sfc.codec import state_decoder
+from sfc.migrate import read_state
 
 __all__ = [
     "COMMIT_CHUNK",
@@ -188,7 +188,7 @@ class Applier:
                     self.store.repair(scope, job, "", False)
                     continue
                 try:
-                    state = state_decoder.decode(record.state)
+                    state = read_state(record.state)
                     order = decode_order(record.order)
                 except (msgspec.DecodeError, RecursionError) as e:
                     _log_unreadable_at_start(scope, job, str(e))
@@ -488,7 +488,7 @@ class Applier:
         self, scope: str, job: str, record: JobRecord, type_id: str, member: str
     ) -> None:
         """Remove a stale member (its job has no such open wait) from the type's waits key."""
-        state = state_decoder.decode(record.state)
+        state = read_state(record.state)
         order = decode_order(record.order)
         graph = self.graphs.get(order.recipe_hash, order.dataschema)
         if isinstance(graph, str) or (type_id, member) in waits.open_waits(state, graph):

@@ -37,9 +37,10 @@ from host.outcome import JobEnd, Outcome
 from host.settings import Settings
 from host.store import Commit, JobRecord, Store
 from sfc.builder import build
-from sfc.codec import capabilities_decoder, state_decoder
+from sfc.codec import capabilities_decoder
 from sfc.evolution import evolve, next_deadline, non_gating_outcomes, overdue_timers
 from sfc.graph import Graph
+from sfc.migrate import read_state
 
 log = logging.getLogger("sfc.host")
 _order_decoder = msgspec.json.Decoder(JobOrder)
@@ -166,7 +167,7 @@ def unreadable(record: JobRecord) -> str | None:
     """Why a stored job's order or state cannot be read, or None."""
     try:
         decode_order(record.order)
-        state_decoder.decode(record.state)
+        read_state(record.state)
     except msgspec.DecodeError as e:
         return str(e)
     return None
@@ -219,7 +220,7 @@ class Evaluator:
     def __init__(self, graphs: GraphCache, settings: Settings) -> None:
         self.graphs = graphs
         self.settings = settings
-        self.states: Decoded[SfcState] = Decoded(state_decoder.decode)
+        self.states: Decoded[SfcState] = Decoded(read_state)
         self.orders: Decoded[JobOrder] = Decoded(decode_order)
 
     def evaluate(

@@ -19,8 +19,8 @@ from host.evaluate import ScopeConfig, answer_event
 from host.settings import Settings
 from host.store import Store, StoreError, redacted, unreachable
 from sfc.builder import build
-from sfc.codec import state_decoder
 from sfc.evolution import evolve
+from sfc.migrate import read_state
 
 Connection: TypeAlias = Store
 """A connection to the server (one client per node of a cluster): opened by `connect`
@@ -203,7 +203,7 @@ def answer(
     if record is None:
         return None
     name = action.removeprefix(f"{job}:")
-    state = state_decoder.decode(record.state)
+    state = read_state(record.state)
     if name.endswith(":hold") and command_id is None:
         # `ACTION:hold` answers the open hold command, as a script's reply key does; also
         # one whose time ran out while its work is still out (the engine takes a late

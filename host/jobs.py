@@ -35,9 +35,10 @@ from host.outbox import command_number
 from host.settings import HISTORY_LIMIT_MAX, Settings
 from host.store import JobRecord, Store
 from sfc.builder import RECIPE_V1_2_0, BuildError, BuildResult, build
-from sfc.codec import capabilities_decoder, state_decoder
+from sfc.codec import capabilities_decoder
 from sfc.evolution import new_state
 from sfc.graph import Graph
+from sfc.migrate import read_state
 
 RECIPE_LIMIT = 4 << 20
 """Most bytes of a recipe document the host stores."""
@@ -415,7 +416,7 @@ def update(
         if graph is not None:
             changes["recipe_hash"] = graph.recipe_hash
             changes["dataschema"] = dataschema
-            old = state_decoder.decode(record.state)
+            old = read_state(record.state)
             state = replace(new_state(graph, job, scope), sequence=old.sequence)
         new = replace(order, **changes)
         problem = _misfit(new)
@@ -589,7 +590,7 @@ def _remove(store: Store, scope: str, job: str, method: str) -> MethodResult:
                 return MethodResult(status, job, "no such job order")
             where = f"{method} is not allowed: the order is {joborder.path_text(order)}"
             return MethodResult(status, job, where + _removal_hint(method, order, record))
-        state = state_decoder.decode(record.state)
+        state = read_state(record.state)
         result = store.clear(scope, job, record.version, state.sequence)
         if result == "ok":
             return MethodResult(ReturnStatus.OK, job, "removed")
@@ -668,7 +669,7 @@ def redispatch(
     costs: list[str] = []
     last: list[str] = []
     if graph is not None:
-        state = state_decoder.decode(record.state)
+        state = read_state(record.state)
         default = ScopeConfig.of(store.scope_settings(scope), settings or Settings()).max_attempts
         for name, rec in sorted(state.actions.items()):
             if (action is not None and name != action) or rec.status != "open":

@@ -27,10 +27,9 @@ from host.entries import EntryError, dead_job, decode_history, entry_ms, job_nam
 from host.settings import Settings
 from host.store import JobRecord, Store, id_tuple
 from sfc.builder import build
-from sfc.codec import state_decoder
 from sfc.evolution import DEFAULT_MAX_ATTEMPTS
 from sfc.graph import Graph
-from sfc.migrate import READERS, state_format
+from sfc.migrate import READERS, read_state, state_format
 
 SENT_SCAN = 200
 """The history entries `view` reads for when open commands went out (`sent_at`)."""
@@ -213,7 +212,7 @@ def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | Non
     with contextlib.suppress(msgspec.DecodeError):
         order = decode_order(record.order)
     with contextlib.suppress(msgspec.DecodeError):
-        state = state_decoder.decode(record.state)
+        state = read_state(record.state)
     graph, problem = None, "its order cannot be read"
     if order is not None:
         graph, problem = recipe_graph(store, order.recipe_hash, order.dataschema)

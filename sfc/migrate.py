@@ -76,6 +76,18 @@ def state_format(document: bytes) -> str | None:
     return found if isinstance(found, str) else None
 
 
+def read_state(document: bytes) -> v1_5.SfcState:
+    """A stored state of the current format, or of 1.4 brought to it (that step needs no
+    recipe): how the host reads the states it stores, written before an upgrade or after.
+    Raises msgspec.DecodeError, from the decoder of the document's own format."""
+    try:
+        return state_decoder.decode(document)
+    except msgspec.DecodeError:
+        if state_format(document) != "1.4":
+            raise
+    return _from_1_4(READERS["1.4"].decode(document), None)
+
+
 def migrate(document: bytes, graph: Graph) -> v1_5.SfcState:
     """Read a state of any format ever written and bring it to the current one.
 
@@ -162,7 +174,7 @@ def _from_1_3(old: v1_3.SfcState, graph: Graph) -> v1_4.SfcState:
     )
 
 
-def _from_1_4(old: v1_4.SfcState, graph: Graph) -> v1_5.SfcState:
+def _from_1_4(old: v1_4.SfcState, graph: Graph | None) -> v1_5.SfcState:
     return v1_5.SfcState(
         format="1.5",
         job_id=old.job_id,

@@ -513,3 +513,26 @@ def test_entries_of_missing_jobs_are_dropped_when_another_consumer_took_one_over
         (entries[1].id, "another")
     ]
     assert r.xlen(keys.work(scope)) == 1
+
+
+def test_a_job_stored_under_state_1_4_runs_on_after_the_upgrade(host: Host) -> None:
+    """A job a 1.4 engine stored and left waiting: this engine reads its state (format 1.4
+    brought to 1.5), applies the answer, and completes it; `sfc job show` reads it too."""
+    scope = host.scope("upgrade")
+    job = host.submit(scope, linear_recipe(2), job_id="j").job
+    worker = host.worker([scope])
+    responder = host.responder(scope)
+    host.run([worker], [], lambda: len(host.equipment(scope)) == 1, sweep=False)
+    r = host.client()
+    doc = json.loads(r.hget(keys.job(scope, job), "state"))
+    assert doc["format"] == "1.5"
+    doc["format"] = "1.4"  # as the engine before the qualifiers wrote it
+    del doc["dwells"]
+    for record in doc["actions"].values():
+        del record["timer"]
+    r.hset(keys.job(scope, job), "state", json.dumps(doc, separators=(",", ":")))
+    assert jobview.view(host.store(), scope, job).state is not None  # type: ignore[union-attr]
+    host.run([worker], [responder], host.ended(scope, [job]))
+    assert host.order(scope, job).result.outcomes == ["ok"]
+    stored = state_decoder.decode(r.hget(keys.job(scope, job), "state"))
+    assert stored.format == "1.5"  # written back in the current format
