@@ -36,7 +36,7 @@ from host.equipment import respond as queue_answer
 from host.joborder import ReturnStatus, status_words
 from host.settings import Settings
 from host.store import Store
-from sfc.codec import state_decoder
+from sfc.migrate import read_state
 
 BODY_LIMIT = 8 << 20
 """Most bytes of a request body (a recipe may have 4 MiB)."""
@@ -442,7 +442,7 @@ async def answer(request: Request) -> Response:
         answered = action
         if command_id is None:
             try:
-                state = state_decoder.decode(record.state)
+                state = read_state(record.state)
             except msgspec.DecodeError as e:
                 raise BadInput("job", f"its stored state cannot be read: {e}", 409) from None
             base = name.removesuffix(":hold")

@@ -16,8 +16,8 @@ from host.apply import decode_order
 from host.jobview import recipe_graph
 from host.store import Store
 from sfc.builder import build
-from sfc.codec import state_decoder
 from sfc.explain import explain
+from sfc.migrate import read_state
 from sfc.simulation import ScriptError, Simulation, load_script
 from sfc.svg import render_svg
 from sfc.transcript import to_text
@@ -79,7 +79,7 @@ def chart_of(
         return None, problem
     state: SfcState | None = None
     with contextlib.suppress(msgspec.DecodeError):
-        state = state_decoder.decode(record.state)
+        state = read_state(record.state)
     return render_svg(graph, state, drawn), ""
 
 
@@ -130,7 +130,7 @@ def list_waits(store: Store, scope: str, jobs: list[str]) -> dict[str, dict[str,
             continue
         try:
             order = decode_order(record.order)
-            state = state_decoder.decode(record.state)
+            state = read_state(record.state)
         except msgspec.DecodeError:
             continue
         top = order.state[0].state_text if order.state else ""
