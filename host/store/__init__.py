@@ -1,8 +1,7 @@
 """The one package that talks to the server (docs/host.md).
 
-Everything here is a round trip, or one pipeline of them; what to write is decided by the
-pure modules. The client is redis-py's sync client with hiredis; function calls load the
-library `sfc_1` when the server says it is missing, and retry.
+Each call is a round trip or one pipeline of them; what to write is decided elsewhere.
+A function call loads the library `sfc_1` when the server says it is missing, and retries.
 
 - wire: redis-py's and hiredis's private internals (packing, raw replies, kept connections)
 - errors: how an error reads (the server away, a slot moving), StoreError

@@ -28,9 +28,8 @@ DEAD_FIELDS, or starts with the prefix itself (`_dead_name`)."""
 
 
 def _dead_name(name: bytes) -> bytes:
-    """The name an entry's own field has in its dead entry: `original-NAME` for one of
-    DEAD_FIELDS or one that starts with `original-`, else the name as it is (`_own_name`
-    takes one prefix off, so `requeue` gives every name back exactly)."""
+    """An entry's field name in its dead entry: `original-NAME` for one of DEAD_FIELDS or
+    one that starts with `original-`, else as it is (`_own_name` undoes it)."""
     return KEPT + name if name in DEAD_FIELDS or name.startswith(KEPT) else name
 
 
@@ -181,9 +180,8 @@ class Commands(StoreClient):
     def acks(
         self, scope: str, groups: Sequence[tuple[Sequence[str], str]]
     ) -> list[str | Exception]:
-        """`ack` for each (ids, counter) group, in one pipeline: ok or gone for each (a group
-        with an entry no longer pending for this consumer writes nothing), or the error
-        reply of that group's call."""
+        """`ack` for each (ids, counter) group in one pipeline: ok, gone (nothing written)
+        or the error reply, for each."""
         who = self.consumer
         calls: list[FunctionCall] = [
             ("sfc1_ack", [keys.work(scope), keys.settings(scope)], [keys.GROUP, who, c, *ids])
@@ -228,9 +226,8 @@ class Commands(StoreClient):
     def waiting_many(
         self, scope: str, until: Mapping[str, int], seen_fields: Sequence[str]
     ) -> tuple[dict[str, list[tuple[bytes, int]]], set[str]]:
-        """`waiting` for a batch of events, in one round trip: the members of each type's
-        waits that began by its `until`, oldest first, and which of `seen_fields` were
-        taken already."""
+        """`waiting` for a batch of events in one round trip: each type's waits begun by its
+        `until`, oldest first, and which of `seen_fields` are taken."""
         pipe = self.client(scope).pipeline(transaction=False)
         types = list(until)
         for type_id in types:
@@ -273,8 +270,7 @@ class Commands(StoreClient):
         after: str | None = None,
     ) -> list[tuple[str, str, Fields]]:
         """New work entries of `scopes` for this consumer: (scope, id, fields). With `after`
-        (an entry id, "0" for all), the consumer's own pending entries after it instead,
-        without blocking: those it read before and has not committed."""
+        (an id, "0" for all), its own pending entries after it instead, without blocking."""
         if not scopes:
             return []
         who = self.consumer if consumer is None else consumer
@@ -326,9 +322,8 @@ class Commands(StoreClient):
         return next_start, entries, deleted
 
     def probe(self, scope: str) -> None:
-        """On a cluster, raise the move (ASK or TRYAGAIN: `slot_moving`) of a slot of `scope`
-        being moved; nothing else. It asks for keys of which one is never written
-        (`scope_keys`): such a call fails on a migrating slot for as long as the move lasts."""
+        """On a cluster, raise ASK or TRYAGAIN while the slot of `scope` is being moved;
+        nothing else. (A key never written fails so for as long as the move lasts.)"""
         if self.cluster is None:
             return
         self.client(scope).exists(*scope_keys(scope))
@@ -366,13 +361,9 @@ class Commands(StoreClient):
         fields: Mapping[bytes, bytes],
         offered_to: str | None = None,
     ) -> str:
-        """`sfc1_bury`: ok, or gone when the entry is no longer pending. The dead entry has
-        the entry's fields, then `reason`, `entry` and `deliveries` (and before them `job`,
-        when there is one: the entry's `job`, or for an event `offered_to`, the job of the
-        wait it was offered to); an entry's own field of such a name, or of one that starts
-        with `original-`, is kept as `original-NAME` (`_dead_name`). Only the entry's own
-        `job` goes back on the due index (an event's burial leaves the index of the job it
-        was offered to as it is)."""
+        """Move an entry to the dead stream with `job` (or `offered_to`), `reason`, `entry`
+        and `deliveries` (`_dead_name`); only its own `job` goes back on the due index.
+        Returns ok, or gone when the entry is no longer pending."""
         flat: list[wire.Arg] = []
         for k, v in fields.items():
             flat += [_dead_name(k), v]
@@ -389,9 +380,8 @@ class Commands(StoreClient):
         )
 
     def requeue(self, scope: str, entry_id: str) -> str | None:
-        """Move a dead entry back to the work stream, with its original fields (the names
-        `bury` kept as `original-NAME` given back: `_own_name`); the new entry id, or None
-        when there is no such dead entry."""
+        """Move a dead entry back to the work stream with its original fields; the new entry
+        id, or None when there is no such dead entry."""
         rows = cast(wire.Stored, self.client(scope).xrange(keys.dead(scope), entry_id, entry_id))
         if not rows:
             return None
@@ -411,9 +401,8 @@ class Commands(StoreClient):
     # -- the sweep
 
     def sweep(self, scope: str, threshold_ms: int, limit: int) -> tuple[str, int]:
-        """`sfc1_sweep`: ('ok', ticks queued) or ('outage', gap ms). It also names a key
-        never written (`keys.probe`), so that it answers a move (ASK or TRYAGAIN) for as long
-        as the scope's slot is being moved: a sweep that goes through says a move is over."""
+        """`sfc1_sweep`: ('ok', ticks queued) or ('outage', gap ms). Like `probe`, it fails
+        for as long as the slot is being moved, so one that goes through ends a move."""
         kind, n = self._fcall(
             "sfc1_sweep",
             [

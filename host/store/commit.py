@@ -21,19 +21,9 @@ SCOPE_KEYS_KEPT = 1024
 
 @dataclass(slots=True)
 class ReadAhead:
-    """A worker's read ahead, carried by round trips it makes anyway, after their own
-    commands, so that under load a batch costs one round trip instead of three (read, load,
-    commit):
-
-    - a batch's commit stream loads the rows read ahead already (`rows`), after the batch's
-      commits: they move to `ready`, with their load in `loaded`, and make the next batch;
-    - a batch's commit stream, or its own load, reads up to `count` new entries per stream
-      (XREADGROUP `>`, not blocking; none when `count` is 0) into `rows`.
-
-    `rows` is the worker's list, changed in place: rows go into it as soon as they are read,
-    and leave it only once loaded, so that a batch that raises afterwards does not orphan
-    them (they are pending for this consumer already). `job_of` names a row's job (None: no
-    job to load, an event or a malformed entry); without it, nothing is loaded."""
+    """A read ahead carried by a batch's own round trips: it loads `rows` (into `ready` and
+    `loaded`) and reads up to `count` new entries per stream into `rows`, which rows leave
+    only once loaded. `job_of` names a row's job to load; without it nothing loads."""
 
     scopes: tuple[str, ...]
     count: int
@@ -73,10 +63,8 @@ class ReadAhead:
         return out
 
     def take(self, replies: Sequence[Any]) -> None:
-        """Take the replies of `commands` (raw; an error reply as its exception). A load
-        with an error reply loads nothing: its rows stay held and load with their batch. An
-        error reply to the read (NOGROUP of a scope just cleared) reads nothing: the next
-        read says."""
+        """Take the raw replies of `commands`; a load or read whose reply is an error loads
+        or reads nothing (its rows stay in `rows`)."""
         held, plan, read = self._plan
         self._plan = (0, [], False)
         at = 0
@@ -128,10 +116,8 @@ def records(replies: Sequence[Any], jobs: Sequence[str]) -> dict[str, JobRecord 
 
 
 class CommitStream:
-    """One batch's commits, sent in chunks on one connection while the caller evaluates the
-    next jobs, so that the server runs a chunk while the worker works on the next one. The
-    last chunk is held (`send(..., hold=True)`) and written by `finish` with the read ahead
-    that follows it, in one write. The replies are read by `finish` (Store.commit_stream)."""
+    """One batch's commits, sent in chunks on one connection as the caller evaluates; the
+    last chunk is held and written with the read ahead by `finish`, which reads the replies."""
 
     def __init__(
         self, store: CommitCommands, client: redis.Redis, consumer: str, ahead: ReadAhead | None
@@ -194,10 +180,8 @@ class CommitStream:
             self._write(self._extra)
 
     def collect(self) -> list[str | Exception]:
-        """Read every reply (after `flush`): each commit's result, then the read ahead's. A
-        commit that found the library missing is sent again once it is loaded (the read
-        ahead is not). A commit's error reply (out of memory, a key of the wrong type) is its
-        result: the other commits landed."""
+        """Read every reply (after `flush`): each commit's result (an error reply too), then
+        the read ahead's. A commit that found the library missing is loaded and sent again."""
         self.flush()
         extra = self._extra
         if not self.calls and not extra:
@@ -233,11 +217,8 @@ class CommitStream:
             self._conn = None
 
     def close(self) -> None:
-        """After the caller raised: read the replies of what was written (those commits
-        land, each whole, as any sent call does; the rows a written read ahead read are
-        kept in its `rows`) and give the connection back; when even that fails, drop it.
-        Held calls are not written. The caller's entries that were not committed stay
-        pending."""
+        """After the caller raised: read the replies of what was written (held calls are
+        not) and give the connection back, or drop it when that fails too."""
         self._held = []
         if self._conn is None:
             return
@@ -281,8 +262,7 @@ class CommitCommands(StoreClient):
 
     def load_batch(self, scope: str, jobs: Sequence[str], ahead: ReadAhead | None = None) -> Loaded:
         """The server's TIME, the hashes of `jobs` and the scope's settings, in one round
-        trip: what applying a batch reads. With `ahead`, the round trip also reads ahead
-        (ReadAhead; it loads nothing: its rows load after this batch's commits)."""
+        trip; with `ahead`, it also reads new entries ahead (and loads none)."""
         commands = [("TIME",), *load_commands(scope, jobs)]
         extra = [] if ahead is None else ahead.commands(self.consumer, load=False)
         out = self._round_trip(scope, commands + extra)
@@ -307,9 +287,8 @@ class CommitCommands(StoreClient):
     def commit_stream(
         self, scope: str, ahead: ReadAhead | None = None, consumer: str | None = None
     ) -> CommitStream:
-        """A batch's commits on `scope`'s node, sent in chunks (CommitStream); with `ahead`,
-        the next work entries are read after them, without blocking: a worker under load
-        reads its next batch without a round trip of its own."""
+        """A CommitStream for a batch's commits on `scope`'s node; with `ahead`, the next
+        work entries are read after them, without blocking."""
         who = self.consumer if consumer is None else consumer
         return CommitStream(self, self.client(scope), who, ahead)
 

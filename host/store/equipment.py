@@ -63,10 +63,8 @@ class EquipmentCommands(StoreClient):
         count: int,
         block_ms: int | None = None,
     ) -> list[Entry]:
-        """An adapter's round, in one round trip: XADD `answers` to the work stream, XACK
-        the equipment entries `done`, and read the next equipment entries, blocking up to
-        `block_ms` (the answers and acks are written before the read waits). Packed by
-        hiredis and read raw, as the worker's hot path is; an error reply raises."""
+        """An adapter's round trip: add `answers` to the work stream, ack `done`, then read
+        the next equipment entries, blocking up to `block_ms`. An error reply raises."""
         work, equipment = keys.work(scope), keys.equipment(scope)
         commands: list[wire.Command] = [
             ("XADD", work, "*", *[x for kv in fields.items() for x in kv]) for fields in answers
@@ -78,10 +76,8 @@ class EquipmentCommands(StoreClient):
         return [(i, f) for _, i, f in wire.entries(out[-1])]
 
     def trim_equipment(self, scope: str, retention_ms: int, now: int | None = None) -> int:
-        """Trim the equipment stream: remove the entries below the oldest one that some group
-        has not acknowledged, but never one whose `expiresAt` (its own time, for a notice
-        without one) is less than `retention_ms` ago. A stale group (`stale_group`: its
-        adapter is gone) holds back nothing. Returns the entries removed."""
+        """Remove the equipment entries below the oldest that a group (not stale) has not
+        acknowledged, none that expired less than `retention_ms` ago. Returns how many."""
         key = keys.equipment(scope)
         now = self.time_ms() if now is None else now
         bound: tuple[int, int] | None = None  # the first entry some group still needs
@@ -130,9 +126,8 @@ class EquipmentCommands(StoreClient):
         events: Sequence[tuple[str, bytes]],
         counter: str,
     ) -> tuple[list[str], list[str | None]]:
-        """Answers (work entries) and events (`(typeId, data)`, published as `publish` does)
-        in one pipeline; the answers' entry ids, and each event's entry id or None (dropped:
-        no job waits for its type)."""
+        """Add answers and publish events (`(typeId, data)`) in one pipeline; their entry
+        ids (None for an event dropped: no job waits for its type)."""
         pipe = self.client(scope).pipeline(transaction=False)
         for fields in answers:
             pipe.xadd(keys.work(scope), dict(fields))  # type: ignore[arg-type]
@@ -190,10 +185,8 @@ def _expires_at(fields: Mapping[bytes, bytes], entry_ms: int) -> int:
 def stale_group(
     last_delivered: str, consumers_idle_ms: Sequence[int], now: int, retention_ms: int
 ) -> bool:
-    """Whether a consumer group of an equipment stream is stale, its adapter gone: none of
-    its consumers has read (or tried to) for `retention_ms`, and nothing was delivered to
-    it for as long (by its last delivered entry's time). The trim passes over such a group:
-    the entries it holds back are past their retention, which no adapter may deliver."""
+    """Whether an equipment group's adapter is gone: none of its consumers has read, nor
+    was anything delivered to it, for `retention_ms`."""
     if any(idle <= retention_ms for idle in consumers_idle_ms):
         return False
     return now - id_tuple(last_delivered)[0] > retention_ms

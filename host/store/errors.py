@@ -115,9 +115,8 @@ def slot_of(scope: str) -> int:
 
 
 def unreachable_reason(error: BaseException, slot: int | None = None) -> str:
-    """What the log says of an error that `unreachable` waits out: for a MOVED (or ASK),
-    which slot moved and where to; for a TRYAGAIN, that `slot` (when known) is being moved;
-    else the error's text."""
+    """The log's words for an error `unreachable` waits out: which slot moved and where, that
+    `slot` is being moved (TRYAGAIN), or the error's text."""
     if isinstance(error, redis.exceptions.AskError):  # MovedError is one
         moved = "moved" if isinstance(error, redis.exceptions.MovedError) else "is moving"
         return (

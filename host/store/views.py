@@ -33,9 +33,8 @@ def _name(value: object) -> str:
 
 
 def work_unread(group: Mapping[str, Any], length: int) -> int:
-    """The work stream's entries no worker has read yet, of the workers' `group` (XINFO
-    GROUPS) and the stream's `length`: the group's lag, or where the server cannot tell it,
-    the length less the entries pending (exact: an acknowledged entry is deleted with it)."""
+    """The work entries no worker has read yet: `group`'s lag, else `length` less the
+    entries pending (exact: an acknowledged entry is deleted)."""
     lag = group.get("lag")
     return int(lag) if lag is not None else max(0, length - int(group["pending"]))
 
@@ -86,10 +85,8 @@ class ReadViews(StoreClient):
     def history_changes(
         self, scope: str, after: Mapping[str, str], block_ms: int
     ) -> dict[str, str]:
-        """The jobs of `after` (job -> a history entry id) whose history has an entry past
-        that id, with the first such entry's id: one XREAD (COUNT 1: a change is told by one
-        entry) that blocks up to `block_ms` until one has (the keys share the slot of
-        `{scope}`). Empty when none changed."""
+        """The jobs of `after` (job -> history entry id) with a newer history entry, and
+        its id; one XREAD blocking up to `block_ms`. Empty when none changed."""
         if not after:
             return {}
         streams = {keys.history(scope, job): last for job, last in after.items()}
@@ -126,13 +123,9 @@ class ReadViews(StoreClient):
         return 0 if group is None else work_unread(group, int(length))
 
     def stream_groups(self, scope: str) -> dict[str, list[dict[str, Any]]]:
-        """The consumer groups of the scope's work and equipment streams (`work`,
-        `equipment`; none for a stream not made yet), each with its stream's length and
-        its consumers (XINFO GROUPS, XLEN, XINFO CONSUMERS): `name`, `raw` (the name as
-        stored), `pending`, `lag` (None: the server cannot tell), `lastDelivered`,
-        `length`, and `consumers` with their `name`, `pending`, `idleMs` and
-        `inactiveMs` (since their last read that delivered; None where the server does not
-        keep it, -1 for none yet). Two round trips."""
+        """The consumer groups of the scope's `work` and `equipment` streams, with their
+        stream's length and their consumers (XINFO GROUPS, XLEN, XINFO CONSUMERS); None
+        where the server cannot tell. Two round trips."""
         out: dict[str, list[dict[str, Any]]] = {}
         streams = {"work": keys.work(scope), "equipment": keys.equipment(scope)}
         pipe = self.client(scope).pipeline(transaction=False)
@@ -187,8 +180,7 @@ class ReadViews(StoreClient):
     def equipment_out(
         self, scope: str, groups: Sequence[bytes], limit: int
     ) -> list[list[tuple[dict[str, Any], Mapping[bytes, bytes] | None]]]:
-        """For each group of the equipment stream, its oldest `limit` entries delivered and
-        not acknowledged (XPENDING: `id`, `consumer`, `idleMs`, `deliveries`), each with its
+        """Each equipment group's oldest `limit` entries not acknowledged, with their
         fields (None: trimmed since); two round trips."""
         if not groups:
             return []
@@ -231,12 +223,9 @@ class ReadViews(StoreClient):
     def show_reads(
         self, scope: str, job: str, history: int, dead_tail: int, pending: int
     ) -> ShowReads:
-        """What `sfc job show` reads first, in one pipeline (one round trip, one slot): the
-        server's TIME, the job's hash, its last `history` entries, its due and active index
-        entries, the scope's settings, the work stream's unread entries (`work_unread`),
-        the equipment stream's consumer groups (XINFO GROUPS), and the last `dead_tail`
-        dead entries, and the oldest `pending` work entries pending (XPENDING: their fields
-        are read by `pending_entries`)."""
+        """What `sfc job show` reads first, in one round trip (one slot): TIME, the job's
+        hash, history, indexes, the scope's settings, the streams' groups, the last
+        `dead_tail` dead entries and the oldest `pending` work entries."""
         pipe = self.client(scope).pipeline(transaction=False)
         pipe.time()
         pipe.hmget(keys.job(scope, job), list(JOB_FIELDS))
@@ -303,8 +292,7 @@ class ReadViews(StoreClient):
         self, scope: str, reads: Sequence[tuple[str, int]], count: int
     ) -> list[list[Entry]]:
         """For each (entry id, ms) of `reads`, up to `count` equipment entries after that id
-        and of that millisecond (`ms` ends the range: its last sequence), in one pipeline:
-        the rest of a millisecond that `streams_of_show` read the first entries of."""
+        within that millisecond, in one pipeline."""
         if not reads:
             return []
         pipe = self.client(scope).pipeline(transaction=False)
@@ -316,10 +304,8 @@ class ReadViews(StoreClient):
     def equipment_pending(
         self, scope: str, wanted: Sequence[tuple[str | bytes, str]]
     ) -> list[EquipmentHolder | None]:
-        """For each (group, entry id) of the equipment stream, who of the group holds the
-        entry unacknowledged (consumer, idle ms, deliveries, and how long ago the consumer
-        last read the stream: `consumerIdleMs`, XINFO CONSUMERS' idle), or None when the
-        group has acknowledged it; one pipeline."""
+        """For each (group, entry id), who holds the equipment entry unacknowledged (with
+        idle ms, deliveries, `consumerIdleMs`), or None if acknowledged; one pipeline."""
         if not wanted:
             return []
         groups = list(dict.fromkeys(g for g, _ in wanted))
@@ -352,11 +338,8 @@ class ReadViews(StoreClient):
         return dict(self.client(scope).xpending(keys.work(scope), keys.GROUP))
 
     def scope_gauges(self, scope: str) -> ScopeGauges:
-        """What a metrics scrape reads of a scope, in one pipeline of cheap calls: the
-        lengths of the work, dead and equipment streams, the work entries pending (XPENDING
-        summary), the active, due and stored jobs, the counters of `sfc:scope:{S}`, and the
-        groups of the work and equipment streams (XINFO GROUPS), for the entries no consumer
-        of each group has read (`unread_of`)."""
+        """What a metrics scrape reads of a scope (streams' lengths, pending, job counts,
+        the scope's counters, the streams' groups), in one pipeline of cheap calls."""
         pipe = self.client(scope).pipeline(transaction=False)
         pipe.xlen(keys.work(scope))
         pipe.xlen(keys.dead(scope))
@@ -391,10 +374,8 @@ class ReadViews(StoreClient):
         return ScopeGauges(out, unread)
 
     def unread_of(self, scope: str, groups: Sequence[Any], limit: int = 1000) -> dict[str, int]:
-        """The equipment entries each adapter's group has not read (XINFO GROUPS' lag), by
-        group. The equipment stream is trimmed, not deleted from, so the server knows the
-        lag; where it cannot (an entry deleted by hand), the entries after the group's
-        last-delivered-id are counted, up to `limit`, in one more round trip."""
+        """The equipment entries each group has not read, by group: its lag, else (an entry
+        deleted by hand) those after its last-delivered-id, up to `limit`."""
         out: dict[str, int] = {}
         counted: list[str] = []
         pipe = self.client(scope).pipeline(transaction=False)
@@ -414,9 +395,8 @@ class ReadViews(StoreClient):
     def pending_entries(
         self, scope: str, count: int = 100, rows: list[XPendingRow] | None = None
     ) -> list[dict[str, Any]]:
-        """The oldest pending work entries: id, consumer, idle ms, deliveries, fields (none
-        for a scope without a work stream or group yet). `rows`: their XPENDING reply, read
-        already (`ShowReads.pending`)."""
+        """The oldest pending work entries of `rows` (their XPENDING reply): id, consumer,
+        idle ms, deliveries, fields."""
         if rows is None:
             try:
                 rows = self.client(scope).xpending_range(  # type: ignore[assignment]
