@@ -183,9 +183,8 @@ def job_named(entry_id: str, raw: Mapping[bytes, bytes]) -> str | None:
 
 
 def job_mentioned(raw: Mapping[bytes, bytes]) -> str | None:
-    """The job a malformed work entry's data names (a `job` that is a valid job id), for
-    its log line and its readers; None when it names none. A worker buries such an entry
-    without its job: its data is not to be trusted."""
+    """The valid job id a malformed work entry's data names, for readers only (it is
+    buried without a job); None when it names none."""
     try:
         data = msgspec.json.decode(raw.get(b"data", b""))
     except (msgspec.DecodeError, RecursionError):
@@ -200,10 +199,8 @@ def job_mentioned(raw: Mapping[bytes, bytes]) -> str | None:
 
 
 def dead_job(entry_id: str, raw: Mapping[bytes, bytes]) -> str | None:
-    """The job a dead entry names: as a work entry; else the job it was buried with (its
-    `job` field: an event, the job of the wait it was offered to, which could not be read);
-    else, malformed, the `job` its data names, if any (for the reader: `sfc work dead`,
-    `sfc job show`)."""
+    """The job a dead entry names: its work entry's job, else the `job` it was buried with
+    (for an event), else the job its malformed data names; None when none."""
     return job_named(entry_id, raw) or _buried_with(raw) or job_mentioned(raw)
 
 

@@ -211,13 +211,8 @@ def comment(order: JobOrder, at: int, text: str) -> JobOrder:
 
 
 def finish(order: JobOrder, continuation: Continuation, at: int) -> JobOrder:
-    """The order after the recipe ended with `continuation` (the internal finish).
-
-    Complete gives Ended/Completed; a fault gives Aborted, with the fault in the job
-    response. A cancel gives what the method that cancelled says: Stop is Ended/Closed,
-    Abort is Aborted (the method passes its own continuation reason, `stopped` or
-    `aborted`); any other cancel is Aborted.
-    """
+    """The order after the recipe ended with `continuation`: Ended/Completed on complete,
+    Ended/Closed on a cancel `stopped`, else Aborted (a fault goes in the job response)."""
     if isinstance(continuation, Complete):
         result = OrderResult(
             ended_by="completed",

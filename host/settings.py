@@ -164,12 +164,9 @@ _SCOPE_VARIABLES = ("SFC_MAX_ATTEMPTS", "SFC_EQUIPMENT_HOLD", "SFC_EXPIRY_GRACE"
 
 
 def scope_defaults(environ: Mapping[str, str] | None = None) -> ScopeDefaults:
-    """`SFC_MAX_ATTEMPTS`, `SFC_EQUIPMENT_HOLD` and `SFC_EXPIRY_GRACE`, parsed, or None where
-    not given (a bad one raises SettingsError). They are scope settings (`maxAttempts`,
-    `equipmentHold`, `expiryGrace` in `sfc:scope:{S}`, where every process that builds or
-    evolves the scope's jobs reads them): `sfc setup`, `sfc serve --scope` and `sfc run`
-    store them in the scopes they set up, as the options of the same name (an option given
-    wins). Only those given: a default must not overwrite what a scope has stored."""
+    """The scope settings given as SFC_MAX_ATTEMPTS, SFC_EQUIPMENT_HOLD, SFC_EXPIRY_GRACE,
+    parsed (None where not given, so no default overwrites what a scope stored). Raises
+    SettingsError for a bad one."""
     env = os.environ if environ is None else environ
     given = {k: env[k] for k in _SCOPE_VARIABLES if k in env}
     parsed = Settings().with_values(given)
