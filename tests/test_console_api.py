@@ -367,3 +367,25 @@ def test_the_charts_kept_are_bounded_and_the_least_recently_used_goes() -> None:
     kept[("c",)] = ("C", 1, 1)
     assert sorted(kept) == [("a",), ("c",)]
     assert kept.get(("b",)) is None
+
+
+def test_the_stream_tells_a_dead_entry_and_the_work_lists_it(api: Console, host: Host) -> None:
+    scope = host.scope("dead")
+    submit(api, scope, "d1", start=False)  # registers the scope
+    events = Events(api, f"/api/v1/stream?scope={scope}")
+    try:
+        assert events.next_event(10)[0] == "hello"
+        host.store().add_work(scope, {"v": b"1", "kind": b"nonsense", "data": b"{}"})
+        w = host.worker([scope])
+        host.run(
+            [w],
+            [],
+            lambda: api.get(f"/api/v1/work?scope={scope}").json()["dead"]["dead"] != [],
+            what="the malformed entry to be buried",
+        )
+        name, data = events.next_event(5)
+        while not data.get("work"):  # a job's change may come first
+            name, data = events.next_event(5)
+        assert (name, data["work"]) == ("change", True)
+    finally:
+        events.close()

@@ -597,7 +597,10 @@ async def stream(request: Request) -> Response:
                     continue
                 if change is None:
                     return
-                data = json.dumps({"scope": change.scope, "jobs": list(change.jobs)})
+                said: dict[str, Any] = {"scope": change.scope, "jobs": list(change.jobs)}
+                if change.work:
+                    said["work"] = True
+                data = json.dumps(said)
                 yield f"event: change\ndata: {data}\n\n"
         finally:
             watcher.leave(listener)

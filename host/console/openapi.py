@@ -283,7 +283,8 @@ def document() -> dict[str, Any]:
             "/api/v1/stream": {
                 "get": {
                     "summary": "Server-sent events of the scope's job changes: `change` "
-                    "events whose data names the jobs that moved",
+                    "events whose data names the jobs that moved (`jobs`), and `work` when "
+                    "a dead entry was added",
                     "parameters": [_SCOPE_Q],
                     "responses": {
                         "200": {

@@ -2,7 +2,7 @@
 shared by every page and client that listens.
 
 A watcher blocks on the history streams of its scope's jobs (every commit of a job writes
-one entry; `Store.history_changes`), and reads the scope's job ids again once a round, so
+one entry; `Store.history_changes`) and on its dead stream, and reads the scope's job ids again once a round, so
 that a job stored or cleared is seen too. It reads at most once a second, however many
 pages listen and however busy the scope is; a change in a quiet scope is told at once.
 """
@@ -27,10 +27,12 @@ ROUND_S = 1.0
 
 @dataclass(frozen=True)
 class Change:
-    """Jobs of `scope` whose history moved, or that were stored or removed, in one round."""
+    """Jobs of `scope` whose history moved, or that were stored or removed, in one round;
+    `work`: a dead entry was added to the scope's work stream."""
 
     scope: str
     jobs: tuple[str, ...]
+    work: bool = False
 
 
 @dataclass
@@ -79,6 +81,7 @@ class Watcher:
     def _run(self) -> None:
         store: Store | None = None
         cursors: dict[str, str] = {}
+        dead_cursor = "0-0"
         while not self.stop.is_set():
             with self.lock:
                 if not self.listeners:  # the last listener left: the next one starts anew
@@ -91,6 +94,7 @@ class Watcher:
                     store = self.open_store()
                     start = f"{store.time_ms()}-0"
                     cursors = dict.fromkeys(store.order_ids(self.scope), start)
+                    dead_cursor = start
                     self.ready.set()
                 known = set(store.order_ids(self.scope))
                 new = known - set(cursors)
@@ -106,13 +110,17 @@ class Watcher:
                     self.failing = None
                 if new or gone:  # told before the read blocks
                     self._tell(Change(self.scope, tuple(sorted(new | gone))))
-                moved = store.history_changes(self.scope, cursors, int(ROUND_S * 1000))
+                moved, dead = store.history_changes(
+                    self.scope, cursors, int(ROUND_S * 1000), dead_cursor
+                )
                 # the entries written before this round are this change: read on from now
                 past = f"{now - 1}-{(1 << 64) - 1}"
                 for job, last in moved.items():
                     cursors[job] = max(last, past, key=id_tuple)
-                if moved:
-                    self._tell(Change(self.scope, tuple(sorted(moved))))
+                if dead is not None:
+                    dead_cursor = max(dead, past, key=id_tuple)
+                if moved or dead is not None:
+                    self._tell(Change(self.scope, tuple(sorted(moved)), dead is not None))
             except Exception as e:  # the server went away: say so once, try again
                 if self.failing is None:
                     log.warning(

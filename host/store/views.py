@@ -83,20 +83,24 @@ class ReadViews(StoreClient):
         return [wire.text(j) for j in self.client(scope).zrange(keys.orders(scope), 0, -1)]
 
     def history_changes(
-        self, scope: str, after: Mapping[str, str], block_ms: int
-    ) -> dict[str, str]:
-        """The jobs of `after` (job -> history entry id) with a newer history entry, and
-        its id; one XREAD blocking up to `block_ms`. Empty when none changed."""
-        if not after:
-            return {}
+        self, scope: str, after: Mapping[str, str], block_ms: int, dead_after: str | None = None
+    ) -> tuple[dict[str, str], str | None]:
+        """The jobs of `after` (job -> history entry id) with a newer history entry, its id,
+        and the dead stream's first entry past `dead_after` (None: none); one XREAD COUNT 1
+        blocking up to `block_ms`."""
         streams = {keys.history(scope, job): last for job, last in after.items()}
+        if dead_after is not None:
+            streams[keys.dead(scope)] = dead_after
+        if not streams:
+            return {}, None
         prefix = len(keys.history(scope, ""))
+        dead = keys.dead(scope)
         rows: Any = self.client(scope).xread(streams, count=1, block=block_ms)  # type: ignore[arg-type]
-        return {
-            wire.text(key)[prefix:]: wire.text(entries[-1][0])
-            for key, entries in rows or []
-            if entries
+        moved = {
+            wire.text(key): wire.text(entries[-1][0]) for key, entries in rows or [] if entries
         }
+        dead_moved = moved.pop(dead, None)
+        return {key[prefix:]: last for key, last in moved.items()}, dead_moved
 
     def active_jobs(self, scope: str) -> list[str]:
         return sorted(wire.text(j) for j in self.client(scope).smembers(keys.active(scope)))
