@@ -168,10 +168,8 @@ _graphs_lock = threading.Lock()
 
 
 def recipe_graph(store: Store, recipe_hash: str, dataschema: str) -> tuple[Graph | None, str]:
-    """The graph of a stored recipe, or None and why (not stored, does not build). A
-    recipe's hash names its text, which never changes: a graph built is kept (GRAPHS_KEPT),
-    so that reading a job (the console, `GET /api/v1/jobs/{scope}/{job}`) does not read and
-    build its recipe each time."""
+    """The graph of a stored recipe, or None and why (not stored, does not build); kept
+    built by its hash (GRAPHS_KEPT), since the text a hash names never changes."""
     key = (recipe_hash, dataschema)
     with _graphs_lock:
         graph = _graphs.get(key)

@@ -83,13 +83,9 @@ def escape(text: str) -> str:
 
 
 def action_status(state: SfcState | None, rec: ActionRecord | None) -> Status:
-    """The state of an action block as `data-status` names it.
-
-    Open work of a job that has ended was withdrawn (a cancel or a fault took it back, or
-    the job completed without it); a done block whose outcome the core gave itself (attempts
-    used up, a failure reported) failed. A pending block (its process timer runs before its
-    work starts: D, SD, DS) has not started: idle, its mark says pending.
-    """
+    """An action block's `data-status`: idle (no record, or a pending timer), open, held,
+    withdrawn (open work of a job that ended), failed (an outcome the core gave itself:
+    timeout, error) or done."""
     if state is None or rec is None or rec.status == "pending":
         return "idle"
     if rec.status == "open":
@@ -451,7 +447,5 @@ def render_svg(
     drawn: MutableMapping[tuple[object, ...], tuple[str, int, int]] | None = None,
 ) -> str:
     """The chart as an SVG document in IEC 61131-3 style; with a state, the job on it.
-
-    `drawn`, when given, keeps the bodies drawn by what they show (the caller bounds it):
-    the chart of a job whose steps and marks another job had is not drawn again."""
+    `drawn` (bounded by the caller) keeps bodies drawn by what they show, for jobs alike."""
     return _Drawing(graph, state).draw(drawn)

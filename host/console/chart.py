@@ -119,10 +119,9 @@ def check_recipe(recipe: bytes, script: bytes | None) -> dict[str, Any]:
 
 
 def list_waits(store: Store, scope: str, jobs: list[str]) -> dict[str, dict[str, Any]]:
-    """What each listed job waits for and since when, from its stored order and state (one
-    round trip for the page): a start, a worker, a resume (since the pause), or for a running
-    job its first open work by deadline: an answer or an event, since its command went out
-    (its deadline less the action's time), and the deadline."""
+    """What each listed job waits for and since when, from its stored order and state in one
+    round trip: a start, a worker, a resume, or a running job's first open work by deadline
+    (since its command went out: the deadline less the action's time)."""
     _, records = store.load(scope, jobs)
     out: dict[str, dict[str, Any]] = {}
     for job, record in records.items():
