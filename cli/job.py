@@ -50,7 +50,7 @@ from host.facade import Connection
 from host.joborder import ReturnStatus
 from host.reconnect import Reconnect
 from sfc.explain import when
-from sfc.words import elapsed
+from sfc.words import duration, elapsed
 
 job_app = typer.Typer(
     name="job",
@@ -726,6 +726,7 @@ def show_text(d: readmodel.JobDetail) -> str:
         lines.append(f"The recipe: {d.recipe_problem}")
     else:
         lines += d.explain
+    lines += _qualified_lines(d)
     if d.out_since:
         lines += ["", "Out since"]
         for c in d.out_since:
@@ -777,6 +778,39 @@ def show_text(d: readmodel.JobDetail) -> str:
             )
         )
     return visible("\n".join(lines))  # equipment's errors and operators' comments among them
+
+
+def _qualified_lines(d: readmodel.JobDetail) -> list[str]:
+    """Pending process timers and dwells, stored work still running, and the recorded
+    outcomes of non-gating actions (recipe v1.2.0): what `sfc job show` adds for them."""
+    timers: list[str] = [
+        f"  step {step} dwells until {when(at)} (MinSeconds)" for step, at in d.dwells.items()
+    ]
+    running: list[str] = []
+    outcomes: list[str] = []
+    for a in d.actions:
+        if a.qualifier in (None, "N"):
+            continue
+        t = "" if a.qualifier_ms is None else f" {duration(a.qualifier_ms)}"
+        label = f"{a.name} ({a.qualifier}{t})"
+        if a.status == "pending" and a.timer is not None:
+            timers.append(f"  {label} starts at {when(a.timer)}")
+        elif a.status == "open":
+            stop = "" if a.timer is None else f"; withdrawn at its limit at {when(a.timer)}"
+            where = f"step {a.step}" if a.step not in d.active_steps else "its step is active"
+            running.append(f"  {label}: {a.command_id} runs ({where}){stop}")
+        elif a.status == "done":
+            said = a.outcome if a.error is None else f"error: {a.error}"
+            outcomes.append(f"  {label}: {said} (recorded; not waited for)")
+    lines: list[str] = []
+    for title, part in (
+        ("Process timers", timers),
+        ("Work of non-gating actions still running", running),
+        ("Outcomes of non-gating actions", outcomes),
+    ):
+        if part:
+            lines += ["", title, *part]
+    return lines
 
 
 def _order_lines(o: Any, now: int) -> list[str]:

@@ -215,3 +215,38 @@ def test_no_timer_is_lost_when_the_worker_is_killed(fleet: Fleet) -> None:
     wait_until(lambda: ended_count(store, scope, ["job-1"]) == 1, timeout=60, what="the job to end")
     pushes = [c for k, c, _ in kinds() if k == "push"]
     assert pushes == ["job-1:work#1", "job-1:blow#2", "job-1:andon#3", "job-1:done#4"]
+
+
+def test_job_show_says_the_timers_the_running_stored_work_and_the_recorded_outcomes(
+    host: Host,
+) -> None:
+    """In Press: the andon's D waits, the vacuum (S) runs from Load, the air valve (L) runs
+    to its limit, the retract (P0) answered, recorded in the history, and the label (P1)."""
+    from cli.job import show_text
+    from host import readmodel
+
+    raw = b'{"replies": {"press": ["silent"], "blow_off": ["silent"], "vacuum": ["silent"]}}'
+    scope = host.scope("show")
+    host.submit(scope, (STATION / "recipe.json").read_bytes(), job_id="job-1")
+    equipment = ScriptedEquipment(host.store(), scope, load_host_script(raw), time_scale=0.001)
+    worker = host.worker([scope])
+
+    def in_press() -> bool:
+        worker.read_once(block_ms=5)
+        equipment.pump(block_ms=5)
+        d = readmodel.job_detail(host.store(), scope, "job-1")
+        answered = any("print_label answered ok" in h.reason for h in d.history) if d else False
+        return d is not None and d.active_steps == ["Press"] and answered
+
+    wait_until(in_press, timeout=30, what="the job in Press with the label printed", every=0)
+    d = readmodel.job_detail(host.store(), scope, "job-1")
+    assert d is not None
+    shown = show_text(d)
+    assert "\nProcess timers\n  andon (D 20 s) starts at " in shown
+    assert "\nWork of non-gating actions still running\n" in shown
+    assert "  vacuum (S): job-1:vacuum#3 runs (step Load)\n" in shown
+    assert (
+        "  blow_off (L 2 s): job-1:blow_off#5 runs (its step is active); withdrawn at its limit at "
+    ) in shown
+    # the label's step was left: its outcome is in the history, the state forgot it
+    assert "print_label answered ok (P1: recorded, not waited for)" in shown
