@@ -28,6 +28,7 @@ from cli.hostcommon import (
     fail,
     open_store,
     warn_unregistered,
+    watch_found_server,
 )
 from cli.hostcommon import server_errors as server_errors
 from cli.main import app
@@ -192,6 +193,7 @@ def bridge_mqtt(
     store = open_store(redis, data_dir)
     adapter_logs()
     stop = _stop_on_signals()
+    watch_found_server(redis, data_dir, stop, "sfc.bridge")
     with server_errors():
         warn_unregistered(store, scope)  # a mistyped scope: no job's work ever comes
         try:

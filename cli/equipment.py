@@ -25,6 +25,7 @@ from cli.hostcommon import (
     fail,
     open_store,
     warn_unregistered,
+    watch_found_server,
 )
 from cli.hostcommon import server_errors as server_errors
 from cli.main import app
@@ -83,6 +84,7 @@ def equipment(
     adapter_logs()
     stop = threading.Event()
     stop_on_signals(stop)  # not set in the handler: it could wait for the event's lock
+    watch_found_server(redis, data_dir, stop, "sfc.equipment")
     with server_errors():
         warn_unregistered(store, scope)  # a mistyped scope: no job's work ever comes
         equipment = ScriptedEquipment(

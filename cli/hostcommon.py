@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +24,7 @@ import typer
 
 from host import facade, jobs, keys, logs
 from host.facade import Connection, StoreError, unreachable
-from host.serve import NoServer, connect, resolve_url
+from host.serve import NoServer, connect, data_dir_of, resolve_url, watch_server
 from host.settings import Settings, SettingsError, from_environment
 
 RedisOption = Annotated[
@@ -251,6 +253,16 @@ def connected(redis_url: str | None, data_dir: Path | None) -> Iterator[Connecti
             yield store
     finally:
         facade.close(store)
+
+
+def watch_found_server(
+    redis_url: str | None, data_dir: Path | None, stop: threading.Event, name: str
+) -> None:
+    """When the server was found through the server.json of the data directory (no --redis,
+    no SFC_REDIS_URL), say in the log of `name` when the serve that runs it stops and when
+    a server is back (host.serve.watch_server), until `stop`."""
+    if not redis_url and not os.environ.get("SFC_REDIS_URL"):
+        watch_server(data_dir_of(data_dir), stop, name)
 
 
 def print_json(doc: Any) -> None:

@@ -70,8 +70,73 @@ After a crash loop of its workers it leaves its embedded server running when oth
 instances are attached to it (`Serving.stop`)."""
 
 
+ATTACHED_DIR = "attached"
+"""Where each `sfc serve` attached to the server of a data directory leaves a file named by
+its pid while it runs, so that a command that finds no server.json can say they wait."""
+
+
 class NoServer(RuntimeError):
     """No server to connect to; the message says where it looked and how to start one."""
+
+
+def attached_serves(directory: Path) -> list[int]:
+    """The pids of the `sfc serve`s attached to the server of `directory` that still run."""
+    try:
+        names = [p.name for p in (directory / ATTACHED_DIR).iterdir()]
+    except OSError:
+        return []
+    return sorted(int(n) for n in names if n.isdigit() and _alive(int(n)))
+
+
+def _server_gone(directory: Path, attached: list[int]) -> str:
+    """Why there is no server.json while serves attached to it run."""
+    pids = ", ".join(str(p) for p in attached)
+    return (
+        f"no server: the sfc serve that ran the server of {directory} stopped (it removed "
+        f"{directory / CONNECTION_FILE}), and {len(attached)} sfc serve(s) attached to it "
+        f"(pid {pids}) wait for it. Start `sfc serve --data-dir {directory}` to run it again "
+        "(on the same port: they reconnect), or stop them"
+    )
+
+
+def watch_server(directory: Path, stop: threading.Event, name: str) -> threading.Thread:
+    """Say, in the log of `name`, when the server that the `sfc serve` of `directory` runs
+    goes away (its server.json removed, or its serve gone) and when one is back, until
+    `stop`: the command's connection only says the server cannot be reached."""
+    where = logging.getLogger(name)
+
+    def run() -> None:
+        found = read_connection(directory)
+        running = found[1] if found is not None else None
+        while not stop.wait(1.0):
+            found = read_connection(directory)
+            pid = found[1] if found is not None else None
+            alive = pid is not None and _alive(pid)
+            if running is not None and (not alive or pid != running):
+                why = (
+                    f"stopped and removed {directory / CONNECTION_FILE}"
+                    if found is None
+                    else "is gone (killed?)"
+                    if pid == running
+                    else f"was replaced by pid {pid}"
+                )
+                where.error(
+                    "the server of %s is gone: the sfc serve that ran it (pid %d) %s; "
+                    "waiting for an sfc serve on %s to run it again (on the same port and "
+                    "password: this process reconnects)",
+                    directory,
+                    running,
+                    why,
+                    directory,
+                )
+                running = None
+            if running is None and alive:
+                where.warning("the server of %s is back: sfc serve pid %s runs it", directory, pid)
+                running = pid
+
+    thread = threading.Thread(target=run, name="watch-server", daemon=True)
+    thread.start()
+    return thread
 
 
 def data_dir_of(data_dir: str | Path | None) -> Path:
@@ -89,6 +154,9 @@ def resolve_url(redis_url: str | None, data_dir: str | Path | None = None) -> st
     url = read_connection_file(directory)
     if url:
         return url
+    attached = attached_serves(directory)
+    if attached:
+        raise NoServer(_server_gone(directory, attached))
     raise NoServer(
         f"no server: no --redis URL, no SFC_REDIS_URL, and no {directory / CONNECTION_FILE} "
         "(written by a running `sfc serve`). Start one with `sfc serve` in another terminal "
@@ -346,6 +414,8 @@ class Serving:
     """The `/metrics` endpoint (`start_metrics`), when serve runs one."""
     metrics_dir: str | None = None
     _lock: IO[str] | None = None
+    _attached_mark: Path | None = None
+    _watching: threading.Event | None = None
     _restarts: list[float] = field(default_factory=list)
     _server_restarts: list[float] = field(default_factory=list)
     """When workers were replaced (monotonic seconds), within RESTART_WINDOW_S."""
@@ -389,6 +459,13 @@ class Serving:
         if self._lock is None:
             url = _url_of_holder(directory)
             self.url, self.worker_url, self.attached = url, url, True
+            mark = directory / ATTACHED_DIR / str(os.getpid())
+            with contextlib.suppress(OSError):
+                mark.parent.mkdir(mode=0o700, exist_ok=True)
+                mark.touch()
+                self._attached_mark = mark
+            self._watching = threading.Event()
+            watch_server(directory, self._watching, log.name)
             return url
         _stop_left_server(directory)
         if private_dir(directory):
@@ -549,6 +626,8 @@ class Serving:
         self._drop_metrics_dir()
         if self.server is not None and not self._left_to_clients(crashed):
             directory = self.server.data_dir
+            if crashed is None:
+                self._say_who_loses_it()
             self.server.stop()
             with contextlib.suppress(OSError):
                 (directory / CONNECTION_FILE).unlink()
@@ -558,6 +637,34 @@ class Serving:
         if self._lock is not None:
             self._lock.close()
             self._lock = None
+        if self._watching is not None:
+            self._watching.set()
+        if self._attached_mark is not None:
+            with contextlib.suppress(OSError):
+                self._attached_mark.unlink()
+
+    def _say_who_loses_it(self) -> None:
+        """Before this serve stops the embedded server: which other processes use it (the
+        attached serves, and every connection of another process on TCP), and lose it."""
+        server = self.server
+        if server is None:
+            return
+        directory = server.data_dir
+        serves = attached_serves(directory)
+        connections = server.clients(settle=0.5)
+        if not serves and not connections:
+            return
+        pids = f" (sfc serve pid {', '.join(map(str, serves))})" if serves else ""
+        log.warning(
+            "stopping the embedded server at %s with this serve: it stops the server that "
+            "%d other sfc serve(s)%s and %d connection(s) of other processes (serves' "
+            "workers, adapters) use; they wait until an sfc serve on %s runs it again",
+            redacted(server.url),
+            len(serves),
+            pids,
+            connections,
+            directory,
+        )
 
     def _left_to_clients(self, crashed: CrashLoop | None) -> bool:
         """Whether the embedded server is left running for the clients attached to it,

@@ -218,6 +218,8 @@ class EmbeddedServer:
         try:
             me = client.client_id()
             first = {int(r["id"]) for r in client.client_list() if "U" not in str(r.get("flags"))}
+            if not first - {me}:
+                return 0
             time.sleep(settle)
             rows = client.client_list()
         except redis.RedisError:
