@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from msgspec import UNSET
+from msgspec.structs import replace
 
 from generated.command_v1_0 import CancelWork, StartWork
 from generated.equipment_entry_v1_0 import CommandData, WithdrawData
@@ -250,3 +251,66 @@ def test_job_show_says_the_timers_the_running_stored_work_and_the_recorded_outco
     ) in shown
     # the label's step was left: its outcome is in the history, the state forgot it
     assert "print_label answered ok (P1: recorded, not waited for)" in shown
+
+
+# ------------------------------------------------------------------ MQTT
+
+
+def test_mqtt_carries_the_qualifier_and_stop_at_and_the_device_stops_withdrawn_work() -> None:
+    """A push of an L carries sfcqualifier and sfcstopat; the device schedules its answer,
+    and a withdraw `limit` drops it (stopped), where a withdraw `redispatch` would not."""
+    from host.mqtt import Received, Topics, command_message, notice_message, parse_broker_url
+    from host.mqtt.cloudevents import read_cloudevent
+    from host.mqtt.device import MqttDevice
+
+    topics = Topics("s")
+    now = [1_700_000_000.0]
+    data = CommandData(
+        command_id="j-1:blow#2", action_key="j-1:blow", job="j-1", type_id="t.blow",
+        attempt=1, round=1, deadline=1_700_000_030_000, expires_at=1_700_000_028_000,
+        parameters={}, qualifier="L", stop_at=1_700_000_002_000,
+    )  # fmt: skip
+    m = command_message(topics, "push", data, 1_700_000_000_000, 1_700_000_000_000)
+    assert m is not None
+    attributes = read_cloudevent(m.payload, m.content_type, m.user_properties).attributes
+    assert (attributes["sfcqualifier"], attributes["sfcstopat"]) == ("L", "1700000002000")
+    plain = command_message(topics, "push", replace(data, qualifier=UNSET, stop_at=UNSET), 0, 0)
+    assert plain is not None
+    assert (
+        "sfcqualifier"
+        not in read_cloudevent(plain.payload, plain.content_type, plain.user_properties).attributes
+    )
+
+    def received(message: Any) -> Any:
+        return Received(
+            topic=message.topic,
+            payload=message.payload,
+            content_type=message.content_type,
+            user_properties=message.user_properties,
+            correlation_data=message.correlation_data,
+            response_topic=message.response_topic,
+            mid=0,
+            qos=1,
+        )
+
+    def withdraw(reason: str) -> Any:
+        w = WithdrawData(command_id="j-1:blow#2", action_key="j-1:blow", job="j-1",
+                         type_id="t.blow", reason=reason)  # fmt: skip
+        n = notice_message(topics, "withdraw", w, 1_700_000_000_000, 1_700_000_000_000)
+        assert n is not None
+        assert json.loads(n.payload) == {"reason": reason}
+        return received(n)
+
+    script = load_host_script(b'{"replies": {"blow": ["ok@60000"]}}')
+    device = MqttDevice(
+        parse_broker_url("mqtt://127.0.0.1:1"), topics, script, clock=lambda: now[0]
+    )
+    try:
+        device._ask(received(m))
+        assert len(device._due) == 1
+        device._ask(withdraw("redispatch"))  # an attempt that no longer counts: answered
+        assert len(device._due) == 1 and device.counters.stopped == 0
+        device._ask(withdraw("limit"))  # stop the work
+        assert device._due == [] and device.counters.stopped == 1
+    finally:
+        device.close()
