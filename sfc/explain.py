@@ -676,10 +676,16 @@ def explain_state(
     if state.status == "running":
         out += ["", "What it waits for"]
         found = waits(graph, state, max_attempts_default)
-        if not open_recs:
-            out.append("  nothing is open")
-        for w in found:
+        waited = [w for w in found if graph.actions[w.action].gating]
+        running = [w for w in found if not graph.actions[w.action].gating]
+        if not waited:
+            out.append("  no work it waits for is open" if running else "  nothing is open")
+        for w in waited:
             out.extend(f"  {line}" for line in w.lines)
+        if running:  # its outcome is recorded; no transition waits for it
+            out += ["", "Running, not waited for"]
+            for w in running:
+                out.extend(f"  {line}" for line in w.lines)
         # The state keeps records of active steps and of open divergences only.
         recorded = [
             (n, r) for n, r in state.actions.items() if r.status == "done" and n in graph.actions

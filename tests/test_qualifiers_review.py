@@ -936,11 +936,6 @@ def test_explain_state_says_the_dwell_the_timers_and_what_the_next_deadline_does
     assert "Next deadline: 6.000s: the dwell of step Settle passes" in text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="explain_state lists open non-gating work, marked 'not waited for', under the "
-    "heading 'What it waits for'",
-)
 def test_explain_state_does_not_list_work_it_does_not_wait_for_as_waited_for() -> None:
     doc = chart(
         ["Load", "Settle", "Unload"],
@@ -1078,10 +1073,6 @@ def test_a_late_answer_to_reset_work_says_it_was_reset() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="render labels transition priorities p0:/p1:, which read as the qualifiers P0 and P1",
-)
 def test_render_does_not_label_priorities_like_the_p0_and_p1_qualifiers() -> None:
     from sfc.render import render
 
