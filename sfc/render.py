@@ -57,7 +57,7 @@ class _Chart:
         return self.step_id[name]
 
     def _label(self, t: TransitionSpec, siblings: tuple[TransitionSpec, ...]) -> str:
-        return f"p{t.priority}: {t.condition}" if len(siblings) > 1 else t.condition
+        return f"prio {t.priority}: {t.condition}" if len(siblings) > 1 else t.condition
 
     def _edges(self) -> list[_Edge]:
         g = self.graph

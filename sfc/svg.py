@@ -174,7 +174,7 @@ def _measure(graph: Graph, state: SfcState | None, step: str) -> _StepBox:
 
 
 def _label(t: TransitionSpec, siblings: tuple[TransitionSpec, ...]) -> str:
-    return f"p{t.priority}: {t.condition}" if len(siblings) > 1 else t.condition
+    return f"prio {t.priority}: {t.condition}" if len(siblings) > 1 else t.condition
 
 
 def _branch_w(label: str, target: str) -> int:

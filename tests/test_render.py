@@ -143,12 +143,12 @@ def test_a_simultaneous_divergence_starts_every_sequence_and_converges() -> None
 def test_transitions_carry_conditions_and_priorities_where_a_source_has_several() -> None:
     mermaid = render(example("bottling-line"))
     assert '  s0 -->|"true"| s1\n' in mermaid
-    assert '  d0_div -->|"p0: fill_low"| s3\n' in mermaid
-    assert '  d0_div -->|"p1: true"| s5\n' in mermaid
-    assert '  d0_conv -->|"p2: reworked"| s2\n' in mermaid
-    assert '  d0_conv -->|"p3: true"| s6\n' in mermaid
+    assert '  d0_div -->|"prio 0: fill_low"| s3\n' in mermaid
+    assert '  d0_div -->|"prio 1: true"| s5\n' in mermaid
+    assert '  d0_conv -->|"prio 2: reworked"| s2\n' in mermaid
+    assert '  d0_conv -->|"prio 3: true"| s6\n' in mermaid
     dot = render(example("bottling-line"), fmt="dot")
-    assert 'xlabel="p2: reworked"];' in dot
+    assert 'xlabel="prio 2: reworked"];' in dot
     assert "  d0_conv -> t5 [arrowhead=none];\n  t5 -> s2:step:n;\n" in dot
 
 

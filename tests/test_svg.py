@@ -179,8 +179,8 @@ def test_transitions_are_bars_with_condition_and_priority_where_a_source_has_sev
     graph = example("bottling-line")
     assert sorted(labels) == [tr.index for tr in graph.transitions]
     assert labels[0] == "true"
-    assert "p0: fill_low" in labels.values()
-    assert "p2: reworked" in labels.values()
+    assert "prio 0: fill_low" in labels.values()
+    assert "prio 2: reworked" in labels.values()
 
 
 def test_a_transition_to_a_node_drawn_elsewhere_is_a_jump_naming_it() -> None:
