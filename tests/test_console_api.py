@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from host import keys
 from host.console.app import API
 from host.console.openapi import document
+from host.equipment import Answer
 from host.store import Store
+from sfc.migrate import read_state
 from tests.consolekit import TOKEN, Console, Events, console
 from tests.hostkit import Host, linear_recipe
 
 RECIPE = json.loads(linear_recipe(2))
+TIGHTENING = Path(__file__).parents[1] / "examples" / "tightening-hold" / "recipe.json"
 
 
 @pytest.fixture
@@ -181,6 +186,75 @@ def test_an_answer_moves_the_job_on(api: Console, host: Host) -> None:
     r = api.post("/api/v1/answers", {"scope": scope, "job": "a", "action": "a2:hold"}, token=TOKEN)
     assert (r.status, r.json()["field"]) == (409, "action")
     assert "no hold command is open" in r.json()["error"]
+
+
+def test_an_answer_a_worker_would_drop_is_refused_naming_the_field(
+    api: Console, host: Host
+) -> None:
+    """As `sfc respond`: the core weighs the answer against the stored state first, so a
+    command id of another job, or a round the action is not in, is 409 and queues nothing."""
+    scope = host.scope("wrongid")
+    for job in ("j", "k"):
+        submit(api, scope, job)
+    w = host.worker([scope])
+    host.run(
+        [w],
+        [],
+        lambda: all(host.order_path(scope, j).startswith("Running") for j in ("j", "k")),
+    )
+    before = host.client().xlen(keys.work(scope))
+    answer = {"scope": scope, "job": "j", "action": "a1", "outcome": "ok"}
+    r = api.post("/api/v1/answers", {**answer, "commandId": "k:a1#1"}, token=TOKEN)
+    assert (r.status, r.json()["field"]) == (409, "commandId"), r.body
+    assert (
+        "a worker would reject this answer (rejected: command id k:a1#1 was never"
+        in (r.json()["error"])
+    )
+    r = api.post("/api/v1/answers", {**answer, "round": 3}, token=TOKEN)
+    assert (r.status, r.json()["field"]) == (409, "round"), r.body
+    assert "answer from round 3, but a1 is in round 1" in r.json()["error"]
+    assert "nothing queued" in r.json()["error"]
+    assert host.client().xlen(keys.work(scope)) == before
+    r = api.post("/api/v1/answers", {**answer, "commandId": "j:a1#1", "round": 1}, token=TOKEN)
+    assert r.status == 202, r.body
+    assert host.client().xlen(keys.work(scope)) == before + 1
+
+
+def test_an_answer_to_an_open_hold_command_holds_the_action(api: Console, host: Host) -> None:
+    """`ACTION:hold` answers the hold command a pause sent out (tightening-hold)."""
+    scope = host.scope("hold")
+    recipe = json.loads(TIGHTENING.read_text())
+    r = api.post("/api/v1/jobs", {"jobId": "t", "recipe": recipe, "scope": scope}, token=TOKEN)
+    assert r.status == 201, r.body
+    w = host.worker([scope])
+    # the equipment answers the clamp and nothing else: tighten stays out, its hold open
+    clamp = host.responder(
+        scope, lambda kind, data: Answer(outcome="ok") if "clamp" in data.action_key else None
+    )
+    host.run(
+        [w],
+        [clamp],
+        lambda: tighten(host, scope) is not None and tighten(host, scope).status == "open",
+        what="tighten to go out",
+    )
+    assert api.post(f"/api/v1/jobs/{scope}/t/pause", token=TOKEN).status == 200
+    rec = tighten(host, scope)
+    assert rec.hold == "open" and rec.hold_command_id == "t:tighten#3:hold"
+    r = api.post(
+        "/api/v1/answers",
+        {"scope": scope, "job": "t", "action": "tighten:hold", "outcome": "held"},
+        token=TOKEN,
+    )
+    assert r.status == 202, r.body
+    host.run([w], [], lambda: tighten(host, scope).hold == "held", what="the hold applied")
+    actions = api.get(f"/api/v1/jobs/{scope}/t").json()["actions"]
+    assert [a["hold"] for a in actions if a["name"] == "tighten"] == ["held"]
+
+
+def tighten(host: Host, scope: str) -> Any:
+    record = host.store().job(scope, "t")
+    assert record is not None
+    return read_state(record.state).actions.get("tighten")
 
 
 def test_an_event_nobody_waits_for_is_dropped_and_said(api: Console, host: Host) -> None:

@@ -25,18 +25,16 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from host import jobs, keys, readmodel, workview
+from host import facade, jobs, keys, readmodel, workview
 from host.console import pages
 from host.console.auth import CSRF_HEADER, SESSION_COOKIE, Guard
 from host.console.chart import DRAWN_KEPT, Kept, chart_of, check_recipe, list_waits
 from host.console.openapi import document
 from host.console.watch import Watchers
 from host.equipment import publish_event
-from host.equipment import respond as queue_answer
 from host.joborder import ReturnStatus, status_words
 from host.settings import Settings
 from host.store import Store
-from sfc.migrate import read_state
 
 BODY_LIMIT = 8 << 20
 """Most bytes of a request body (a recipe may have 4 MiB)."""
@@ -434,71 +432,43 @@ async def answer(request: Request) -> Response:
     store = _console(request).store
 
     def queue() -> str:
-        nonlocal command_id, round_
-        record = store.job(scope, job)
-        if record is None:
-            raise BadInput("job", f"no job order {job!r} in scope {scope}: nothing queued", 404)
-        name = action.removeprefix(f"{job}:")
-        answered = action
-        if command_id is None:
-            try:
-                state = read_state(record.state)
-            except msgspec.DecodeError as e:
-                raise BadInput("job", f"its stored state cannot be read: {e}", 409) from None
-            base = name.removesuffix(":hold")
-            rec = state.actions.get(base)
-            if name.endswith(":hold"):  # the open hold command, as `sfc respond` answers it
-                if (
-                    rec is None
-                    or rec.status != "open"
-                    or rec.hold not in ("open", "notHeld")
-                    or rec.hold_command_id is None
-                ):
-                    raise BadInput(
-                        "action",
-                        f"{name}: no hold command is open for job {job}; nothing queued",
-                        409,
-                    )
-                command_id, answered = rec.hold_command_id, base
-            else:
-                if rec is None or rec.status != "open" or rec.command_id is None:
-                    names = jobs.recipe_actions(store, record)
-                    if names and name not in names:
-                        raise BadInput(
-                            "action",
-                            f"{name}: the recipe of job {job} has no action {name!r}; it has "
-                            f"{', '.join(names)}; nothing queued",
-                            404,
-                        )
-                    raise BadInput(
-                        "action",
-                        f"{name}: no work of it is open for job {job}; nothing queued",
-                        409,
-                    )
-                if rec.work == "await":
-                    raise BadInput(
-                        "action",
-                        f"{name} waits for an event, not an answer: POST /api/v1/events",
-                        409,
-                    )
-                command_id = rec.command_id
-                round_ = rec.round if round_ is None else round_
+        # the checks of `sfc respond` (facade.answer): what the job has open, then the core
+        # weighs the answer against the stored state, as the worker would
         try:
-            return queue_answer(
+            data = facade.answer(
                 store,
                 scope,
                 job,
-                answered,
+                action,
                 outcome=outcome,
                 error=error,
                 command_id=command_id,
                 round=round_,
             )
-        except ValueError as e:
+        except msgspec.DecodeError as e:
+            raise BadInput("job", f"its stored state cannot be read: {e}", 409) from None
+        except facade.Refused as e:
+            raise BadInput(*answer_refused(str(e), command_id, round_)) from None
+        except ValueError as e:  # the answer's own shape (answer_data)
             raise BadInput("action", str(e)) from None
+        if data is None:
+            raise BadInput("job", f"no job order {job!r} in scope {scope}: nothing queued", 404)
+        return facade.queue_answer(store, scope, data)
 
     entry = await run_in_threadpool(queue)
     return JSONResponse({"entry": entry, "queued": f"queued answer {entry}"}, 202)
+
+
+def answer_refused(why: str, command_id: str | None, round_: int | None) -> tuple[str, str, int]:
+    """The field, message and HTTP code of an answer `facade.answer` refused."""
+    if "has no action" in why:
+        return "action", why, 404
+    if why.startswith("a worker would"):  # the core refused the command id or the round
+        field = (
+            "commandId" if command_id is not None else "round" if round_ is not None else "action"
+        )
+        return field, why, 409
+    return "action", why, 409
 
 
 EVENT_FIELDS = ("scope", "type", "subject", "correlationId", "outcome", "source", "id")
