@@ -765,7 +765,15 @@ def test_job_orders_without_a_worker(valkey_url: str, tmp_path: Path) -> None:
 def test_job_control_on_a_served_scope(plant: Plant) -> None:
     scope = new_scope("control")
     at = ["--scope", scope]
-    r = plant.sfc("job", "submit", TIGHTENING, "--count", "3", "--job-id", "ctl", *at)
+    # the example's clamp and hold are answered within 10 s of real time; a few `sfc`
+    # processes on a loaded machine take longer than that, and a deadline then decides
+    recipe = json.loads(TIGHTENING.read_text())
+    for spec in recipe["Actions"]:
+        for timed in (spec, spec.get("Hold"), spec.get("Restart")):
+            if timed is not None:
+                timed["TimeoutSeconds"] = 3600
+    patient = write(plant.root / "tightening-patient.json", recipe)
+    r = plant.sfc("job", "submit", patient, "--count", "3", "--job-id", "ctl", *at)
     assert (r.code, r.lines()) == (0, ["ctl-1", "ctl-2", "ctl-3"]), r
     first = {j: plant.reader.wait_open(scope, j, "clamp").command_id for j in r.lines()}
 
