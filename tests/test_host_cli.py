@@ -12,7 +12,8 @@ validates every `--json` document against a small, closed JSON Schema written he
   as its dry run with the same script ends. Two scripted stations (one `sfc equipment`
   and scope each) answer them. Recipe deadlines are not scaled by `--time-scale`, so the
   scripts are replies alone, answered long before any deadline: no silent replies, events
-  or controls, and no dry run needs a deadline either (no tick in its transcript).
+  or controls, and no dry run needs a deadline either (its only ticks are process timers,
+  which run unscaled on the host too, so no reply comes near one).
 - A second `sfc serve` on a data directory in use attaches; a SIGTERM stops serve cleanly
   with jobs in flight, and the next `sfc serve` on the same directory finishes every job,
   each command sent once. A serve killed with SIGKILL leaves no worker and, after the next
@@ -958,7 +959,7 @@ def test_dead_entries_are_listed_and_requeued(plant: Plant) -> None:
 
 STATIONS: dict[str, tuple[list[str], dict[str, Any]]] = {
     "station-a": (
-        ["tightening-hold", "greetings-demo"],
+        ["tightening-hold", "greetings-demo", "press-fit-line"],
         {
             "default": "ok@500",
             "replies": {
@@ -968,6 +969,14 @@ STATIONS: dict[str, tuple[list[str], dict[str, Any]]] = {
                 "tighten:restart": ["ok@25000"],
                 # greetings-demo/happy, but the greeting is refused: the job faults
                 "send_bye": ["error:nobody to greet@120"],
+                # press-fit-line/happy with every command answered. Its process timers run
+                # unscaled on the host: P1 and S answer before load_part, blow_off long
+                # before its L limit (2 s), press long before andon's D (20 s); only the
+                # dwell of Settle (5 s) passes, in the dry run and on the host alike
+                "print_label": ["ok@300"],
+                "vacuum": ["ok@400"],
+                "blow_off": ["ok@200"],
+                "press": ["ok@1200"],
             },
         },
     ),
@@ -994,7 +1003,7 @@ STATIONS: dict[str, tuple[list[str], dict[str, Any]]] = {
 }
 """Scripted stations: one `sfc equipment` and one scope each, answering the jobs of several
 example recipes with replies alone (no silent reply, event or control). Recipe deadlines
-are not scaled by --time-scale, so no reply may come near one."""
+and process timers are not scaled by --time-scale, so no reply may come near one."""
 
 
 def for_recipe(script: dict[str, Any], recipe: Path) -> dict[str, Any]:
@@ -1055,8 +1064,10 @@ def test_every_example_ends_as_its_dry_run(plant: Plant) -> None:
             own = write(plant.root / f"{station}-{name}.json", for_recipe(script, recipe))
             jobs = [f"{name}-1", f"{name}-2"] if name == "bottling-line" else [name]
             dry = [dry_run(recipe, own, job) for job in jobs]
-            # no deadline decides the dry run: the host goes the same way in seconds
-            assert not [t for d in dry for t in d["transcript"] if t["event"]["kind"] == "tick"]
+            # no deadline decides the dry run: the host goes the same way in seconds; a
+            # process timer (L, D, a step's MinSeconds) runs on the host's clock as well
+            ticks = [t for d in dry for t in d["transcript"] if t["event"]["kind"] == "tick"]
+            assert all(t["reason"].startswith("time passed: ") for t in ticks), ticks
             cases.append((station, scope, recipe, jobs, dry))
     assert {dry_end(d)[0] for *_, dry in cases for d in dry} == {"completed", "faulted"}
 
