@@ -14,10 +14,16 @@ the scripted equipment, the MQTT bridge and `sfc job wait`.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from host.store import unreachable_reason
+from host.cluster import moving_reason
+from host.store import slot_moving, slot_of, unreachable, unreachable_reason
+
+if TYPE_CHECKING:
+    from host.store import Store
 
 BACKOFF_FIRST_S = 0.1
 BACKOFF_MAX_S = 5.0
@@ -97,3 +103,35 @@ class Reconnect:
         """How long to wait before the next try."""
         self.backoff = min(self.most, max(BACKOFF_FIRST_S, self.backoff * 2))
         return self.backoff
+
+
+def pump_until_stopped(
+    pump: Callable[[], object],
+    stop: threading.Event,
+    store: Store,
+    scope: str,
+    reconnect: Reconnect,
+) -> None:
+    """Call `pump` until `stop` is set, waiting out a server it cannot reach; a move of the
+    slot of `scope` is said once at info until a pump goes through. Other errors raise."""
+    moving = False  # a move said since the last pump that went through
+    while not stop.is_set():
+        try:
+            pump()
+        except Exception as e:
+            if not unreachable(e):
+                raise
+            store.refresh_routes()  # a cluster's slot may have moved
+            if slot_moving(e):
+                reconnect.answered()  # routine: the node answered
+                if not moving:
+                    moving = True
+                    if reconnect.log is not None:
+                        reason = moving_reason(e, slot_of(scope))
+                        reconnect.log.info("%s: %s", reconnect.who, reason)
+            else:
+                reconnect.unreachable(e)
+            store.wait_out(stop, reconnect.wait())  # a cluster's failover ends it
+            continue
+        reconnect.went_through()
+        moving = False

@@ -49,12 +49,11 @@ from msgspec import UNSET
 from generated.equipment_entry_v1_0 import AwaitData, CommandData, WithdrawData
 from generated.simulation_script_v1_0 import SimulationScript
 from host import keys
-from host.cluster import moving_reason
 from host.entries import Entry, EntryError, decode_equipment, encode, fields
 from host.equipment import answer_data, event_data
 from host.keys import EVENTS_UNMATCHED
-from host.reconnect import Reconnect
-from host.store import Store, slot_moving, slot_of, unreachable
+from host.reconnect import Reconnect, pump_until_stopped
+from host.store import Store
 from sfc.evolution import STOP_REASONS
 from sfc.simulation import (
     Reply,
@@ -299,26 +298,7 @@ class ScriptedEquipment:
         """Pump until `stop` is set, waiting out a server that cannot be reached
         (host/reconnect.py); answers that fell due meanwhile are sent once it is back."""
         reconnect = Reconnect(f"equipment of scope {self.scope}", log)
-        moving = False  # a move said since the last pump that went through
-        while not stop.is_set():
-            try:
-                self.pump(block_ms)
-            except Exception as e:
-                if not unreachable(e):
-                    raise
-                self.store.refresh_routes()  # a cluster's slot may have moved
-                if slot_moving(e):
-                    reconnect.answered()  # routine: the node answered
-                    if not moving:
-                        moving = True
-                        reason = moving_reason(e, slot_of(self.scope))
-                        log.info("equipment of scope %s: %s", self.scope, reason)
-                else:
-                    reconnect.unreachable(e)
-                self.store.wait_out(stop, reconnect.wait())  # a cluster's failover ends it
-                continue
-            reconnect.went_through()
-            moving = False
+        pump_until_stopped(lambda: self.pump(block_ms), stop, self.store, self.scope, reconnect)
 
     # -- asking the script
 

@@ -1806,7 +1806,13 @@ def test_a_bridge_says_a_slot_stuck_moving_once_not_at_every_try(
             wait_for(lambda: asks() >= 5, timeout=20, what="five tries of the bridge")
             said = [r for r in caplog.records if "reading the slots again" in r.getMessage()]
             assert len(said) == 1, said
-            assert said[0].getMessage().startswith(f"slot {slot} is moving to 127.0.0.1:{port} ")
+            assert (
+                said[0]
+                .getMessage()
+                .startswith(
+                    f"bridge of scope {rig.scope}: slot {slot} is moving to 127.0.0.1:{port} "
+                )
+            )
         finally:
             rig.close()
     finally:
@@ -1832,7 +1838,8 @@ def test_a_bridge_says_at_info_that_the_slot_of_its_scope_moved(
             rig.bridge("moved-1")
             slot, port = move_slot(own, keys.equipment(rig.scope))
             line = re.compile(
-                rf"slot {slot} (moved|is moving) to 127\.0\.0\.1:{port} "
+                rf"bridge of scope {re.escape(rig.scope)}: slot {slot} (moved|is moving) to "
+                rf"127\.0\.0\.1:{port} "
                 r"\(a failover or a reshard\); reading the slots again"
             )
 

@@ -37,7 +37,7 @@ from host.mqtt.topics import (
     shared,
     topic_problem,
 )
-from host.reconnect import Reconnect
+from host.reconnect import Reconnect, pump_until_stopped
 from host.store import (
     Store,
     slot_moved,
@@ -324,26 +324,9 @@ class MqttBridge:
         """The bridge's reconnect loop: pump until `stop`, waiting out a server that cannot
         be reached (host/reconnect.py); a slot's move is said once at info until a pump goes
         through. What was read stays pending."""
-        reconnect = Reconnect(f"bridge of scope {self.topics.scope}", log)
-        moving = False  # a move said since the last pump that went through
-        while not stop.is_set():
-            try:
-                self.pump(block_ms)
-            except Exception as e:
-                if not unreachable(e):
-                    raise
-                self.store.refresh_routes()  # a cluster's slot may have moved
-                if slot_moving(e):
-                    reconnect.answered()  # routine: the node answered
-                    if not moving:
-                        moving = True
-                        log.info("%s", moving_reason(e, slot_of(self.topics.scope)))
-                else:
-                    reconnect.unreachable(e)
-                self.store.wait_out(stop, reconnect.wait())  # a cluster's failover ends it
-                continue
-            reconnect.went_through()
-            moving = False
+        scope = self.topics.scope
+        reconnect = Reconnect(f"bridge of scope {scope}", log)
+        pump_until_stopped(lambda: self.pump(block_ms), stop, self.store, scope, reconnect)
 
     # -- incoming (the network thread)
 
