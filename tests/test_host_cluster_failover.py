@@ -179,6 +179,7 @@ def failover_run(
     jobs: int,
     rounds: int = 1,
     every_shard: bool = False,
+    seed_node: bool = False,
 ) -> None:
     """`jobs` jobs a scope, submitted in `rounds` + 1 waves. In each round, once the
     victim's scope has commands out, its primary is handed over to its replica: `how` is
@@ -186,8 +187,8 @@ def failover_run(
     primary writes on without it, then killed: its last writes are lost) or "manual"
     (CLUSTER FAILOVER). The next wave is submitted once the replica serves. A killed node is
     started again, and comes back as a replica. The victim is a primary the processes were
-    not given as their URL, or with `every_shard` each shard's in turn, that one too. Every
-    job completes, none twice."""
+    not given as their URL, or with `every_shard` each shard's in turn, that one too, or with
+    `seed_node` the one they were given. Every job completes, none twice."""
     t0 = time.monotonic()
     where = scopes_on_every_primary(c, how)
     scopes = list(where)
@@ -201,7 +202,7 @@ def failover_run(
         plant = Plant(c.url, scopes, tmp)
         plant.wait_serving()
         per_wave = max(1, jobs // (rounds + 1))
-        others = [s for s in scopes if where[s].port != c.nodes[0].port]
+        others = [s for s in scopes if (where[s].port == c.nodes[0].port) == seed_node]
         for w in range(rounds + 1):
             fresh = Store.from_url(c.url)  # `sfc job submit` is a process of its own
             try:
@@ -316,6 +317,14 @@ def test_a_primary_killed_mid_run_with_writes_its_replica_lacks_loses_no_job(
     """The replica is cut off before the kill, so the failover loses the primary's last
     writes (commits, answers, acknowledgements): the jobs still end, each once."""
     failover_run(rcluster, tmp_path, how="lost", jobs=8)
+
+
+def test_the_seed_nodes_primary_killed_mid_run_loses_no_job(
+    rcluster: ReplicatedCluster, tmp_path: Path
+) -> None:
+    """The primary every process was given as its URL is SIGKILLed: the clients learn the
+    slots from the other nodes, and the jobs end, each once."""
+    failover_run(rcluster, tmp_path, how="kill", jobs=8, seed_node=True)
 
 
 def test_a_manual_failover_mid_run_loses_nothing(
