@@ -6,15 +6,17 @@ is no valkey-cli):
 - `ReplicatedCluster`: 3 primaries with one replica each, and a short `cluster-node-timeout`,
   so that a primary that dies is replaced by its replica (an automatic failover) in a few
   seconds; `failover` asks a replica to take over on its own (CLUSTER FAILOVER).
+- `sockets_to`: how many sockets this process holds open to some nodes.
 
 Every wait has a deadline and says what it waited for.
 """
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ import redis
 
 from host.server import RANGES, EmbeddedServer, LocalCluster, free_cluster_port
 
-__all__ = ["LocalCluster", "Node", "ReplicatedCluster", "move_slot"]
+__all__ = ["LocalCluster", "Node", "ReplicatedCluster", "move_slot", "sockets_to"]
 
 
 def _text(value: Any) -> str:
@@ -83,6 +85,25 @@ class Node:
 
     def __repr__(self) -> str:
         return f"Node({self.name}, port {self.port})"
+
+
+def sockets_to(ports: Collection[int]) -> int:
+    """How many TCP sockets this process holds open to `ports` on this host, in any state
+    (one whose peer died stays in CLOSE_WAIT until it is closed)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with suppress(OSError):  # (closed meanwhile)
+            link = os.readlink(f"/proc/self/fd/{fd}")
+            if link.startswith("socket:["):
+                inodes.add(link[len("socket:[") : -1])
+    count = 0
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with open(table) as f:
+            for row in f.read().splitlines()[1:]:
+                cols = row.split()  # sl, local, remote, state, ..., inode (the tenth)
+                if int(cols[2].rpartition(":")[2], 16) in ports and cols[9] in inodes:
+                    count += 1
+    return count
 
 
 def wait(condition: Callable[[], bool], timeout: float, what: str) -> None:

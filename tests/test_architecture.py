@@ -57,6 +57,8 @@ INTERNALS = (
     "_hiredis_PushNotificationType",
     "handle_push_response",
     "nodes_manager",
+    "_event_dispatcher",
+    "_in_use_connections",
     "slots_cache",
     "send_packed_command",
     "get_connection(",

@@ -39,7 +39,7 @@ import redis
 from host import keys
 from host.entries import decode_equipment
 from host.store import Store, unreachable, unreachable_reason
-from tests.clusterkit import Node, ReplicatedCluster
+from tests.clusterkit import Node, ReplicatedCluster, sockets_to
 from tests.faultkit import (
     COMPLETED,
     FAST_ENV,
@@ -360,6 +360,39 @@ def test_a_wait_for_an_unreachable_node_ends_once_its_replica_took_over(
         if thread.is_alive():
             thread.join(10)
         store.close()
+
+
+def test_a_store_closes_its_sockets_to_a_node_that_left_and_all_at_close(
+    rcluster: ReplicatedCluster,
+) -> None:
+    """The seed node's primary is killed: once the slots are read again (by redis-py itself
+    on a failed call, as here, or by the store), its connections are closed, the kept one
+    too; and close closes every other. RedisCluster.close closed none of a node's
+    connections, and none of a node that had left the cluster's view: the garbage collector
+    did, or warned of an unclosed socket."""
+    c = rcluster
+    seed = c.nodes[0]
+    scope = next(s for s, n in scopes_on_every_primary(c, "gone").items() if n is seed)
+    store = Store.from_url(c.url)
+    try:
+        store.load(scope, ["a"])  # a round trip: its connection is kept
+        store.client(scope).xlen(keys.work(scope))  # another, idle in the node's pool
+        assert sockets_to([seed.port]) == 2
+        replica = c.replica_of(seed)
+        c.kill(seed)
+        c.wait_promoted(replica)
+        assert sockets_to([seed.port]) == 2  # the peer is gone: they wait in CLOSE_WAIT
+        assert store.cluster is not None
+        store.cluster.nodes_manager.initialize()  # what redis-py does on a failed call
+        assert store.client(scope).connection_pool.connection_kwargs["port"] == replica.port
+        assert sockets_to([seed.port]) == 0
+        c.restart(seed, replica)  # back as a replica: a node of the view again
+        store.refresh_routes(now=True)
+        store.load(scope, ["a"])
+        assert sockets_to([n.port for n in c.nodes]) > 0
+    finally:
+        store.close()
+    assert sockets_to([n.port for n in c.nodes]) == 0
 
 
 @pytest.mark.faults_long

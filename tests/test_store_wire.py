@@ -2,7 +2,9 @@
 redis-py and hiredis that pyproject.toml allows must keep the internals they rely on.
 
 (The cluster's slot map, `wire.slot_owners` and `wire.reload_slots`, is proved on real
-nodes by tests/test_host_cluster.py's move tests: `refresh_routes` sees a slot move.)
+nodes by tests/test_host_cluster.py's move tests: `refresh_routes` sees a slot move; and
+`wire.NodePools`, which hears redis-py's own reads of it, by tests/test_host_cluster_failover.py:
+a store closes its sockets to a node that left.)
 """
 
 from __future__ import annotations

@@ -59,6 +59,8 @@ class _Shared:
     """What every store of one client shares (`Store.with_options`)."""
 
     kept: wire.KeptConnections = field(default_factory=wire.KeptConnections)
+    pools: wire.NodePools | None = None
+    """On a cluster, its nodes' pools, which `close` disconnects."""
     scope_keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """The keys of each scope that every commit names (formatting them was a third of
     building a commit's call)."""
@@ -90,6 +92,8 @@ class StoreClient:
         self.url = url
         self.options = options
         self._shared = _Shared()
+        if cluster is not None:
+            self._shared.pools = wire.NodePools(cluster, self._shared.kept)
 
     def with_options(
         self,
@@ -208,9 +212,11 @@ class StoreClient:
             raise StoreError(f"cannot reach {where}: {e}") from None
 
     def close(self) -> None:
-        """Close the client's connections, and the kept ones (on a cluster, a node that
-        left the cluster's view keeps its pool, which the cluster's close does not reach)."""
+        """Close the client's connections, the kept ones, and on a cluster those of every
+        node's pool, of the nodes that left the cluster's view too."""
         self._shared.kept.close()
+        if self._shared.pools is not None:
+            self._shared.pools.close()
         with contextlib.suppress(redis.RedisError):
             self.r.close()
 
@@ -246,6 +252,8 @@ class StoreClient:
             # the next call says so
             log.debug("the cluster's slots could not be read again: %s", e)
             return False
+        if shared.pools is not None:
+            shared.pools.look()  # (for a redis-py that does not tell of its reads)
         moved = wire.slot_owners(self.cluster) != before
         shared.moved = shared.moved or moved
         shared.moves += moved

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -40,6 +41,12 @@ try:
     HIREDIS_PARSER, NOT_ENOUGH_DATA = _parsers._HiredisParser, _parsers.NOT_ENOUGH_DATA
 except (ImportError, AttributeError):  # pragma: no cover - another redis-py: read_response
     pass
+
+SLOTS_READ: Any = None
+"""redis-py's event of a read of a cluster's slot map (redis-py 8.1 has it), which
+`NodePools` listens to."""
+with contextlib.suppress(ImportError, AttributeError):  # an older redis-py: look() alone
+    from redis.event import AfterSlotsCacheRefreshEvent as SLOTS_READ
 
 READS = frozenset({"TIME", "HGETALL", "HMGET"})
 """The commands of a round trip that may be sent again after a broken connection."""
@@ -180,6 +187,18 @@ class KeptConnections:
         if self._kept.setdefault(pool, kept) is not kept:
             pool.release(conn)
 
+    def pools(self) -> list[Pool]:
+        """The pools a connection is kept of."""
+        return list(self._kept)
+
+    def discard(self, pool: Pool) -> None:
+        """Disconnect and release the kept connection of `pool`, if one is kept."""
+        got = self._kept.pop(pool, None)
+        if got is not None and got[0] == _pid:
+            with contextlib.suppress(Exception):
+                got[1].disconnect()
+                pool.release(got[1])
+
     def drop(self, pool: Pool, conn: Connection) -> None:
         """A connection whose replies were not all read: disconnected and released."""
         with contextlib.suppress(Exception):
@@ -228,6 +247,60 @@ def reload_slots(cluster: redis.cluster.RedisCluster, last: str | None = None) -
     """Read which node owns which slot again (CLUSTER SLOTS), asking node `last` (host:port)
     last: redis-py asks in a random order, and a frozen node first costs a socket timeout."""
     cluster.nodes_manager.initialize(last_failed_node_name=last)
+
+
+class NodePools:
+    """The connection pools of a cluster's nodes, followed through every read of its slot
+    map: the pool of a node that left the cluster's view is retired (`look`), and `close`
+    disconnects every pool seen (RedisCluster.close disconnects none of them)."""
+
+    def __init__(self, cluster: redis.cluster.RedisCluster, kept: KeptConnections) -> None:
+        self._cluster = cluster
+        self._kept = kept
+        self._seen: set[Pool] = set()
+        self._retired: set[Pool] = set()
+        self._lock = threading.Lock()
+        # redis-py tells of each read of the slot map, its own too (on a failed call); one
+        # without the event is followed by `look` alone (the store's reads, and close)
+        if SLOTS_READ is not None:
+            listener: Any = self  # (its dispatcher calls `listen`)
+            cluster.nodes_manager._event_dispatcher.register_listeners({SLOTS_READ: [listener]})
+        self.look()
+
+    def listen(self, event: object) -> None:
+        """redis-py read the slot map: look (an error here must not fail its read)."""
+        with contextlib.suppress(Exception):
+            self.look()
+
+    def _current(self) -> set[Pool]:
+        manager = self._cluster.nodes_manager
+        nodes = [*manager.nodes_cache.values(), *manager.startup_nodes.values()]
+        return {n.redis_connection.connection_pool for n in nodes if n.redis_connection}
+
+    def look(self) -> None:
+        """Retire the pools of the nodes that left the cluster's view since the last look: a
+        retired pool's idle and kept connections are disconnected, at this look and each
+        later one while another thread still holds one of its connections."""
+        current = self._current()
+        with self._lock:
+            self._retired |= (self._seen | set(self._kept.pools())) - current
+            self._seen = current
+            for pool in list(self._retired):
+                self._kept.discard(pool)
+                with contextlib.suppress(Exception):
+                    pool.disconnect(inuse_connections=False)
+                if not getattr(pool, "_in_use_connections", True):
+                    self._retired.discard(pool)  # nothing of it left open
+
+    def close(self) -> None:
+        """Disconnect every connection of every pool seen, in use or not (the next call
+        connects again)."""
+        self.look()
+        with self._lock:
+            pools, self._retired = self._seen | self._retired, set()
+        for pool in pools:
+            with contextlib.suppress(Exception):
+                pool.disconnect()
 
 
 def slot_owners(cluster: redis.cluster.RedisCluster) -> list[str]:
