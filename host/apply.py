@@ -82,7 +82,11 @@ def _leave_pending(
     scope: str, job: str, record: JobRecord, entries: Sequence[Entry], e: Exception, tally: Outcome
 ) -> None:
     """Leave the entries of `job`, whose evaluation raised `e`, pending: an unreadable job
-    goes to `Outcome.unreadable`, anything else is logged with its traceback."""
+    goes to `Outcome.unreadable`, a node that cannot be reached (the recipe's, on a cluster)
+    to the line of each entry, anything else is logged with its traceback."""
+    if unreachable(e):
+        tally.failed += [(x.id, f"{type(e).__name__}: {e}") for x in entries]
+        return
     why = unreadable(record) if isinstance(e, msgspec.DecodeError) else None
     if why is not None:
         ids = tuple(x.id for x in entries)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -268,6 +269,42 @@ def test_a_job_whose_state_cannot_be_read_is_one_line_a_delivery_with_the_way_ou
     assert len(said("cannot be evaluated")) == 2  # one a delivery
     assert not said("stays pending:") and not said("raised;") and not said("entries raised")
     assert all(x.exc_info is None for x in caplog.records), caplog.text
+
+
+def test_a_node_that_cannot_be_reached_mid_evaluation_is_no_bug_and_no_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """On a cluster, a job's evaluation reads its recipe from the node of the recipe's key.
+    A worker that did so while that node was down (the seed node's primary killed) logged
+    `applying 1 entries raised` with a whole traceback, as a bug; the entries stay pending,
+    and each one's line says why. Another error is still a bug, with its traceback."""
+    from host.apply import _leave_pending
+    from host.entries import Entry
+    from host.outcome import Outcome
+    from host.server import free_port
+    from host.store import JobRecord
+
+    caplog.set_level(logging.DEBUG, logger="sfc.host")
+    record = JobRecord("1", b"{}", b"{}", "")
+    entries = [Entry("1-0", "tick", None), Entry("1-1", "answer", None)]
+    tally = Outcome()
+    gone = redis.Redis(port=free_port(), socket_connect_timeout=2)
+    try:
+        gone.get("sfc:recipe:x")  # nothing listens on the port
+    except redis.ConnectionError as down:
+        _leave_pending("s", "j", record, entries, down, tally)
+        why = f"ConnectionError: {down}"
+    finally:
+        gone.close()
+    assert not caplog.records, caplog.text
+    assert tally.failed == [("1-0", why), ("1-1", why)]
+    try:
+        raise ValueError("a bug")
+    except ValueError as bug:
+        _leave_pending("s", "j", record, entries, bug, tally)
+    (line,) = caplog.records
+    assert line.getMessage() == "job j in scope s: applying 2 entries raised"
+    assert line.levelno == logging.ERROR and line.exc_info and line.exc_info[0] is ValueError
 
 
 def test_a_worker_that_takes_up_a_scope_says_why_a_job_cannot_be_read_and_the_way_out(
