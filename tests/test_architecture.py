@@ -362,3 +362,51 @@ def _holds_a_store(node: ast.expr) -> bool:
     if isinstance(node, ast.Name):
         return node.id in ("store", "st")
     return isinstance(node, ast.Attribute) and node.attr == "store"
+
+
+def _decodes_states_directly(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """(line, what) where a module decodes a job state without sfc.migrate.read_state: it
+    names `state_decoder`, or builds a decoder of (or decodes into) an `SfcState`."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and any(a.name == "state_decoder" for a in node.names):
+            yield node.lineno, f"imports state_decoder from {node.module}"
+        elif isinstance(node, ast.Attribute) and node.attr == "state_decoder":
+            yield node.lineno, "uses .state_decoder"
+        elif isinstance(node, ast.Name) and node.id == "state_decoder":
+            yield node.lineno, "uses state_decoder"
+        elif isinstance(node, ast.Call):
+            typed = [*node.args, *(k.value for k in node.keywords if k.arg == "type")]
+            if any(_names_sfc_state(t) for t in typed):
+                yield node.lineno, "decodes into SfcState"
+
+
+def _names_sfc_state(node: ast.expr) -> bool:
+    if isinstance(node, ast.Name):
+        return node.id == "SfcState"
+    return isinstance(node, ast.Attribute) and node.attr == "SfcState"
+
+
+def test_the_host_reads_stored_states_through_the_migration() -> None:
+    """No module of host/ decodes a stored job state with `state_decoder` (format 1.5 only):
+    it calls sfc.migrate.read_state, which also reads a state stored under 1.4 before an
+    upgrade (docs/formats.md)."""
+    offences = [
+        f"{_rel(path)}:{line} {what}"
+        for path in _files("host")
+        for line, what in _decodes_states_directly(ast.parse(path.read_bytes(), str(path)))
+    ]
+    assert not offences, "use sfc.migrate.read_state:\n" + "\n".join(offences)
+
+
+def test_the_state_rule_catches_a_direct_decoder() -> None:
+    bad = (
+        "from sfc.codec import state_decoder\n"
+        "from sfc import codec\n"
+        "codec.state_decoder.decode(b'')\n"
+        "msgspec.json.Decoder(SfcState)\n"
+        "msgspec.json.decode(b'', type=v1_5.SfcState)\n"
+        "read_state(b'')\n"
+        "Decoded(read_state)\n"
+    )
+    found = sorted(line for line, _ in _decodes_states_directly(ast.parse(bad)))
+    assert found == [1, 3, 4, 5]
