@@ -231,16 +231,17 @@ def test_after_the_job_end_no_non_pulse_work_stays_open(case: tuple[Graph, list[
     results = run(graph, ops)
     open_work: dict[str, str] = {}  # action -> its open command id
     for op, r in results:
-        if op is not None and op.kind in ("answer", "fail") and r.disposition == "applied":
-            rec = r.state.actions.get(op.action)
-            if rec is None or rec.status == "done":
-                open_work.pop(op.action, None)
+        # the commands first: timers due before an answer fire before it is applied
         for c in r.commands:
             name = c.action_key.rpartition(":")[2]
             if isinstance(c, StartWork) and c.work in ("push", "restart"):
                 open_work[name] = c.command_id
             elif isinstance(c, CancelWork) and open_work.get(name) == c.command_id:
                 del open_work[name]
+        if op is not None and op.kind in ("answer", "fail") and r.disposition == "applied":
+            rec = r.state.actions.get(op.action)
+            if rec is None or rec.status == "done":
+                open_work.pop(op.action, None)
     final = results[-1][1].state
     if final.status not in ENDED:
         return
