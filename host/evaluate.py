@@ -12,6 +12,7 @@ from typing import Any, Generic, TypeVar
 import msgspec
 from msgspec import UNSET
 
+from generated.capabilities_v1_1 import Capabilities
 from generated.command_v1_0 import Command
 from generated.event_v1_0 import (
     ActionCompleted,
@@ -58,20 +59,16 @@ class GraphCache:
     def get(self, recipe_hash: str, dataschema: str) -> Graph | str:
         """The graph, or the reason there is none."""
         key = (recipe_hash, dataschema)
-        graph = self.graphs.get(key)
-        if graph is not None:
+        cached = self.graphs.get(key)
+        if cached is not None:
+            return cached
+        graph = self._build(recipe_hash, dataschema, None, "does not build")
+        if isinstance(graph, str):
             return graph
-        text = self.store.recipe_text(recipe_hash)
-        if text is None:
-            return f"recipe {recipe_hash[:12]} is not stored (sfc:recipe:{recipe_hash})"
-        result = build(text, None, dataschema)
-        if result.graph is None:
-            first = "; ".join(f"{e.code} at {e.path}: {e.message}" for e in result.errors[:3])
-            return f"recipe {recipe_hash[:12]} does not build: {first}"
-        if result.graph.recipe_hash != recipe_hash:
+        if graph.recipe_hash != recipe_hash:
             return f"recipe {recipe_hash[:12]} is stored with another content"
-        self.graphs[key] = result.graph
-        return result.graph
+        self.graphs[key] = graph
+        return graph
 
     def check(self, recipe_hash: str, dataschema: str, capabilities: bytes | None) -> str | None:
         """Why the stored recipe does not build against `capabilities` now, or None; a pass
@@ -85,15 +82,26 @@ class GraphCache:
             caps = capabilities_decoder.decode(capabilities)
         except (msgspec.DecodeError, RecursionError) as e:
             return f"the scope's capabilities do not decode: {e}"
+        built = self._build(
+            recipe_hash, dataschema, caps, "does not build for the scope's capabilities"
+        )
+        if isinstance(built, str):
+            return built
+        self.checked.add(key)
+        return None
+
+    def _build(
+        self, recipe_hash: str, dataschema: str, caps: Capabilities | None, fails: str
+    ) -> Graph | str:
+        """The stored recipe built against `caps`, or why not (`fails` words a build error)."""
         text = self.store.recipe_text(recipe_hash)
         if text is None:
             return f"recipe {recipe_hash[:12]} is not stored (sfc:recipe:{recipe_hash})"
         result = build(text, caps, dataschema)
         if result.graph is None:
             first = "; ".join(f"{e.code} at {e.path}: {e.message}" for e in result.errors[:3])
-            return f"recipe {recipe_hash[:12]} does not build for the scope's capabilities: {first}"
-        self.checked.add(key)
-        return None
+            return f"recipe {recipe_hash[:12]} {fails}: {first}"
+        return result.graph
 
 
 @dataclass(frozen=True, slots=True)
