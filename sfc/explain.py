@@ -677,14 +677,14 @@ def explain_state(
         out += ["", "What it waits for"]
         found = waits(graph, state, max_attempts_default)
         waited = [w for w in found if graph.actions[w.action].gating]
-        running = [w for w in found if not graph.actions[w.action].gating]
+        not_waited = [w for w in found if not graph.actions[w.action].gating]
         if not waited:
-            out.append("  no work it waits for is open" if running else "  nothing is open")
+            out.append("  no work it waits for is open" if not_waited else "  nothing is open")
         for w in waited:
             out.extend(f"  {line}" for line in w.lines)
-        if running:  # its outcome is recorded; no transition waits for it
+        if not_waited:  # its outcome is recorded; no transition waits for it
             out += ["", "Running, not waited for"]
-            for w in running:
+            for w in not_waited:
                 out.extend(f"  {line}" for line in w.lines)
         # The state keeps records of active steps and of open divergences only.
         recorded = [
