@@ -3,12 +3,14 @@ with nothing written, and the stream (docs/api.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from host import keys
 from host.console.app import API
@@ -381,7 +383,7 @@ def test_the_stream_tells_a_change(api: Console, host: Host) -> None:
         assert events.next_event(10) == ("hello", {"scope": scope})
         submit(api, scope, "s1", start=False)
         name, data = events.next_event(3)
-        assert (name, data) == ("change", {"scope": scope, "jobs": ["s1"]})
+        assert (name, data["scope"], data["jobs"]) == ("change", scope, ["s1"])
         running_done = api.post(f"/api/v1/jobs/{scope}/s1/start", token=TOKEN)
         assert running_done.status == 200
         name, data = events.next_event(3)
@@ -417,12 +419,17 @@ def test_the_stream_tells_a_burst_of_commits_and_then_goes_quiet(api: Console, h
         for _ in range(6):  # twelve commits, each with a history entry
             assert api.post(f"/api/v1/jobs/{scope}/b1/start", token=TOKEN).status == 200
             assert api.post(f"/api/v1/jobs/{scope}/b1/revoke", token=TOKEN).status == 200
-        told = 0
+        told = rounds = 0
         while True:
             try:
                 name, data = events.next_event(2.5)
             except AssertionError:
                 break  # quiet
+            rounds += 1
+            assert rounds <= 20, "the stream never goes quiet"
+            if not data["jobs"]:  # the work entries the starts and revokes added
+                assert data["work"]
+                continue
             assert (name, data["jobs"]) == ("change", ["b1"])
             told += 1
             assert told <= 4, "the stream keeps telling old entries"
@@ -461,5 +468,43 @@ def test_the_stream_tells_a_dead_entry_and_the_work_lists_it(api: Console, host:
         while not data.get("work"):  # a job's change may come first
             name, data = events.next_event(5)
         assert (name, data["work"]) == ("change", True)
+    finally:
+        events.close()
+
+
+def test_the_stream_tells_pending_work_read_and_claimed_though_no_job_moves(
+    api: Console, host: Host
+) -> None:
+    """The work page follows entries read and claimed: no job's history moves then."""
+    scope = host.scope("pending")
+    submit(api, scope, "p1", start=False)  # registers the scope
+    client, work = host.client(), keys.work(scope)
+    with contextlib.suppress(redis.ResponseError):  # BUSYGROUP: the submit made it
+        client.xgroup_create(work, keys.GROUP, "$", mkstream=True)
+    events = Events(api, f"/api/v1/stream?scope={scope}")
+
+    def told_work() -> None:
+        name, data = events.next_event(5)
+        while not data.get("work"):
+            name, data = events.next_event(5)
+        assert name == "change"
+
+    def pending() -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = api.get(f"/api/v1/work?scope={scope}").json()["pending"][
+            "pending"
+        ]
+        return rows
+
+    try:
+        assert events.next_event(10)[0] == "hello"
+        entry = host.store().add_work(scope, {"v": b"1", "kind": b"nonsense", "data": b"{}"})
+        told_work()  # added, unread
+        assert pending() == []
+        client.xreadgroup(keys.GROUP, "ghost", {work: ">"}, count=1)
+        told_work()  # read by a worker that went away
+        assert [(p["id"], p["consumer"]) for p in pending()] == [(entry, "ghost")]
+        client.xclaim(work, keys.GROUP, "heir", 0, [entry])
+        told_work()  # claimed by another
+        assert [(p["id"], p["consumer"]) for p in pending()] == [(entry, "heir")]
     finally:
         events.close()

@@ -284,7 +284,7 @@ def document() -> dict[str, Any]:
                 "get": {
                     "summary": "Server-sent events of the scope's job changes: `change` "
                     "events whose data names the jobs that moved (`jobs`), and `work` when "
-                    "a dead entry was added",
+                    "the scope's work moved (added, read, claimed, committed, buried)",
                     "parameters": [_SCOPE_Q],
                     "responses": {
                         "200": {

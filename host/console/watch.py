@@ -2,8 +2,9 @@
 shared by every page and client that listens.
 
 A watcher blocks on the history streams of its scope's jobs (every commit of a job writes
-one entry; `Store.history_changes`) and on its dead stream, and reads the scope's job ids again once a round, so
-that a job stored or cleared is seen too. It reads at most once a second, however many
+one entry; `Store.history_changes`) and on its dead stream. Once a round it reads the
+scope's job ids, so that a job stored or cleared is seen too, and the work stream's counters
+(`Store.work_signature`), so that entries read or claimed are seen though no job moves. It reads at most once a second, however many
 pages listen and however busy the scope is; a change in a quiet scope is told at once.
 """
 
@@ -28,7 +29,7 @@ ROUND_S = 1.0
 @dataclass(frozen=True)
 class Change:
     """Jobs of `scope` whose history moved, or that were stored or removed, in one round;
-    `work`: a dead entry was added to the scope's work stream."""
+    `work`: the scope's work moved (an entry added, read, claimed, committed or buried)."""
 
     scope: str
     jobs: tuple[str, ...]
@@ -82,6 +83,7 @@ class Watcher:
         store: Store | None = None
         cursors: dict[str, str] = {}
         dead_cursor = "0-0"
+        work: tuple[object, ...] = ()
         while not self.stop.is_set():
             with self.lock:
                 if not self.listeners:  # the last listener left: the next one starts anew
@@ -95,6 +97,7 @@ class Watcher:
                     start = f"{store.time_ms()}-0"
                     cursors = dict.fromkeys(store.order_ids(self.scope), start)
                     dead_cursor = start
+                    work = store.work_signature(self.scope)
                     self.ready.set()
                 known = set(store.order_ids(self.scope))
                 new = known - set(cursors)
@@ -108,8 +111,10 @@ class Watcher:
                 if self.failing is not None:
                     log.info("console: the changes of scope %s are read again", self.scope)
                     self.failing = None
-                if new or gone:  # told before the read blocks
-                    self._tell(Change(self.scope, tuple(sorted(new | gone))))
+                # pending entries read, claimed or committed move no history of their own
+                was, work = work, store.work_signature(self.scope)
+                if new or gone or work != was:  # told before the read blocks
+                    self._tell(Change(self.scope, tuple(sorted(new | gone)), work != was))
                 moved, dead = store.history_changes(
                     self.scope, cursors, int(ROUND_S * 1000), dead_cursor
                 )

@@ -102,6 +102,35 @@ class ReadViews(StoreClient):
         dead_moved = moved.pop(dead, None)
         return {key[prefix:]: last for key, last in moved.items()}, dead_moved
 
+    def work_signature(self, scope: str) -> tuple[Any, ...]:
+        """What moves when a work entry is added, read, claimed by another worker or
+        committed, or a command is read or acknowledged at the equipment: the work stream's
+        length, the groups' counters and the workers' pending counts; one round trip."""
+        work, equipment = keys.work(scope), keys.equipment(scope)
+        pipe = self.client(scope).pipeline(transaction=True)  # one moment: no half change
+        pipe.xlen(work)
+        pipe.xinfo_groups(work)
+        pipe.xpending(work, keys.GROUP)
+        pipe.xinfo_groups(equipment)
+        length, groups, summary, adapters = pipe.execute(raise_on_error=False)
+        if isinstance(length, Exception):
+            raise length
+
+        def counters(reply: Any) -> Any:
+            if isinstance(reply, Exception):  # no stream or group yet
+                return None
+            return tuple(
+                (g["name"], g["pending"], g["last-delivered-id"], g.get("entries-read"))
+                for g in reply
+            )
+
+        readers = (
+            None
+            if isinstance(summary, Exception)
+            else tuple((c["name"], c["pending"]) for c in summary["consumers"])
+        )
+        return (length, counters(groups), readers, counters(adapters))
+
     def active_jobs(self, scope: str) -> list[str]:
         return sorted(wire.text(j) for j in self.client(scope).smembers(keys.active(scope)))
 

@@ -105,7 +105,7 @@
     });
     form.addEventListener("submit", (e) => { e.preventDefault(); later(refresh); });
     refresh();
-    watch(scope, () => later(refresh));
+    watch(scope, (change) => { if (!change || change.jobs.length) later(refresh); });
   }
 
   // -- a job
