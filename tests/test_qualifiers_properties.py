@@ -1,8 +1,9 @@
 """Properties of evolve over random v1.2.0 recipes with every qualifier, and random traces.
 
-A recipe is a chain of steps (a back edge on `again` from some steps that gate), each step
-with N blocks, non-gating blocks of any qualifier, R blocks of stored actions defined in
-other steps, and sometimes MinSeconds. A trace is answers (to any block, gating or not, with
+A recipe is either a chain of steps (a back edge on `again` from some steps that gate), each
+step with N blocks, non-gating blocks of any qualifier, R blocks of stored actions defined in
+other steps, and sometimes MinSeconds; or one of tests/strategies.py's qualified charts
+(divergences, pull events, holds). A trace is answers (to any block, gating or not, with
 `done`, `again` or a failure), ticks (some after an outage), hold/release and cancel, at
 increasing times. Properties:
 
@@ -40,6 +41,7 @@ from sfc.builder import RECIPE_V1_2_0, build
 from sfc.codec import encode, state_decoder
 from sfc.evolution import ENDED, evolve, new_state
 from sfc.graph import PULSES, STORED, TIMED, Graph
+from tests.strategies import built_recipes, qualified_recipe_docs
 
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NON_GATING = ["P", "P1", "P0", "S", "L", "D", "SD", "DS", "SL"]
@@ -174,7 +176,12 @@ def _non_gating(graph: Graph, op: Op | None) -> bool:
 
 @st.composite
 def cases(draw: st.DrawFn) -> tuple[Graph, list[Op]]:
-    graph = draw(qualified_recipes())
+    """A recipe of either strategy (this module's chains, or tests/strategies.py's charts
+    with divergences, pull events and holds), and a trace."""
+    if draw(st.booleans()):
+        graph = draw(qualified_recipes())
+    else:
+        graph = draw(built_recipes(qualified_recipe_docs())).graph
     return graph, draw(traces(graph))
 
 
