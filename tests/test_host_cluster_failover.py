@@ -15,8 +15,8 @@ id (the equipment knows it), and an answer that is gone is waited for until its 
 which the sweep fires, and the action is sent again (a new attempt). The recipes have short
 deadlines and three attempts for that.
 
-The short forms run by default; the long forms are marked `faults_long` (run with
-`-m faults_long` or SFC_FAULTS_LONG=1).
+The short forms run by default; the long forms are marked `faults_long` (CI runs them; a
+developer with `-m faults_long` or SFC_FAULTS_LONG=1).
 """
 
 from __future__ import annotations

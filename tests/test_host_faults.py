@@ -3,8 +3,8 @@
 Real processes on a real server (tests/faultkit.py): `sfc serve` instances as subprocesses,
 valkey-server started by the test so that it can be killed on its own, scripted equipment,
 and a checker of the invariants. Each test prints its figures (run with -s). The long forms
-are marked `faults_long` and run with `-m faults_long` or SFC_FAULTS_LONG=1; a short form of
-each runs by default.
+are marked `faults_long`: CI runs them (CI=true), a developer with `-m faults_long` or
+SFC_FAULTS_LONG=1; a short form of each runs by default.
 """
 
 from __future__ import annotations
