@@ -73,12 +73,8 @@ def respond(
     command_id: str | None = None,
     round: int | None = None,
 ) -> str:
-    """Queue equipment's answer as an `answer` work entry; returns the entry id.
-
-    `action_key` is `{job}:{action}` or the action's name. An answer for a job that does not
-    exist is dropped by the worker and counted, not refused here: the job may be cleared
-    between the command and its answer.
-    """
+    """Queue equipment's answer (`action_key`: `{job}:{action}`) as an `answer` work entry;
+    returns the entry id. An answer for a job not stored is dropped later, by the worker."""
     keys.check_scope(scope)
     data = answer_data(
         job, action_key, outcome=outcome, error=error, command_id=command_id, round=round
@@ -97,13 +93,9 @@ def publish_event(
     source: str | None = None,
     id: str | None = None,
 ) -> str | None:
-    """Queue an event for the jobs that wait for its type; returns the entry id.
-
-    It is queued only when some job of the scope waits for the type. Otherwise it is dropped
-    and counted in `sfc:scope:{S}` (`eventsUnmatched`), and None is returned: an event that
-    comes before its wait is lost, and the wait times out (docs/host.md, "Pull events"). `source` and `id`
-    (CloudEvents) identify the event: a second copy completes nothing.
-    """
+    """Queue an event for the jobs that wait for its type; returns the entry id, or None
+    when no job waits for it (dropped, counted as `eventsUnmatched`). `source` and `id`
+    identify it: a second copy completes nothing."""
     keys.check_scope(scope)
     data = event_data(
         type_id,
@@ -144,11 +136,8 @@ def event_data(
 
 @dataclass(slots=True)
 class Responder:
-    """An in-process adapter: reads the equipment stream of `scope` with group `group` and
-    answers each push, hold and restart with `reply(kind, data)` (None: stay silent).
-
-    Answers of one read are written in one pipeline, then the entries are acknowledged.
-    """
+    """An in-process adapter of `scope`'s equipment stream (group `group`): answers each
+    push, hold and restart with `reply(kind, data)` (None: stay silent)."""
 
     store: Store
     scope: str
@@ -169,10 +158,8 @@ class Responder:
         self.store.equipment_group(self.scope, self.group)
 
     def pump(self, block_ms: int | None = None, count: int = 500) -> int:
-        """Answer what has come since the last call; returns the entries read. The answers,
-        the acks and the read of the next entries (blocking up to `block_ms`) go in one
-        pipeline: a round is one round trip (the entries read ahead are pending for this
-        consumer, and answered at the next call)."""
+        """Answer what has come since the last call, ack it and read the next entries
+        (blocking up to `block_ms`) in one round trip; returns the entries read."""
         rows, self._next = self._next, []
         if not rows:
             rows = self.store.read_equipment(self.scope, self.group, self.consumer, count, block_ms)

@@ -160,12 +160,8 @@ def _instruments() -> _Instruments:
 
 
 def _observe_all(histogram: Histogram, amounts: Sequence[float]) -> None:
-    """Observe each of `amounts`, as many calls of `observe` count them, with one write of
-    the sum and one of each bucket they fall in. Under `sfc serve` each write goes to a file
-    of the client's multiprocess mode: observed one by one, a batch's entries and answers
-    cost a worker ~2.8 µs of CPU per applied event. Through the client's Histogram
-    internals (`_sum`, `_upper_bounds`, `_buckets`, as its `observe` uses them); one by
-    one where another client has none."""
+    """Observe each of `amounts` as `observe` would, with one write of the sum and one per
+    bucket hit (through the Histogram's internals; one by one where a client has none)."""
     total = getattr(histogram, "_sum", None)
     bounds = getattr(histogram, "_upper_bounds", None)
     buckets = getattr(histogram, "_buckets", None)

@@ -143,13 +143,8 @@ asks again later (a loop) starts its replies again from the script's first."""
 
 @dataclass
 class ScriptAnswers:
-    """What the script's equipment remembers and how it chooses: the one place both the
-    scripted equipment on the stream and the MQTT device (host/mqtt/device.py) ask the script.
-
-    `ask` deduplicates by command id, drops what is read past its `expiresAt` (unasked),
-    counts per job and script key, and returns the parsed reply (`sfc.simulation`'s
-    `choose_reply` and `parse_reply`), or None: a duplicate, expired or silent.
-    """
+    """What the script's equipment remembers and how it chooses, for the scripted equipment
+    and the MQTT device alike (`ask`)."""
 
     script: SimulationScript
     counters: Counters = field(default_factory=Counters)
@@ -166,6 +161,8 @@ class ScriptAnswers:
         return command_id in self._seen
 
     def ask(self, kind: str, data: CommandData | AwaitData, now_ms: float) -> Reply | None:
+        """The script's reply to this command or wait (counted per job and script key), or
+        None: a duplicate, read past its `expiresAt`, or silent."""
         if data.command_id in self._seen:
             self.counters.duplicates += 1
             return None
@@ -201,13 +198,8 @@ class ScriptAnswers:
 
 @dataclass
 class ScriptedEquipment:
-    """The script's equipment for every job of `scope`, on wall-clock time.
-
-    `pump(block_ms)` reads new entries, schedules their answers and sends those that are
-    due, in one pipeline; `run(stop)` pumps until `stop` is set. `time_scale` multiplies
-    every scripted delay (0.01: a hundred times faster); deadlines of the recipe are not
-    scaled. `clock` gives wall-clock seconds.
-    """
+    """The script's equipment for every job of `scope`, on wall-clock `clock`; `time_scale`
+    multiplies every scripted delay (not the recipe's deadlines)."""
 
     store: Store
     scope: str
