@@ -194,11 +194,9 @@ def answer(
     command_id: str | None = None,
     round: int | None = None,
 ) -> AnswerData | None:
-    """The answer a person gives as equipment would (`sfc respond`): to ACTION's open work,
-    `ACTION:hold` its open hold command, or the command `command_id` in `round`. None when
-    no job `job` is stored; Refused when the job has no such open command, or the worker
-    would reject or ignore the answer (the core evaluates it against the stored state now,
-    as the worker would). Nothing is written."""
+    """The answer `sfc respond` would queue for ACTION's open work, `ACTION:hold`, or
+    `command_id` in `round`; None when no such job, Refused when the core would not take
+    it. Nothing is written."""
     record = conn.job(scope, job)
     if record is None:
         return None

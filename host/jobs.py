@@ -180,13 +180,9 @@ def submit(
     description: str | None = None,
     dataschema: str = RECIPE_V1_2_0,
 ) -> MethodResult:
-    """Store (start=False) or StoreAndStart one job order of `recipe` in `scope`.
-
-    The recipe is built against the scope's capabilities first; one that does not build is
-    refused with ReturnStatus 16 and the build errors, and nothing is written. A job id that
-    is stored already is refused with 16 too. A job id stored again after Clear continues the
-    old job's command sequence, so no command id is reused.
-    """
+    """Store (start=False) or StoreAndStart one job order of `recipe` in `scope`. Refused
+    with ReturnStatus 16, nothing written, when the recipe does not build for the scope's
+    capabilities or the id is stored; an id stored again after Clear reuses no command id."""
     shown = job_id or "(new)"
     try:
         keys.check_scope(scope)
@@ -291,14 +287,9 @@ def apply_method(
 
 
 def _applier(store: Store, settings: Settings | None) -> Applier:
-    """The apply path with the process's settings (the `SFC_*` variables, read by the
-    caller), as the workers apply with theirs: the expiry grace and default attempts of the
-    commands a method sends, where the scope's settings (`expiryGrace`, `maxAttempts`) do
-    not say; the scope's win (ScopeConfig). Without them, the defaults.
-
-    A method applied here does not trim the job's history (HISTORY_LIMIT_MAX): the limit
-    the workers keep (`sfc serve --history-limit`) is not known in this process, and
-    trimming to this one's would cut what they keep. The next worker commit trims."""
+    """The apply path with the process's settings (defaults without), as the workers
+    apply with theirs; it trims history only past HISTORY_LIMIT_MAX (the workers' limit
+    is not known here)."""
     if settings is None:
         return Applier(store.with_options(history_limit=HISTORY_LIMIT_MAX), Settings())
     own = store.with_options(
@@ -497,16 +488,9 @@ def cancel(store: Store, scope: str, job: str) -> MethodResult:
 
 
 def clear(store: Store, scope: str, job: str, unreadable: bool = False) -> MethodResult:
-    """Clear: remove an Ended or Aborted order with its state, history and index entries.
-
-    The job's last sequence is kept in `sfc:retired:{S}` for 30 days, so a job stored again
-    under the same id continues it and no command id is ever reused.
-
-    With `unreadable`, a job whose stored order or state cannot be read (written by another
-    program, or by hand) is removed whatever its state: no worker can evaluate it, and its
-    entries go dead for ever. Its last sequence is salvaged from the raw state and its
-    history, and its waits are found by a scan. A job that can be read is cleared as usual.
-    """
+    """Remove an Ended or Aborted order with its state, history and index entries, keeping
+    its last sequence in `sfc:retired:{S}` for 30 days. With `unreadable`, also a job that
+    cannot be read, whatever its state."""
     if unreadable:
         refused = _checked(scope, job)
         if refused is not None:
@@ -634,13 +618,9 @@ def redispatch(
     *,
     settings: Settings | None = None,
 ) -> MethodResult:
-    """Queue a `resume` entry: the core re-issues open work the host does not know as live
-    (every open command id counts as live except the named action's; none without one).
-
-    A push command sent again uses up an attempt (spec 02, SfcResume), so one on its last
-    attempt times out at once, and the job faults: that is refused unless `force`. The
-    message says what each push sent again costs; an action without MaxAttempts has the
-    scope's, else `settings`' (SFC_MAX_ATTEMPTS), as the worker that sends it."""
+    """Queue a `resume` entry: the core re-issues the named action's open work (all open
+    work without one). A push on its last attempt would fault the job: refused unless
+    `force`. The message says what each push sent again costs."""
     refused = _checked(scope, job)
     if refused is not None:
         return refused

@@ -37,17 +37,9 @@ SENT_SCAN = 200
 
 @dataclass(frozen=True)
 class GroupRead:
-    """How far one consumer group of the equipment stream (an adapter: `sfc equipment`,
-    `sfc bridge mqtt`) has read one command: `unread` (not delivered to it yet; `waiting`
-    entries of the stream are, when the server can tell), `read` (delivered to `consumer`
-    `idle_ms` ago, `deliveries` times, and not acknowledged: the consumer last read the
-    stream `consumer_idle_ms` ago), `done` (acknowledged: taken; `sfc equipment` acknowledges
-    in the round trip that writes its answer, `sfc bridge mqtt` once it published the
-    command), `trimmed` (the command's entry is not on the stream any more: `read_past`
-    says whether the group had read past it, from its `last_delivered` entry; the worker's
-    trim removes only what every group acknowledged, but a trim by hand (MAXLEN), or a group
-    made since, leaves a group that never read it) or `unknown` (not found among the first
-    EQUIPMENT_SCAN entries of the millisecond it went out)."""
+    """How far one adapter's group has read one command: `unread`, `read` (delivered to
+    `consumer`, not acknowledged), `done` (acknowledged), `trimmed` (its entry is gone;
+    `read_past` says if the group had read past it) or `unknown` (not found)."""
 
     group: str
     status: str
@@ -190,14 +182,9 @@ def recipe_graph(store: Store, recipe_hash: str, dataschema: str) -> tuple[Graph
 
 
 def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | None:
-    """The job's order, state, indexes, last history entries and pending entries; its open
-    commands with how far the scope's adapters read them, and the dead entries naming it.
-    A stored order or state that cannot be read is None, with why: the rest is shown.
-
-    It reads in a few pipelines: `Store.show_reads` (the job, its history and indexes,
-    the scope's settings and streams), the recipe, the fields of the work entries pending,
-    the equipment entries of each millisecond an open command went out, and, as needed,
-    the rest of a crowded millisecond and who holds the commands delivered."""
+    """All that is stored of one job, its open commands with how far the adapters read
+    them, and the dead entries naming it, in a few pipelines. An order or state that
+    cannot be read is None, with why."""
     seen = store.show_reads(scope, job, max(history, SENT_SCAN), DEAD_SCAN, PENDING_SCAN)
     record = seen.record
     if record is None:
@@ -278,10 +265,8 @@ def view(store: Store, scope: str, job: str, history: int = 10) -> JobView | Non
 
 
 def _open_commands(state: SfcState | None) -> list[str]:
-    """The job's open command ids, work and hold: none once it ended (the core leaves the
-    records of work it withdrew as they were), none of work the equipment held, and none
-    of an await's notice: no adapter answers it, an event does (the explainer shows what
-    it waits for)."""
+    """The job's open command ids (work and hold) that an adapter answers: none once it
+    ended, none of work the equipment held, none of an await."""
     if state is None or state.status != "running":
         return []
     return [
@@ -302,11 +287,8 @@ def _find_entries(
     ms_of: Mapping[str, int],
     first: Mapping[int, Sequence[tuple[str, Mapping[bytes, bytes]]]],
 ) -> dict[str, tuple[str | None, str]]:
-    """Each command's equipment entry, of the millisecond it went out (`ms_of`), and, where
-    none is found, why: `trimmed` (every entry of that millisecond was read) or `unknown`
-    (EQUIPMENT_SCAN entries of it were read, and more are there). `first` is the first
-    page read of each millisecond; the rest is read on, in pages, while the pages are full
-    and still of that millisecond."""
+    """Each command's equipment entry, from the millisecond it went out (`first`, then on
+    in pages), or why none: `trimmed` (the whole millisecond read) or `unknown`."""
     found: dict[str, tuple[str | None, str]] = {}
     pages = dict(first)
     read = {ms: len(rows) for ms, rows in pages.items()}
@@ -370,12 +352,8 @@ def _reads(
     answers: Mapping[str, str],
     ms_of: Mapping[str, int],
 ) -> list[OutCommand]:
-    """How far each group of the equipment stream read each open command (id, entry, why
-    its entry was not found): a command past a group's last delivered id is unread by it;
-    one delivered is pending with a consumer (one more round trip, for those only) or
-    acknowledged; one trimmed is past the group's last delivered id or not (`_read_past`,
-    by the millisecond it went out, `ms_of`). `names` are the groups' names as stored (a
-    name shown may have bytes escaped, `Store._name`)."""
+    """How far each equipment group (`names`, as stored) read each open command (id,
+    entry, why not found); one more round trip for the commands delivered."""
     raw = dict(zip((g["name"] for g in groups), names, strict=True))
     delivered = [
         (g["name"], entry)
@@ -431,11 +409,8 @@ def _reads(
 
 
 def _read_past(last_delivered: str, ms: int) -> bool | None:
-    """Whether a group had read past a command whose entry was trimmed, from its last
-    delivered entry and the millisecond the command went out (its entry was of that
-    millisecond: its id is not known closer): past it when the last delivered entry is of
-    a later millisecond; not when it is of an earlier one (the entry was trimmed before the
-    group read it); None, cannot be told, when it is of that millisecond."""
+    """Whether a group had read past a trimmed command: by its last delivered entry's
+    millisecond against the command's; None when they are the same."""
     at = id_tuple(last_delivered)[0]
     return None if at == ms else at > ms
 
@@ -477,9 +452,8 @@ class Listed:
 
 
 def listing(store: Store, scope: str, chunk: int = 500) -> list[Listed]:
-    """Every stored job of the scope, oldest first. A job whose stored order or state cannot
-    be read is listed with why (`host.apply.unreadable`, or that a newer sfc wrote it), so
-    that one such job does not hide the others: `sfc job clear --unreadable` removes it."""
+    """Every stored job of the scope, oldest first; one that cannot be read is listed with
+    why, so that it does not hide the others."""
     return listing_of(store, scope, store.order_ids(scope), chunk)
 
 
@@ -505,9 +479,8 @@ def _listed(job: str, record: JobRecord) -> Listed:
 
 
 def newer_writer(record: JobRecord) -> str | None:
-    """Why a newer sfc may have written the job (during an upgrade: such a job is healthy,
-    and must not be removed as unreadable), or None: its state has a format this build
-    does not know, or its order (which has no format) a field this build does not know."""
+    """Why a newer sfc may have written the job (a state format or order field this build
+    does not know), or None; such a job is healthy, not unreadable."""
     found = state_format(record.state)
     if found is not None and found not in READERS:
         return f"its state is format {found!r}, which this sfc does not read: a newer sfc wrote it"

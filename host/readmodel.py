@@ -195,10 +195,8 @@ class Alert(Model, frozen=True):
 
 
 class JobDetail(Model, frozen=True):
-    """Everything known of one job: the stored order, state and response; what it waits for
-    and since when (`waiting_for`), its actions, the next deadline, how far the adapters
-    read its open commands (`out_since`), its dead and pending entries, what is likely wrong
-    (`warnings`), its last history entries, and the explainer's words (`explain`)."""
+    """Everything known of one job, for `sfc job show`, the console and MCP: from its stored
+    order and state to what it waits for, since when, and what is likely wrong."""
 
     job: str
     scope: str

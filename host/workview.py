@@ -51,10 +51,8 @@ class OutAtEquipment(Model, frozen=True):
 
 
 class PendingView(Model, frozen=True):
-    """The scope's work entries read and not committed, oldest first; how many no worker
-    has read yet (`unread`); the workers that read the scope (`workers`: consumers of the
-    workers' group, `workers_idle_ms`: since the latest of them read, None with none);
-    and the commands out at the equipment (`out_at_equipment`, the oldest of each group)."""
+    """The scope's work entries read and not committed (oldest first), how many are unread,
+    the workers and since when they last read, and the commands out at the equipment."""
 
     scope: str
     pending: list[PendingEntry]
@@ -76,11 +74,8 @@ class ConsumerRow(Model, frozen=True):
 
 
 class GroupRow(Model, frozen=True):
-    """A consumer group of the scope's `work` stream (the workers') or `equipment` stream
-    (an adapter's): its lag (entries not delivered yet; None: the server cannot tell),
-    entries delivered and not acknowledged, last delivery (entry and its time), since a
-    consumer last read (`idle_ms`, None with none), and whether it is stale (its adapter
-    gone: the trim passes over it; host/store/equipment.py, `stale_group`)."""
+    """A consumer group of the scope's `work` or `equipment` stream: its lag (None: the
+    server cannot tell), pending, last delivery, `idle_ms`, and whether it is stale."""
 
     stream: str
     name: str
