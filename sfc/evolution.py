@@ -283,7 +283,7 @@ def evolve(graph: Graph, state: SfcState, snapshot: Snapshot | None, event: Any)
             type(event) in _AFTER_TIMERS
             and state.status == "running"
             and state.held_at is None
-            and (state.dwells or any(r.timer is not None for r in state.actions.values()))
+            and _overdue(state, event.at)
         ):
             _, overdue = ev.expire(process_only=True)
         disposition, reason = handler(ev, event)
@@ -1383,6 +1383,14 @@ def _on_release(ev: _Evaluation, event: Release) -> Handled:
         elif rec.work in ("push", "restart"):
             ev.start_work(spec, rec, rec.work)
     return "applied", said
+
+
+def _overdue(state: SfcState, at: int) -> bool:
+    """Whether a process timer or dwell of the state is due before `at`."""
+    for rec in state.actions.values():
+        if rec.timer is not None and rec.timer < at:
+            return True
+    return any(d < at for d in state.dwells.values()) if state.dwells else False
 
 
 _AFTER_TIMERS = (ActionCompleted, ActionFailed, EventReceived, Hold, Resume)
