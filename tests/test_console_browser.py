@@ -196,3 +196,31 @@ def test_a_page_that_loses_its_stream_says_so_and_reconnects(
     assert "reconnecting" in page.inner_text("#live")
     with console(valkey_url, addr=f"127.0.0.1:{port}"):
         page.wait_for_selector("#live.on", timeout=WAIT_MS)
+
+
+def test_the_pages_read_without_javascript(served: Console, host: Host, browser: Any) -> None:
+    """The rows are rendered on the server: the first HTML answer has them, and a browser
+    with JavaScript off shows them; the script only keeps them live."""
+    scope = host.scope("browser-nojs")
+    submit(served, scope, "n1")
+    running(host, scope, "n1")
+    listing = served.get(f"/?scope={scope}").body.decode()
+    assert '<tr data-job="n1">' in listing and "Running" in listing
+    shown = served.get(f"/jobs/{scope}/n1").body.decode()
+    assert '<tr data-action="a1" data-step="S1" data-status="open">' in shown
+    context = browser.new_context(java_script_enabled=False)
+    try:
+        page = context.new_page()
+        page.goto(f"{served.server.url}?scope={scope}")
+        row = page.inner_text('tr[data-job="n1"]')
+        assert "Running" in row and "answer" in row, row
+        assert "1 of 1 job(s)" in page.inner_text("#total")
+        page.goto(f"{served.server.url}jobs/{scope}/n1")
+        row = page.inner_text('tr[data-action="a1"]')
+        assert "open" in row and "n1:a1#1" in row, row
+        assert page.locator("#history li").count() >= 1
+        assert '"jobOrderId": "n1"' in page.inner_text("#order")
+        page.goto(f"{served.server.url}work?scope={scope}")
+        assert "no worker has read yet" in page.inner_text("#unread")
+    finally:
+        context.close()

@@ -282,12 +282,16 @@ async def list_jobs(request: Request) -> Response:
         raise BadInput("state", str(e)) from None
     if request.query_params.get("waits") not in ("true", "1"):
         return encoded(page)
-    store = _console(request).store
-    waiting = await run_in_threadpool(list_waits, store, scope, [j.job for j in page.jobs])
-    doc = msgspec.to_builtins(page)
+    return encoded(await _with_waits(_console(request).store, page))
+
+
+async def _with_waits(store: Store, page: readmodel.JobPage) -> dict[str, Any]:
+    """The list with what each job waits for (`waiting`), as a document."""
+    waiting = await run_in_threadpool(list_waits, store, page.scope, [j.job for j in page.jobs])
+    doc: dict[str, Any] = msgspec.to_builtins(page)
     for row in doc["jobs"]:
         row["waiting"] = waiting.get(row["job"])
-    return encoded(doc)
+    return doc
 
 
 async def _detail(request: Request) -> readmodel.JobDetail:
@@ -516,10 +520,13 @@ async def event(request: Request) -> Response:
 async def work(request: Request) -> Response:
     """The scope's pending and dead work entries."""
     scope = scope_of(request.query_params.get("scope"))
-    store = _console(request).store
+    return encoded(await _work_of(_console(request).store, scope))
+
+
+async def _work_of(store: Store, scope: str) -> dict[str, Any]:
     pending = await run_in_threadpool(workview.work_pending, store, scope)
     dead = await run_in_threadpool(workview.work_dead, store, scope)
-    return encoded({"scope": scope, "pending": pending, "dead": dead})
+    return {"scope": scope, "pending": pending, "dead": dead}
 
 
 @writes
@@ -642,7 +649,8 @@ def _page(render: Callable[[Request, Console], Awaitable[str]]) -> Handler:
 
 async def _jobs_page(request: Request, console: Console) -> str:
     scope = scope_of(request.query_params.get("scope"))
-    return pages.jobs(scope, console.guard)
+    page = await run_in_threadpool(readmodel.job_page, console.store, scope, [], 0, LIST_LIMIT)
+    return pages.jobs(scope, await _with_waits(console.store, page), console.guard)
 
 
 async def _job_page(request: Request, console: Console) -> str:
@@ -654,7 +662,9 @@ async def _job_page(request: Request, console: Console) -> str:
 
 
 async def _work_page(request: Request, console: Console) -> str:
-    return pages.work(scope_of(request.query_params.get("scope")), console.guard)
+    scope = scope_of(request.query_params.get("scope"))
+    work = msgspec.to_builtins(await _work_of(console.store, scope))
+    return pages.work(scope, work, console.guard)
 
 
 async def _recipe_page(request: Request, console: Console) -> str:

@@ -8,16 +8,39 @@ escaped; a job's chart is the core's SVG, inline.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from html import escape
 from typing import Any
+from urllib.parse import quote
 
 import msgspec
 
 from host.console.auth import Guard
 from host.readmodel import JobDetail
-from sfc.words import when
 
 NAV = (("/", "Jobs"), ("/work", "Work"), ("/recipe", "Recipe"))
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else escape(str(value))
+
+
+def _when(ms: int | None) -> str:
+    """A point in time as console.js writes it: `2026-12-05 22:10:53.120Z`."""
+    if ms is None:
+        return ""
+    at = datetime.fromtimestamp(ms // 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return f"{at}Z" if ms % 1000 == 0 else f"{at}.{ms % 1000:03d}Z"
+
+
+def _span(ms: int) -> str:
+    """A length of time as console.js writes it: `4.2 s`, `3 min 5 s`, `2 h 1 min`."""
+    s = max(0, ms) / 1000
+    if s < 60:
+        return f"{s:.1f} s"
+    if s < 3600:
+        return f"{int(s // 60)} min {int(s % 60)} s"
+    return f"{int(s // 3600)} h {int(s % 3600 // 60)} min"
 
 
 def _layout(title: str, page: str, body: str, guard: Guard, data: Any = None) -> str:
@@ -60,7 +83,8 @@ def problem(message: str, guard: Guard) -> str:
     return _layout("Not found", "problem", f"<h1>{escape(message)}</h1>", guard)
 
 
-def jobs(scope: str, guard: Guard) -> str:
+def jobs(scope: str, listing: dict[str, Any], guard: Guard) -> str:
+    """The jobs list, its rows those of `listing` (`GET /api/v1/jobs?waits=true`)."""
     body = (
         f'<h1>Jobs of scope <span id="scope">{escape(scope)}</span></h1>'
         '<form id="filter" class="filter">'
@@ -81,10 +105,24 @@ def jobs(scope: str, guard: Guard) -> str:
         '<label>job <input name="text" placeholder="part of the id"></label></form>'
         '<table id="jobs" class="list"><thead><tr><th>job</th><th>state</th>'
         "<th>waits for</th><th>since</th><th>stored</th><th>ended</th></tr></thead>"
-        "<tbody></tbody></table>"
-        '<p id="total" class="muted"></p>'
+        f"<tbody>{''.join(job_row(scope, j) for j in listing['jobs'])}</tbody></table>"
+        f'<p id="total" class="muted">{len(listing["jobs"])} of {listing["total"]} job(s)</p>'
     )
     return _layout(f"Jobs of {scope}", "jobs", body, guard, {"scope": scope})
+
+
+def job_row(scope: str, j: dict[str, Any]) -> str:
+    """A row of the jobs list (`GET /api/v1/jobs?waits=true`), as console.js writes it."""
+    w = j.get("waiting")
+    link = f"/jobs/{quote(scope, safe='')}/{quote(j['job'], safe='')}"
+    what = "" if not w else f"{w['for']}: {w['what']}" + (" (held)" if w.get("held") else "")
+    since = "" if not w or w.get("since") is None else f' data-since="{int(w["since"])}"'
+    return (
+        f'<tr data-job="{_text(j["job"])}"><td><a href="{_text(link)}">{_text(j["job"])}</a>'
+        f"</td><td>{_text('unreadable' if j.get('unreadable') else j.get('state'))}</td>"
+        f'<td>{_text(what)}</td><td class="since"{since}>{_when(w and w.get("since"))}</td>'
+        f"<td>{_when(j.get('storedAt'))}</td><td>{_when(j.get('endedAt'))}</td></tr>"
+    )
 
 
 def job(detail: JobDetail, svg: str | None, guard: Guard) -> str:
@@ -111,12 +149,47 @@ def job(detail: JobDetail, svg: str | None, guard: Guard) -> str:
         f'<section class="chart" id="chart">{svg or ""}</section>'
         '<h2>Actions</h2><table id="actions" class="list"><thead><tr><th>action</th>'
         "<th>step</th><th>status</th><th>command</th><th>attempt</th><th>deadline</th>"
-        "<th>outcome</th><th>hold</th></tr></thead><tbody></tbody></table>"
-        '<p id="next"></p>'
-        '<h2>History</h2><ol id="history" class="timeline"></ol>'
-        '<h2>Order and response</h2><pre id="order"></pre><pre id="response"></pre>'
+        "<th>outcome</th><th>hold</th></tr></thead>"
+        f"<tbody>{''.join(action_row(a) for a in doc['actions'])}</tbody></table>"
+        f'<p id="next">{_text((doc.get("nextDeadline") or {}).get("text"))}</p>'
+        '<h2>History</h2><ol id="history" class="timeline">'
+        + "".join(history_item(h) for h in reversed(doc["history"]))
+        + "</ol>"
+        f'<h2>Order and response</h2><pre id="order">{_text(_pretty(doc.get("order")))}</pre>'
+        f'<pre id="response">{_text(_pretty(doc.get("response")))}</pre>'
     )
-    return _layout(f"Job {detail.job}", "job", body, guard, {"detail": doc})
+    # the script counts the deadlines down from the server's clock
+    twin = {"detail": {"scope": detail.scope, "job": detail.job, "now": doc["now"]}}
+    return _layout(f"Job {detail.job}", "job", body, guard, twin)
+
+
+def action_row(a: dict[str, Any]) -> str:
+    """A row of the job page's actions (`JobDetail.actions`), as console.js writes it."""
+    step = "" if a.get("step") is None else f' data-step="{_text(a["step"])}"'
+    deadline = a.get("deadline")
+    counts = "" if a["status"] != "open" or deadline is None else f' data-deadline="{deadline}"'
+    attempt = _text(a.get("attempt")) + (f" of {a['maxAttempts']}" if a.get("maxAttempts") else "")
+    return (
+        f'<tr data-action="{_text(a["name"])}"{step} data-status="{_text(a["status"])}">'
+        f"<td>{_text(a['name'])}</td><td>{_text(a.get('step'))}</td>"
+        f"<td>{_text(a['status'])}</td><td>{_text(a.get('commandId'))}</td><td>{attempt}</td>"
+        f'<td class="deadline"{counts}>'
+        f"{_when(deadline)}</td><td>{_text(a.get('outcome') or a.get('error'))}</td>"
+        f"<td>{_text(a.get('hold'))}</td></tr>"
+    )
+
+
+def history_item(h: dict[str, Any]) -> str:
+    """An entry of the job page's history timeline, as console.js writes it."""
+    reason = f": {_text(h['reason'])}" if h.get("reason") else ""
+    return (
+        f"<li><time>{_when(h['at'])}</time> <b>{_text(h['event'])}</b> "
+        f"{_text(h['disposition'])}{reason}</li>"
+    )
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
 
 
 def _state(doc: dict[str, Any]) -> str:
@@ -131,18 +204,39 @@ def _waiting(doc: dict[str, Any]) -> str:
     first = waits[0]
     since = first.get("since")
     said = f"waits for {first.get('for', '?')}"
-    return said if since is None else f"{said} since {when(since)}"
+    return said if since is None else f"{said} since {_when(since)}"
 
 
-def work(scope: str, guard: Guard) -> str:
+def work(scope: str, work: dict[str, Any], guard: Guard) -> str:
+    """The work page, its rows those of `work` (`GET /api/v1/work`)."""
+    pending, dead = work["pending"], work["dead"]["dead"]
+    buttons = (
+        '<button data-do="requeue">requeue</button> <button data-do="drop">drop</button>'
+        if guard.allow_control
+        else ""
+    )
     body = (
         f"<h1>Work of scope {escape(scope)}</h1>"
         '<h2>Pending</h2><table id="pending" class="list"><thead><tr><th>entry</th>'
         "<th>what</th><th>job</th><th>consumer</th><th>idle</th><th>deliveries</th></tr>"
-        '</thead><tbody></tbody></table><p id="unread" class="muted"></p>'
+        "</thead><tbody>"
+        + "".join(
+            f"<tr><td>{_text(p['id'])}</td><td>{_text(p['entry'])}</td><td>{_text(p['job'])}"
+            f"</td><td>{_text(p['consumer'])}</td><td>{_span(p['idleMs'])}</td>"
+            f"<td>{_text(p['deliveries'])}</td></tr>"
+            for p in pending["pending"]
+        )
+        + '</tbody></table><p id="unread" class="muted">'
+        f"{pending['unread']} entr(ies) no worker has read yet</p>"
         '<h2>Dead</h2><table id="dead" class="list"><thead><tr><th>entry</th><th>kind</th>'
-        "<th>job</th><th>reason</th><th>deliveries</th><th></th></tr></thead>"
-        "<tbody></tbody></table>"
+        "<th>job</th><th>reason</th><th>deliveries</th><th></th></tr></thead><tbody>"
+        + "".join(
+            f'<tr data-entry="{_text(d["id"])}"><td>{_text(d["id"])}</td><td>{_text(d["kind"])}'
+            f"</td><td>{_text(d['job'])}</td><td>{_text(d['reason'])}</td>"
+            f"<td>{_text(d['deliveries'])}</td><td>{buttons}</td></tr>"
+            for d in dead
+        )
+        + "</tbody></table>"
     )
     return _layout(f"Work of {scope}", "work", body, guard, {"scope": scope})
 

@@ -1,4 +1,5 @@
-// The sfc console: keeps the server-rendered pages live from the HTTP API (docs/console.md).
+// The sfc console: keeps the server-rendered pages live from the HTTP API (docs/console.md):
+// the rows come with the page; this script reads them again when the stream tells a change.
 // One event stream a page; on a change, at most one request a second.
 "use strict";
 (function () {
@@ -60,13 +61,14 @@
   function watch(scope, onChange) {
     const live = $("live");
     const source = new EventSource("/api/v1/stream?scope=" + encodeURIComponent(scope));
-    source.addEventListener("hello", () => { live.textContent = "live"; live.className = "live on"; });
+    // the rows came with the page: read again once, for what moved before the hello
+    source.addEventListener("hello", () => { live.textContent = "live"; live.className = "live on"; onChange(null); });
     source.addEventListener("change", (e) => onChange(JSON.parse(e.data)));
     source.onerror = () => {
       live.textContent = "stream lost: reconnecting…";
       live.className = "live off";
       source.close();
-      setTimeout(() => { watch(scope, onChange); onChange(null); }, 2000);
+      setTimeout(() => watch(scope, onChange), 2000);
     };
   }
 
@@ -104,7 +106,7 @@
       later(refresh);
     });
     form.addEventListener("submit", (e) => { e.preventDefault(); later(refresh); });
-    refresh();
+    ago();
     watch(scope, (change) => { if (!change || change.jobs.length) later(refresh); });
   }
 
@@ -118,7 +120,7 @@
       const w = detail.waitingFor[0];
       $("waiting").textContent = w ? "waits for " + w.for + (w.since != null ? " since " + when(w.since) : "") : "waits for nothing";
       $("actions").tBodies[0].innerHTML = detail.actions.map((a) =>
-        '<tr data-action="' + text(a.name) + '"><td>' + text(a.name) + "</td><td>" + text(a.step) + "</td><td>" + text(a.status) +
+        '<tr data-action="' + text(a.name) + '"' + (a.step != null ? ' data-step="' + text(a.step) + '"' : "") + ' data-status="' + text(a.status) + '"><td>' + text(a.name) + "</td><td>" + text(a.step) + "</td><td>" + text(a.status) +
         "</td><td>" + text(a.commandId) + "</td><td>" + text(a.attempt) + (a.maxAttempts ? " of " + a.maxAttempts : "") +
         '</td><td class="deadline"' + (a.status === "open" && a.deadline != null ? ' data-deadline="' + a.deadline + '"' : "") + ">" + when(a.deadline) +
         "</td><td>" + text(a.outcome || a.error) + "</td><td>" + text(a.hold) + "</td></tr>").join("");
@@ -155,7 +157,7 @@
         });
       }
     }
-    render();
+    tick();
     setInterval(tick, 250);
     watch(detail.scope, (change) => { if (!change || change.jobs.includes(detail.job)) later(refresh); });
   }
@@ -181,7 +183,6 @@
       await call("POST", "/api/v1/work/" + encodeURIComponent(scope) + "/" + encodeURIComponent(entry) + "/" + what);
       later(refresh);
     });
-    refresh();
     watch(scope, () => later(refresh));
   }
 
