@@ -260,10 +260,8 @@ class StoreClient:
         return moved
 
     def wait_out(self, stop: threading.Event, seconds: float) -> None:
-        """Wait `seconds` between tries at a server that cannot be reached, or until `stop`
-        is set. On a cluster, the slots are read again every second meanwhile, and the wait
-        ends as soon as another node serves a slot (a move found before the wait, by any
-        thread, ends it at once)."""
+        """Wait `seconds` before the next try at an unreachable server, or until `stop` is set;
+        on a cluster, end it as soon as another node serves a slot (slots read each second)."""
         if self.cluster is None:
             stop.wait(seconds)
             return
