@@ -53,7 +53,7 @@ class WorkLog:
         at warning, job ends at debug (completed) or warning (any other end)."""
         said: set[str] = set()
         for u in outcome.unreadable:
-            self._cannot_read(scope, u)
+            self._log_unreadable(scope, u)
             said.update(u.entries)
         if outcome.failed:
             self.leave(scope, [i for i, _ in outcome.failed])
@@ -68,7 +68,7 @@ class WorkLog:
                 extra={"scope": scope, "entry": entry_id, "reason": why},
             )
         if outcome.given_up:
-            self._given_up(scope, outcome.given_up)
+            self._log_given_up(scope, outcome.given_up)
         for end in outcome.ends:
             level = logging.DEBUG if end.ended_by == "completed" else logging.WARNING
             log.log(
@@ -106,9 +106,9 @@ class WorkLog:
             self.metrics.failed(scope, len(ids))
         self.leave(scope, ids)
 
-    def _cannot_read(self, scope: str, u: Unreadable) -> None:
-        """One line, no traceback, at each delivery of the entries of a job whose stored
-        order or state cannot be read: a job to mend or clear, not a bug of the engine."""
+    def _log_unreadable(self, scope: str, u: Unreadable) -> None:
+        """Log, without a traceback, the entries of a job that cannot be read (at each
+        delivery)."""
         n = len(u.entries)
         log.error(
             "scope %s: job %s cannot be evaluated: its stored order or state cannot be read "
@@ -132,9 +132,9 @@ class WorkLog:
             },
         )
 
-    def _given_up(self, scope: str, given_up: Sequence[tuple[str, tuple[str, ...]]]) -> None:
-        """One line for a batch's commits that returned gone: which entries of which jobs
-        this worker gave up to the consumer that took them over."""
+    def _log_given_up(self, scope: str, given_up: Sequence[tuple[str, tuple[str, ...]]]) -> None:
+        """Log in one line the entries, by job, that a batch gave up to the consumer that took
+        them over."""
         by_job: dict[str, list[str]] = {}
         for job, ids in given_up:
             by_job.setdefault(job, []).extend(ids)
