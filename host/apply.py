@@ -304,10 +304,9 @@ class Applier:
     def _offer_together(
         self, scope: str, events: list[Entry], tally: Outcome, done: set[str]
     ) -> list[Entry]:
-        """Offer a batch's events together, in at most four round trips; returns those left
-        for `offer`, in order (`done` holds the others). An event goes together only if no
-        earlier event claimed its first choice's job or its source/id, so `offer` decides
-        each left one as it would have alone."""
+        """Offer a batch's events together in at most four round trips; returns those left for
+        `offer`, in order. One goes together only if no earlier event claimed its first choice's
+        job or its source/id, so `offer` decides each left one as it would have alone."""
         seen_of = {e.id: _seen_field(e) for e in events}
         until: dict[str, int] = {}
         for e in events:
