@@ -42,7 +42,7 @@ class Applies(Protocol):
         self, scope: str, entries: Sequence[tuple[str, dict[bytes, bytes]]], deliveries: int
     ) -> list[Entry]: ...
 
-    def guarded(
+    def apply_counted(
         self,
         scope: str,
         good: list[Entry],
@@ -51,7 +51,7 @@ class Applies(Protocol):
         *args: object,
     ) -> Outcome: ...
 
-    def raised(self, scope: str, good: list[Entry], e: Exception) -> Outcome: ...
+    def leave_batch_pending(self, scope: str, good: list[Entry], e: Exception) -> Outcome: ...
 
 
 def merged(
@@ -245,7 +245,7 @@ class Batches:
             except Exception as e:
                 if unreachable(e):
                     raise  # the loop reconnects; the entries stay pending
-                total.add(worker.raised(scope, good, e))
+                total.add(worker.leave_batch_pending(scope, good, e))
         try:
             total.add(self.land_flight(worker))
         except BaseException:
@@ -274,7 +274,7 @@ class Batches:
             except Exception as e:
                 if unreachable(e):
                     raise  # the loop reconnects; the entries stay pending
-                total.add(worker.raised(r.scope, good, e))
+                total.add(worker.leave_batch_pending(r.scope, good, e))
                 continue
             flight.rounds.append((r, good))
             flight.jobs.update((r.scope, job) for job in r.jobs)
@@ -292,7 +292,9 @@ class Batches:
         try:
             for i, (r, good) in enumerate(flight.rounds):
                 try:
-                    total.add(worker.guarded(r.scope, good, flight.started, self.applier.land, r))
+                    total.add(
+                        worker.apply_counted(r.scope, good, flight.started, self.applier.land, r)
+                    )
                 except BaseException:
                     for later, _ in flight.rounds[i + 1 :]:
                         if later.stream is not None:

@@ -346,9 +346,11 @@ class Worker:
         good = self.decode(scope, entries, deliveries)
         if not good:
             return Outcome()
-        return self.guarded(scope, good, started, self.applier.apply, scope, good, ahead, loaded)
+        return self.apply_counted(
+            scope, good, started, self.applier.apply, scope, good, ahead, loaded
+        )
 
-    def guarded(
+    def apply_counted(
         self,
         scope: str,
         good: list[Entry],
@@ -363,15 +365,15 @@ class Worker:
         except Exception as e:
             if unreachable(e):
                 raise  # the loop reconnects; the entries stay pending
-            return self.raised(scope, good, e)
+            return self.leave_batch_pending(scope, good, e)
         self.counters.batches += 1
         self.counters.outcome.add(outcome, lists=False)  # counts: a long run's lists grow
         self.worklog.applied(scope, outcome, time.perf_counter() - started, len(good))
         return outcome
 
-    def raised(self, scope: str, good: list[Entry], e: Exception) -> Outcome:
+    def leave_batch_pending(self, scope: str, good: list[Entry], e: Exception) -> Outcome:
         """Log a batch that raised; its entries stay pending."""
-        self.worklog.raised(scope, [x.id for x in good], e)
+        self.worklog.batch_raised(scope, [x.id for x in good], e)
         return Outcome(failed=[(x.id, "the batch raised") for x in good])
 
     def _bury(

@@ -93,7 +93,7 @@ class WorkLog:
         if self.metrics is not None:
             self.metrics.batch(scope, outcome, seconds, entries)
 
-    def raised(self, scope: str, ids: Sequence[str], e: Exception) -> None:
+    def batch_raised(self, scope: str, ids: Sequence[str], e: Exception) -> None:
         """A batch whose processing raised (a bug, a stored state that does not decode): its
         entries not committed stay pending, and are claimed later."""
         log.exception(
