@@ -62,6 +62,13 @@ def own_host(own_valkey_url: str) -> Iterator[Host]:
         h.close()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """`--collect-only` runs no test, so every snapshot looks unused to syrupy, which would
+    fail the collection: unused snapshots are reported only when tests ran."""
+    if config.option.collectonly:
+        config.option.disable_unused_snapshots = True
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The long fault tests run in CI (CI=true, as .ci/run has it), or when asked (`-m
     faults_long`, SFC_FAULTS_LONG=1); a developer's run skips them. All of them take some
