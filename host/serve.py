@@ -604,8 +604,8 @@ class Serving:
         self._drop_metrics_dir()
         if self.server is not None and not self._left_to_clients(crashed):
             directory = self.server.data_dir
-            if crashed is None:
-                self._say_who_loses_it()
+            if crashed is None and not self.server_dies_with_this:
+                self._say_who_loses_it()  # `sfc run`'s server has no other users
             self.server.stop()
             with contextlib.suppress(OSError):
                 (directory / CONNECTION_FILE).unlink()
