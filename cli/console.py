@@ -38,6 +38,13 @@ AllowControlOption = Annotated[
         help="Let the console and the API drive jobs (with the token); read-only without it.",
     ),
 ]
+PrivateOption = Annotated[
+    bool,
+    typer.Option(
+        "--http-private",
+        help="Every request needs the token, on loopback too: for a machine other users share.",
+    ),
+]
 TokenFileOption = Annotated[
     Path | None,
     typer.Option(
@@ -65,6 +72,7 @@ def launch(
     token_path: Path | None,
     settings: Settings | None,
     say: Callable[[str], None],
+    private: bool = False,
 ) -> ConsoleServer | None:
     """Serve the console on `addr` against the server at `url`; None, said, when the
     address cannot be bound (another `sfc serve` has it): the caller goes on without."""
@@ -74,7 +82,7 @@ def launch(
     except OSError as e:
         say(f"the console's token file {path} cannot be written ({e}); no console")
         return None
-    guard = Guard(token, allow_control=allow_control)
+    guard = Guard(token, allow_control=allow_control, public=private)
     try:
         server = start_console(addr, lambda: connect(url), guard, settings)
     except AddressError as e:
@@ -89,9 +97,8 @@ def launch(
     )
     say(f"console at {server.url}; {mode}")
     if guard.public:
-        say(
-            f"the console listens beyond loopback ({addr}): every request needs the token in {path}"
-        )
+        why = "it was asked to" if private else f"the console listens beyond loopback ({addr})"
+        say(f"{why}: every request needs the token in {path}")
     return server
 
 
@@ -102,6 +109,7 @@ def console(
     http: HttpOption = DEFAULT_ADDR,
     allow_control: AllowControlOption = False,
     http_token_file: TokenFileOption = None,
+    http_private: PrivateOption = False,
 ) -> None:
     """Serve the console and the HTTP API alone, against any server or cluster, until
     Ctrl-C or SIGTERM (`sfc serve` serves them too)."""
@@ -115,7 +123,7 @@ def console(
     def say(text: str) -> None:
         typer.echo(f"sfc console: {text}", err=True)
 
-    server = launch(http, url, data_dir, allow_control, http_token_file, None, say)
+    server = launch(http, url, data_dir, allow_control, http_token_file, None, say, http_private)
     if server is None:
         raise typer.Exit(2)
     try:

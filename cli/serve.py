@@ -10,7 +10,14 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from cli.console import AllowControlOption, HttpOption, TokenFileOption, checked_addr, launch
+from cli.console import (
+    AllowControlOption,
+    HttpOption,
+    PrivateOption,
+    TokenFileOption,
+    checked_addr,
+    launch,
+)
 from cli.files import read
 from cli.hostcommon import (
     DataDirOption,
@@ -253,6 +260,7 @@ def serve(
     ] = False,
     allow_control: AllowControlOption = False,
     http_token_file: TokenFileOption = None,
+    http_private: PrivateOption = False,
 ) -> None:
     """Run the host until SIGINT, SIGTERM or SIGHUP: the embedded Valkey (unless --redis)
     and the worker processes. A second `sfc serve` on the same --data-dir attaches to the
@@ -387,6 +395,7 @@ def serve(
                     http_token_file,
                     settings,
                     lambda text: _say(f"sfc serve: {text}", chosen_format),
+                    http_private,
                 )
             while not stop.wait(0.5):
                 try:

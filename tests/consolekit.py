@@ -73,9 +73,9 @@ class Console:
 
 @contextmanager
 def console(
-    url: str, *, allow_control: bool = True, addr: str = "127.0.0.1:0"
+    url: str, *, allow_control: bool = True, addr: str = "127.0.0.1:0", private: bool = False
 ) -> Iterator[Console]:
-    guard = Guard(TOKEN, allow_control=allow_control)
+    guard = Guard(TOKEN, allow_control=allow_control, public=private)
     server = start_console(addr, lambda: Store.from_url(url), guard)
     c = Console(server, guard)
     try:

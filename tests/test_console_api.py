@@ -326,6 +326,15 @@ def test_beyond_loopback_every_request_needs_the_token(valkey_url: str) -> None:
         assert c.get("/api/v1/jobs", token=TOKEN).status == 200
 
 
+def test_a_private_console_on_loopback_needs_the_token_to_read(valkey_url: str) -> None:
+    """`--http-private`: on a machine other users share, loopback is no boundary."""
+    with console(valkey_url, private=True) as c:
+        assert c.guard.public
+        assert c.get("/api/v1/jobs").status == 401
+        assert c.get("/").status == 401
+        assert c.get("/api/v1/jobs", token=TOKEN).status == 200
+
+
 # --------------------------------------------------------------------------- bad input
 
 

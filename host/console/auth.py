@@ -50,7 +50,7 @@ class Guard:
     token: str | None
     allow_control: bool = False
     public: bool = False
-    """Bound beyond loopback: every request needs the token."""
+    """Bound beyond loopback, or asked (`--http-private`): every request needs the token."""
     sessions: dict[str, None] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 

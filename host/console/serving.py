@@ -65,7 +65,7 @@ def start_console(
 ) -> ConsoleServer:
     """Bind `addr` (OSError when it cannot), then serve the console on it in a thread."""
     host, port = parse_addr(addr)
-    guard.public = not loopback(host)
+    guard.public = guard.public or not loopback(host)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
