@@ -41,10 +41,19 @@ ROUNDS = 3
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def console_process(url: str) -> tuple[subprocess.Popen[bytes], str]:
-    """`sfc console` on a free port of loopback; its address once it serves."""
+UNKEPT = (
+    "import sys, host.console.app as a; a.DRAWN_KEPT = 0; from cli.main import run; "
+    "sys.argv[0] = 'sfc'; run()"
+)
+"""`sfc console` that keeps no chart body drawn: every job page draws its chart."""
+
+
+def console_process(url: str, kept: bool = True) -> tuple[subprocess.Popen[bytes], str]:
+    """`sfc console` on a free port of loopback; its address once it serves. Not `kept`:
+    it keeps no chart body, as for jobs each in a state of its own."""
+    sfc = [str(Path(sys.executable).parent / "sfc")] if kept else [sys.executable, "-c", UNKEPT]
     p = subprocess.Popen(
-        [str(Path(sys.executable).parent / "sfc"), "console", "--redis", url, "--http", "127.0.0.1:0",
+        [*sfc, "console", "--redis", url, "--http", "127.0.0.1:0",
          "--http-token-file", str(Path(tempfile.mkdtemp()) / "token")],
         cwd=ROOT,
         stderr=subprocess.PIPE,
@@ -84,10 +93,25 @@ def reading(url: str) -> None:
     worker.refresh_scopes()
     while len(store.active_jobs(scope)) < RUNNING:
         worker.read_once(block_ms=50)
-    console, where = console_process(url)
+    print(f"  {RUNNING} running jobs of a {CHART_STEPS}-step chart, {REQUESTS} requests each:")
+    for kept in (True, False):
+        page, api = ask(url, scope, kept)
+        said = "" if kept else ", no chart kept"
+        print(f"    job page{said:<18}p50 {pct(page, 0.5):6.1f} ms  p99 {pct(page, 0.99):6.1f} ms")
+        if kept:
+            print(
+                f"    GET /api/v1/jobs/S/J      p50 {pct(api, 0.5):6.1f} ms  "
+                f"p99 {pct(api, 0.99):6.1f} ms"
+            )
+
+
+def ask(url: str, scope: str, kept: bool) -> tuple[list[float], list[float]]:
+    """The times of REQUESTS job pages and JSON twins of random jobs, ms."""
+    console, where = console_process(url, kept)
     try:
         conn = http.client.HTTPConnection(where, timeout=60)
         get(conn, f"/api/v1/jobs/{scope}/j0")  # warm
+        get(conn, f"/jobs/{scope}/j0")
         page, api = [], []
         rng = random.Random(7)
         for _ in range(REQUESTS):
@@ -98,13 +122,7 @@ def reading(url: str) -> None:
     finally:
         console.terminate()
         console.wait()
-    print(f"  {RUNNING} running jobs of a {CHART_STEPS}-step chart, {REQUESTS} requests each:")
-    print(
-        f"    job page                  p50 {pct(page, 0.5):6.1f} ms  p99 {pct(page, 0.99):6.1f} ms"
-    )
-    print(
-        f"    GET /api/v1/jobs/S/J      p50 {pct(api, 0.5):6.1f} ms  p99 {pct(api, 0.99):6.1f} ms"
-    )
+    return page, api
 
 
 WATCHER = """
@@ -120,9 +138,12 @@ while True:
     line = r.fp.readline()
     if not line:
         break
-    if line.startswith(b"data:") and b'"jobs"' in line and time.monotonic() - last >= 1:
+    if not line.startswith(b"data:") or time.monotonic() - last < 1:
+        continue
+    jobs = json.loads(line[5:]).get("jobs")
+    if jobs:  # a change of work alone moves no job page
         last = time.monotonic()
-        job = json.loads(line[5:])["jobs"][0]
+        job = jobs[0]
         reader.request("GET", "/api/v1/jobs/%s/%s?chart=true" % (scope, job))
         reader.getresponse().read()
 """
