@@ -28,7 +28,14 @@ from starlette.staticfiles import StaticFiles
 from host import facade, jobs, keys, readmodel, workview
 from host.console import pages
 from host.console.auth import CSRF_HEADER, SESSION_COOKIE, Guard
-from host.console.chart import DRAWN_KEPT, Kept, chart_of, check_recipe, list_waits
+from host.console.chart import (
+    DRAWN_KEPT,
+    Kept,
+    chart_of,
+    chart_of_detail,
+    check_recipe,
+    list_waits,
+)
 from host.console.openapi import document
 from host.console.watch import Watchers
 from host.equipment import publish_event
@@ -294,27 +301,36 @@ async def _with_waits(store: Store, page: readmodel.JobPage) -> dict[str, Any]:
     return doc
 
 
-async def _detail(request: Request) -> readmodel.JobDetail:
+async def _detail(request: Request, chart: bool = False) -> tuple[readmodel.JobDetail, str | None]:
+    """The job's detail, and with `chart` its chart drawn from the same read, in one trip
+    to a worker thread."""
     scope = scope_of(request.path_params["scope"])
     job = job_of(request.path_params["job"])
     history = query_int(request, "history", 20, 0, 1000)
-    store = _console(request).store
-    detail = await run_in_threadpool(readmodel.job_detail, store, scope, job, history)
+    console = _console(request)
+
+    def read() -> tuple[readmodel.JobDetail | None, str | None]:
+        detail = readmodel.job_detail(console.store, scope, job, history)
+        if detail is None or not chart:
+            return detail, None
+        return detail, chart_of_detail(console.store, detail, console.drawn)
+
+    detail, svg = await run_in_threadpool(read)
     if detail is None:
         raise BadInput("job", f"no job order {job!r} in scope {scope}", 404)
-    return detail
+    return detail, svg
 
 
 @reads
 async def job_detail(request: Request) -> Response:
     """One job: its order, state, actions, waits, next deadline, history and response;
     with `?chart=true` its chart too (the job page's one request a change)."""
-    detail = await _detail(request)
-    if request.query_params.get("chart") not in ("true", "1"):
+    chart = request.query_params.get("chart") in ("true", "1")
+    detail, svg = await _detail(request, chart)
+    if not chart:
         return encoded(detail)
     doc = msgspec.to_builtins(detail)
-    c = _console(request)
-    doc["chart"], _ = await run_in_threadpool(chart_of, c.store, detail.scope, detail.job, c.drawn)
+    doc["chart"] = svg
     return encoded(doc)
 
 
@@ -654,10 +670,7 @@ async def _jobs_page(request: Request, console: Console) -> str:
 
 
 async def _job_page(request: Request, console: Console) -> str:
-    detail = await _detail(request)
-    svg, _ = await run_in_threadpool(
-        chart_of, console.store, detail.scope, detail.job, console.drawn
-    )
+    detail, svg = await _detail(request, chart=True)
     return pages.job(detail, svg, console.guard)
 
 

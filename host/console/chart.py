@@ -14,6 +14,7 @@ import msgspec
 from generated.state_v1_5 import SfcState
 from host.apply import decode_order
 from host.jobview import recipe_graph
+from host.readmodel import JobDetail
 from host.store import Store
 from sfc.builder import build
 from sfc.explain import explain
@@ -81,6 +82,15 @@ def chart_of(
     with contextlib.suppress(msgspec.DecodeError):
         state = read_state(record.state)
     return render_svg(graph, state, drawn), ""
+
+
+def chart_of_detail(store: Store, detail: JobDetail, drawn: Kept | None = None) -> str | None:
+    """The chart of the job as `detail` read it (no second read of the job); None when its
+    order cannot be read or its recipe not built."""
+    if detail.order is None:
+        return None
+    graph, _ = recipe_graph(store, detail.order.recipe_hash, detail.order.dataschema)
+    return None if graph is None else render_svg(graph, detail.state, drawn)
 
 
 def check_recipe(recipe: bytes, script: bytes | None) -> dict[str, Any]:
