@@ -285,6 +285,12 @@ def test_a_write_needs_the_right_token(api: Console, host: Host) -> None:
     assert (none.status, wrong.status) == (401, 401)
     assert none.json()["field"] == "authorization"
     assert TOKEN not in none.body.decode() + wrong.body.decode()
+    # each says what is wrong: a wrong token is not told "a write needs the token"
+    assert "needs the token" in none.json()["error"]
+    assert "not this console's" in wrong.json()["error"] and "http-token" in wrong.json()["error"]
+    unschemed = api.post("/api/v1/jobs", doc, headers={"Authorization": TOKEN})
+    assert unschemed.status == 401 and "'Bearer TOKEN'" in unschemed.json()["error"]
+    assert TOKEN not in unschemed.body.decode()
     assert nothing_written(host.store(), scope)
     assert api.post("/api/v1/jobs", doc, token=TOKEN).status == 201
 

@@ -115,7 +115,19 @@ def _may_write(request: Request) -> Response | None:
         if request.headers.get(CSRF_HEADER) == "1":
             return None
         return refused(CSRF_HEADER, f"a write from a browser needs the {CSRF_HEADER} header", 403)
-    return refused("authorization", "a write needs the token (Authorization: Bearer ...)", 401)
+    return refused("authorization", _why_not(request.headers.get("authorization")), 401)
+
+
+def _why_not(authorization: str | None) -> str:
+    """Why the Authorization header does not authorise a write, without echoing it."""
+    if authorization is None:
+        return "a write needs the token (Authorization: Bearer ...)"
+    if authorization.partition(" ")[0].lower() != "bearer":
+        return "the Authorization header is not 'Bearer TOKEN'"
+    return (
+        "the token is not this console's: it is the one in the serve's http-token file "
+        "(<data-dir>/http-token, or --http-token-file)"
+    )
 
 
 Handler = Callable[[Request], Awaitable[Response]]
