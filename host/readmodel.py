@@ -284,6 +284,8 @@ def detail_of(v: JobView, now: int) -> JobDetail:
     if v.graph is not None and v.state is not None:
         explained = explain_state(v.graph, v.state, v.max_attempts).rstrip("\n").splitlines()
         for w in waits(v.graph, v.state, v.max_attempts):
+            if v.graph.actions[w.action].qualifier != "N":
+                continue  # open but not waited for (S, L, D...): among `actions` only
             waiting.append(
                 ActionWait(
                     waits_for="event" if w.work == "await" else "answer",

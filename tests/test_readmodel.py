@@ -65,3 +65,40 @@ def test_a_scopes_jobs_are_paged_and_filtered_by_state(host: Host) -> None:
     assert "unreadable" not in row  # only for a job that cannot be read
     with pytest.raises(readmodel.StateError, match="unknown state Running/Nope; known: "):
         readmodel.job_page(store, scope, ["Running/Nope"])
+
+
+DWELL_WITH_S = b"""{
+  "Steps": [{"Name": "Cool", "Initial": true, "MinSeconds": 600}, {"Name": "Next"}],
+  "Transitions": [{"Source": "Cool", "Target": "Next", "Condition": "true"}],
+  "Actions": [
+    {"Name": "conveyor", "Step": "Cool", "Qualifier": "S", "Interaction": "push_command",
+     "TypeId": "com.example.conveyor.v1", "TimeoutSeconds": 3600, "MaxAttempts": 1}
+  ]
+}"""
+
+
+def test_an_open_action_that_is_not_waited_for_is_not_what_the_job_waits_for(
+    host: Host,
+) -> None:
+    # a job in a dwell with an S conveyor running: the console once said "waits for
+    # answer: conveyor" although the S is "not waited for"; it waits for the dwell
+    from host.console import pages
+    from host.console.chart import list_waits
+
+    scope = host.scope("rmdwell")
+    host.submit(scope, DWELL_WITH_S, job_id="d")
+    worker = host.worker([scope])
+    host.run([worker], [], lambda: any(k == "push" for _, k, _ in host.equipment(scope)))
+    d = readmodel.job_detail(host.store(), scope, "d")
+    assert d is not None and "Cool" in d.dwells
+    doc = msgspec.json.decode(msgspec.json.encode(d))
+    (conveyor,) = doc["actions"]
+    assert (conveyor["qualifier"], conveyor["status"]) == ("S", "open")
+    assert doc["waitingFor"] == []
+    assert pages._waiting(doc).startswith("waits for the dwell of step Cool until ")
+    listed = list_waits(host.store(), scope, ["d"])["d"]
+    assert (listed["for"], listed["what"], listed["deadline"]) == (
+        "time",
+        "the dwell of step Cool",
+        d.dwells["Cool"],
+    )

@@ -130,8 +130,8 @@ def check_recipe(recipe: bytes, script: bytes | None) -> dict[str, Any]:
 
 def list_waits(store: Store, scope: str, jobs: list[str]) -> dict[str, dict[str, Any]]:
     """What each listed job waits for and since when, from its stored order and state in one
-    round trip: a start, a worker, a resume, or a running job's first open work by deadline
-    (since its command went out: the deadline less the action's time)."""
+    round trip: a start, a worker, a resume, or a running job's first open work of an N action by
+    deadline (since its command went out: the deadline less the action's time), else a time."""
     _, records = store.load(scope, jobs)
     out: dict[str, dict[str, Any]] = {}
     for job, record in records.items():
@@ -157,15 +157,25 @@ def list_waits(store: Store, scope: str, jobs: list[str]) -> dict[str, dict[str,
 def _running_wait(
     store: Store, recipe_hash: str, dataschema: str, state: SfcState
 ) -> dict[str, Any]:
+    graph, _ = recipe_graph(store, recipe_hash, dataschema)
     opened = [
         (rec.deadline if rec.deadline is not None else 1 << 62, name, rec)
         for name, rec in state.actions.items()
         if rec.status == "open"
+        # an open S, L, D... is not waited for: the job waits for its N actions or a time
+        and (graph is None or name not in graph.actions or graph.actions[name].qualifier == "N")
     ]
     if not opened:
+        if state.dwells:
+            step, until = min(state.dwells.items(), key=lambda d: (d[1], d[0]))
+            return {
+                "for": "time",
+                "what": f"the dwell of step {step}",
+                "since": None,
+                "deadline": until,
+            }
         return {"for": "time", "what": "a step's time or a timer", "since": None}
     _, name, rec = min(opened, key=lambda o: (o[0], o[1]))
-    graph, _ = recipe_graph(store, recipe_hash, dataschema)
     spec = None if graph is None else graph.actions.get(name)
     since = None
     if rec.deadline is not None and spec is not None and rec.work != "restart":

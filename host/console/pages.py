@@ -200,6 +200,10 @@ def _state(doc: dict[str, Any]) -> str:
 def _waiting(doc: dict[str, Any]) -> str:
     waits = doc.get("waitingFor") or []
     if not waits:
+        dwells = doc.get("dwells") or {}
+        if dwells:
+            step = min(dwells, key=lambda k: (dwells[k], k))
+            return f"waits for the dwell of step {step} until {_when(dwells[step])}"
         return "waits for nothing"
     first = waits[0]
     since = first.get("since")

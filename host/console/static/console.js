@@ -118,7 +118,9 @@
       const state = detail.order ? detail.order.state.map((s) => s.stateText).join("/") : "unreadable";
       $("state").textContent = state;
       const w = detail.waitingFor[0];
-      $("waiting").textContent = w ? "waits for " + w.for + (w.since != null ? " since " + when(w.since) : "") : "waits for nothing";
+      const dwell = Object.keys(detail.dwells || {}).sort((a, b) => detail.dwells[a] - detail.dwells[b])[0];
+      $("waiting").textContent = w ? "waits for " + w.for + (w.since != null ? " since " + when(w.since) : "")
+        : dwell ? "waits for the dwell of step " + dwell + " until " + when(detail.dwells[dwell]) : "waits for nothing";
       $("actions").tBodies[0].innerHTML = detail.actions.map((a) =>
         '<tr data-action="' + text(a.name) + '"' + (a.step != null ? ' data-step="' + text(a.step) + '"' : "") + ' data-status="' + text(a.status) + '"><td>' + text(a.name) + "</td><td>" + text(a.step) + "</td><td>" + text(a.status) +
         "</td><td>" + text(a.commandId) + "</td><td>" + text(a.attempt) + (a.maxAttempts ? " of " + a.maxAttempts : "") +
