@@ -192,6 +192,7 @@ class Instance:
         *,
         runner: bool = False,
         hold_file: Path | None = None,
+        stall_file: Path | None = None,
     ) -> None:
         self.url = url
         self.scope = scope
@@ -199,6 +200,7 @@ class Instance:
         self.env = {**os.environ, **env}
         self.runner = runner
         self.hold_file = hold_file
+        self.stall_file = stall_file
         self.report_path = log_path.with_suffix(".report.json")
         self.process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -212,6 +214,8 @@ class Instance:
             cmd += ["--report", str(self.report_path)]
             if self.hold_file is not None:
                 cmd += ["--hold-file", str(self.hold_file)]
+            if self.stall_file is not None:
+                cmd += ["--stall-file", str(self.stall_file)]
             return cmd
         return [SFC, "serve", "--redis", self.url, "--scope", self.scope, "--workers", "1"]
 
@@ -514,6 +518,7 @@ class Fleet:
         *,
         runner: bool = False,
         hold_file: Path | None = None,
+        stall_file: Path | None = None,
         start: bool = True,
     ) -> Instance:
         n = len(self.instances)
@@ -524,6 +529,7 @@ class Fleet:
             {**FAST_ENV, **(env or {})},
             runner=runner,
             hold_file=hold_file,
+            stall_file=stall_file,
         )
         self.instances.append(i)
         if start:

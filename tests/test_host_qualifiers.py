@@ -23,6 +23,7 @@ from host.scripted import ScriptedEquipment, load_host_script
 from sfc.builder import build
 from sfc.evolution import evolve, new_state, non_gating_outcomes
 from sfc.graph import Graph
+from sfc.migrate import read_state
 from sfc.simulation import Simulation, load_script
 from tests.faultkit import Fleet, ended_count, wait_until
 from tests.hostkit import Host
@@ -216,6 +217,58 @@ def test_no_timer_is_lost_when_the_worker_is_killed(fleet: Fleet) -> None:
     wait_until(lambda: ended_count(store, scope, ["job-1"]) == 1, timeout=60, what="the job to end")
     pushes = [c for k, c, _ in kinds() if k == "push"]
     assert pushes == ["job-1:work#1", "job-1:blow#2", "job-1:andon#3", "job-1:done#4"]
+
+
+def test_a_worker_killed_between_evaluating_a_timer_tick_and_its_commit(fleet: Fleet) -> None:
+    """A tick that fires the D (start) and the L (withdraw `limit`) is evaluated by a worker
+    that stalls before its commit and is SIGKILLed there; the next worker applies it: the D
+    starts once, the L is withdrawn once, no command id twice, the job ends as its dry run."""
+    server = fleet.server()
+    scope = fleet.scope(server.url, "tickkill")
+    store = fleet.store(server.url)
+    recipe = json.dumps(TIMED).encode()
+    # the work answers long after both timers: the stalled batch can only be their tick
+    script = {"replies": {"work": ["ok@10000"], "blow": ["silent"], "andon": ["silent"]}}
+    expected = dry_withdraws(recipe, json.dumps(script).encode())
+    assert expected == [("job-1:blow#2", "limit"), ("job-1:andon#3", "deactivated")]
+    fleet.scripted(server.url, scope, script)
+    first = fleet.instance(server.url, scope)
+    first.wait_serving()
+    assert submit(store, scope, recipe, job_id="job-1").ok
+
+    def stream() -> list[tuple[str, str, str]]:
+        out = []
+        for i, f in store.equipment_entries(scope):
+            e = decode_equipment(i, f)
+            reason = e.data.reason if isinstance(e.data, WithdrawData) else ""
+            out.append((e.kind, e.data.command_id, reason))
+        return out
+
+    wait_until(lambda: ("push", "job-1:blow#2", "") in stream(), timeout=30, what="the L pushed")
+    first.kill()
+    record = store.job(scope, "job-1")
+    assert record is not None
+    timers = {n: r.timer for n, r in read_state(record.state).actions.items()}
+    assert timers["blow"] is not None and timers["andon"] is not None, timers
+    due = max(timers["blow"], timers["andon"])
+    before = stream()
+    # both timers due before the next worker looks, so that its one tick fires them both
+    wait_until(lambda: server.time_ms() > due, timeout=10, what="the L's limit and the D's start")
+    stall = fleet.tmp / "stall"
+    stalled = fleet.instance(server.url, scope, runner=True, stall_file=stall)
+    wait_until(stall.exists, timeout=30, what="the worker to evaluate the tick and stall")
+    assert stream() == before, "the stalled worker committed"
+    stalled.kill()
+    fleet.instance(server.url, scope).wait_serving()
+    wait_until(lambda: ended_count(store, scope, ["job-1"]) == 1, timeout=60, what="the job to end")
+    entries = stream()
+    withdraws = [(c, reason) for k, c, reason in entries if k == "withdraw"]
+    assert withdraws == expected, entries
+    pushes = [c for k, c, _ in entries if k == "push"]
+    assert pushes == ["job-1:work#1", "job-1:blow#2", "job-1:andon#3", "job-1:done#4"], entries
+    record = store.job(scope, "job-1")
+    assert record is not None
+    assert read_state(record.state).status == "completed"
 
 
 def test_job_show_says_the_timers_the_running_stored_work_and_the_recorded_outcomes(
