@@ -28,6 +28,7 @@ import msgspec
 import pytest
 import redis
 
+from generated.command_v1_0 import CancelWork
 from generated.equipment_entry_v1_0 import AwaitData, AwaitSelector, CommandData, WithdrawData
 from host import jobs, keys
 from host.mqtt import (
@@ -59,7 +60,8 @@ from host.mqtt.device import MqttDevice
 from host.scripted import load_host_script
 from host.server import held_port
 from host.store import Store
-from sfc.simulation import Reply
+from sfc.builder import build
+from sfc.simulation import Reply, Simulation, load_script
 from tests.hostkit import Host, linear_recipe, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1854,3 +1856,115 @@ def test_a_bridge_says_at_info_that_the_slot_of_its_scope_moved(
     finally:
         h.close()
         own.stop()
+
+
+# --------------------------------------------------------------- qualifiers end to end
+
+STATION_STOPS = {
+    "Steps": [{"Name": "Load", "Initial": True}, {"Name": "Work"}, {"Name": "Unload"}],
+    "Transitions": [
+        {"Source": "Load", "Target": "Work", "Condition": "true"},
+        {"Source": "Work", "Target": "Unload", "Condition": "true"},
+    ],
+    "Actions": [
+        {"Name": "vacuum", "Step": "Load", "Qualifier": "S", "Interaction": "push_command",
+         "TypeId": "t.vacuum", "TimeoutSeconds": 600, "MaxAttempts": 1},
+        {"Name": "load", "Step": "Load", "Qualifier": "N", "Interaction": "push_command",
+         "TypeId": "t.load", "TimeoutSeconds": 60},
+        {"Name": "blow", "Step": "Work", "Qualifier": "L", "DurationSeconds": 1,
+         "Interaction": "push_command", "TypeId": "t.blow", "TimeoutSeconds": 60,
+         "MaxAttempts": 1},
+        {"Name": "work", "Step": "Work", "Qualifier": "N", "Interaction": "push_command",
+         "TypeId": "t.work", "TimeoutSeconds": 60},
+        {"Name": "vacuum", "Step": "Unload", "Qualifier": "R"},
+        {"Name": "unload", "Step": "Unload", "Qualifier": "N", "Interaction": "push_command",
+         "TypeId": "t.unload", "TimeoutSeconds": 60},
+    ],
+}  # fmt: skip
+"""An L whose limit (1 s) comes before the device's answer (3 s), and an S whose answer
+(8 s) comes after the R of Unload resets it."""
+
+
+def test_the_device_stops_work_withdrawn_at_its_limit_and_by_a_reset(rig: Rig) -> None:
+    """Through the broker: the L's push carries its qualifier and stopAt, the device gets
+    the withdraws `limit` and `reset` and never answers that work, and the job ends as its
+    dry run, each command id once on the equipment stream."""
+    host, scope = rig.host, rig.scope
+    recipe = json.dumps(STATION_STOPS).encode()
+    script = {
+        "default": "ok@100",
+        "replies": {"blow": ["ok@3000"], "work": ["ok@2000"], "vacuum": ["ok@8000"]},
+    }
+    built = build(recipe)
+    assert built.graph is not None, built.errors
+    dry = Simulation(built.graph, load_script(json.dumps(script).encode()), job_id="s").run()
+    assert dry.end == "completed"
+    expected = [
+        (c.command_id, c.reason)
+        for e in dry.transcript
+        for c in e.commands
+        if isinstance(c, CancelWork)
+    ]
+    assert expected == [("s:blow#3", "limit"), ("s:vacuum#1", "reset")], expected
+
+    seen: list[Any] = []
+    watched = threading.Lock()
+
+    def watch(m: Any) -> bool:
+        with watched:
+            seen.append(m)
+        return True
+
+    topics = rig.topics
+    watcher = Connection(
+        rig.url,
+        f"watch-{scope}",
+        [topics.commands_filter, topics.notices_filter, topics.responses],
+        watch,
+    )
+    watcher.start()
+    assert watcher.wait_ready(10)
+    try:
+        rig.bridge("b1")
+        device = rig.device(script)
+        host.submit(scope, recipe, job_id="s")
+        worker = host.worker([scope])
+        host.run([worker], [], host.ended(scope, ["s"]), timeout=30)
+        assert host.order_path(scope, "s") == "Ended/Completed"
+        # the device answers what was not stopped: load, work, unload
+        wait_for(lambda: device.counters.answered == 3, timeout=10, what="the device's answers")
+        # (the job's end does not wait for the device to read the last withdraw)
+        wait_for(lambda: device.counters.stopped == 2, timeout=10, what="both answers dropped")
+
+        def by_kind() -> dict[str, list[tuple[str, dict[str, str], bytes]]]:
+            out: dict[str, list[tuple[str, dict[str, str], bytes]]] = {}
+            with watched:
+                for m in seen:
+                    e = m.cloudevent()
+                    kind = e.get("sfckind") or "response"
+                    cid = e.get("sfccommandid") or e.get("id") or ""
+                    if kind == "response":
+                        cid = (m.correlation_data or b"").decode()
+                    out.setdefault(kind, []).append((cid, dict(e.attributes), e.data))
+            return out
+
+        wait_for(lambda: len(by_kind().get("withdraw", [])) == 2, timeout=10, what="withdraws")
+        got = by_kind()
+        withdraws = [(cid, json.loads(data)["reason"]) for cid, _, data in got["withdraw"]]
+        assert withdraws == expected
+        answered = sorted(cid for cid, _, _ in got.get("response", []))
+        assert answered == ["s:load#2", "s:unload#5", "s:work#4"], answered
+        pushes = {cid: attrs for cid, attrs, _ in got["push"]}
+        assert pushes["s:blow#3"]["sfcqualifier"] == "L"
+        assert int(pushes["s:blow#3"]["sfcstopat"]) - int(pushes["s:blow#3"]["sfcdeadline"]) == (
+            1000 - 60_000
+        )
+        assert pushes["s:vacuum#1"]["sfcqualifier"] == "S"
+        assert "sfcstopat" not in pushes["s:vacuum#1"]
+        assert "sfcqualifier" not in pushes["s:load#2"]  # absent for N
+    finally:
+        watcher.close()
+    entries = host.equipment(scope)
+    assert [(d.command_id, d.reason) for _, k, d in entries if k == "withdraw"] == expected
+    ids = [d.command_id for _, k, d in entries if k == "push"]
+    assert sorted(ids) == ["s:blow#3", "s:load#2", "s:unload#5", "s:vacuum#1", "s:work#4"]
