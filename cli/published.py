@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urldefrag, urljoin
 
+from sfc.builder import qualifier_hint
+
 if TYPE_CHECKING:  # jsonschema is imported when a document is checked, not at every start
     from jsonschema.exceptions import ValidationError
     from referencing import Registry
@@ -108,7 +110,8 @@ def _describe(error: ValidationError, what: str) -> list[tuple[str, str]]:
         )
         return [(path, f"expected {want}, got {_kind(instance)}")]
     if error.validator in ("enum", "const"):
-        return [(path, f"{json.dumps(instance)} is not an allowed value")]
+        hint = qualifier_hint(instance) if path.endswith(".Qualifier") else ""
+        return [(path, f"{json.dumps(instance)} is not an allowed value{hint}")]
     if error.validator in _BOUNDS and isinstance(schema, Mapping):
         bounds = [f"{word} {schema[key]:g}" for key, word in _BOUNDS.items() if key in schema]
         week = " (one week)" if schema.get("maximum") == 604_800 else ""

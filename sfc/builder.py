@@ -177,6 +177,14 @@ FORMATS: Final[dict[str, tuple[str, msgspec.json.Decoder[Any] | None]]] = {
 """Dataschema URI -> (version, the decoder of that format; None for v1.2.0 itself)."""
 
 
+def qualifier_hint(value: object) -> str:
+    """`; did you mean "L"?` for a qualifier in the wrong case or with blanks, else ""."""
+    if not isinstance(value, str):
+        return ""
+    fixed = value.strip().upper()
+    return f'; did you mean "{fixed}"?' if fixed in QUALIFIERS and fixed != value else ""
+
+
 def decode_error(exc: msgspec.DecodeError, what: str = "recipe") -> tuple[str, str]:
     """The JSON path and a readable message of a msgspec decode or validation error.
 
@@ -206,7 +214,8 @@ def decode_error(exc: msgspec.DecodeError, what: str = "recipe") -> tuple[str, s
     if text.startswith("Invalid enum value "):
         message = f"{text.removeprefix('Invalid enum value ')} is not an allowed value"
         if path.endswith(".Qualifier"):
-            message += f" (IEC 61131-3 qualifiers: {', '.join(QUALIFIERS)})"
+            value = text.removeprefix("Invalid enum value ").strip("'")
+            message += f" (IEC 61131-3 qualifiers: {', '.join(QUALIFIERS)}){qualifier_hint(value)}"
         return path, message
     return path, text[:1].lower() + text[1:]
 

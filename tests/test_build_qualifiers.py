@@ -320,6 +320,18 @@ def test_a_qualifier_outside_the_eleven_is_sfc010() -> None:
     assert (error.code, error.path) == ("SFC010", "$.Actions[3].Qualifier")
 
 
+@pytest.mark.parametrize(("value", "hint"), [("l", "L"), ("sd", "SD"), (" S", "S"), ("p1", "P1")])
+def test_a_qualifier_in_the_wrong_case_gets_a_did_you_mean(value: str, hint: str) -> None:
+    (error,) = run(press(block("x", "Press", value, DurationSeconds=1))).errors
+    assert (error.code, error.path) == ("SFC010", "$.Actions[3].Qualifier")
+    assert error.message.endswith(f'; did you mean "{hint}"?'), error.message
+
+
+def test_a_qualifier_no_case_mends_gets_no_did_you_mean() -> None:
+    (error,) = run(press(block("x", "Press", "DL", DurationSeconds=1))).errors
+    assert "did you mean" not in error.message
+
+
 # -- the command line
 
 
@@ -329,6 +341,7 @@ def test_sfc_validate_lists_every_range_and_qualifier_error_in_the_decoders_word
     doc = press(
         block("blow", "Press", "L", DurationSeconds=0),
         {"Name": "x", "Step": "Press", "Qualifier": "XX"},
+        {"Name": "y", "Step": "Press", "Qualifier": "sl"},
         min_seconds=700_000,
     )
     path = tmp_path / "r.json"
@@ -341,6 +354,7 @@ def test_sfc_validate_lists_every_range_and_qualifier_error_in_the_decoders_word
         "SFC000 $.Actions[3].DurationSeconds: DurationSeconds must be a number above 0 and at "
         "most 604800 (one week)",
         'SFC010 $.Actions[4].Qualifier: "XX" is not an allowed value',
+        'SFC010 $.Actions[5].Qualifier: "sl" is not an allowed value; did you mean "SL"?',
     ]
 
 
