@@ -1185,7 +1185,8 @@ def _on_answer(ev: _Evaluation, event: ActionCompleted | ActionFailed) -> Handle
     command_id = None if event.command_id is UNSET else event.command_id
     number = None if command_id is None else _command_number(command_id, key)
     if command_id is not None and (number is None or number > ev.sequence):
-        return "rejected", f"command id {command_id} was never issued for {name}"
+        mine = "" if number is not None else f" (its command ids are {key}#N)"
+        return "rejected", f"command id {command_id} was never issued for {name}{mine}"
     rec = ev.actions.get(name)
     if rec is None:
         if ev.status == "ready":

@@ -45,6 +45,7 @@ def test_respond_refuses_a_command_id_or_round_that_a_worker_would_drop(host: Ho
         proc.stderr
     ), proc.stderr
     assert "nothing queued" in proc.stderr
+    assert "(its command ids are j:a1#N)" in proc.stderr, proc.stderr
     # a round the action is not in
     proc = sfc("respond", "j", "a1", "ok", "--round", "3", *at)
     assert proc.returncode == 1, proc.stdout
@@ -52,6 +53,7 @@ def test_respond_refuses_a_command_id_or_round_that_a_worker_would_drop(host: Ho
     # a command id never issued
     proc = sfc("respond", "j", "a1", "ok", "--command-id", "j:a1#9", *at)
     assert proc.returncode == 1 and "j:a1#9 was never issued" in proc.stderr, proc.stderr
+    assert "its command ids are" not in proc.stderr  # it is of the form, only too new
     assert host.client().xlen(keys.work(scope)) == before  # nothing was queued
     # the right one is queued
     proc = sfc("respond", "j", "a1", "ok", "--command-id", "j:a1#1", "--round", "1", *at)
