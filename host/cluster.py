@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -371,6 +372,9 @@ class Routes:
         """The move that the refresh raised, said for each scope already."""
         self.move_left_to_loop: tuple[BaseException, str] | None = None
         """The move left to the loop (no other scope left to serve), and whose call it was."""
+        self.stalls: Counter[str] = Counter()
+        """Real calls of a scope that failed because its node cannot be reached, by node
+        (each waited out a timeout or was refused; a probe's PING is not counted)."""
 
     def isolating(self) -> bool:
         """Whether a scope that fails so is parked, the others served on: on a cluster,
@@ -411,6 +415,7 @@ class Routes:
             return False
         if happened is Happened.AWAY:
             node = self.store.node_name(scope)
+            self.stalls[node] += 1
             group = [s for s in self.scopes if s == scope or self.store.node_name(s) == node]
         else:
             self.store.refresh_routes()  # a move it shows ends the park at once (`serving`)

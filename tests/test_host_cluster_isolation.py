@@ -1234,11 +1234,16 @@ def test_a_node_that_stops_answering_stalls_the_others_once_not_for_each_of_its_
         wait_for(host.ended(served, ["warm"]), timeout=20, what="the first job")
         os.kill(node.process.pid, signal.SIGSTOP)
         try:
-            # one job after another: each needs the worker to serve its scope again; three
-            # real calls of 10 s to the frozen node (one a scope) came before the first
+            # one job after another: each needs the worker to serve its scope again. A real
+            # call of the frozen node waits some 10 s (the count, not the time, is checked:
+            # the deadline only guards a hang); before, one such call came for each of its
+            # scopes, and again at each try of each
+            frozen_node = f"127.0.0.1:{node.port}"
             for i in range(4):
                 job = host.submit(served, linear_recipe(1), job_id=f"then{i}").job
-                wait_for(host.ended(served, [job]), timeout=20, what=f"job {i}, node 1 frozen")
+                wait_for(host.ended(served, [job]), timeout=120, what=f"job {i}, node 1 frozen")
+                stalls = worker.routes.stalls
+                assert stalls == {frozen_node: 1}, (i, stalls)
             assert set(frozen) <= set(worker.parked), worker.parked
             for s in frozen:
                 said = messages(caplog, s)
