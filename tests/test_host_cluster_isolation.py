@@ -1536,36 +1536,3 @@ def test_a_scope_set_aside_for_a_moved_is_read_again_before_its_sweep(
         assert not host.store().dead(moved)
     finally:
         host.close()
-
-
-def test_a_scope_not_taken_up_that_left_the_registry_is_forgotten(
-    cluster: LocalCluster,
-) -> None:
-    """A registered scope not taken up because its slot moved, or because its node is away,
-    then dropped from `sfc:scopes`: the worker kept its move, or its name, for as long as it
-    ran. It forgets them at the refresh that no longer lists it."""
-    moving, other = scope_on(1, "left-moved"), scope_on(0, "left-stays")
-    host = Host(cluster.url)
-    try:
-        store = host.store()  # its map of the slots is read before the move
-        for scope in (moving, other):
-            store.register_scope(scope)
-        move_slot(cluster, keys.work(moving))
-        worker = Worker(store, FAST)
-        assert worker.refresh_scopes() == [other]
-        assert moving in worker.routes.moving
-        store.r.srem(keys.SCOPES, moving)
-        assert worker.refresh_scopes() == []
-        assert moving not in worker.routes.moving
-        away = scope_on(1, "left-away")  # node 1, whose slot `moving` left it
-        assert slot_of(away) != slot_of(moving)
-        assert not RANGES[1][0] <= key_slot(keys.SCOPES.encode()) <= RANGES[1][1]
-        store.register_scope(away)
-        cluster.servers[1].kill()
-        assert worker.refresh_scopes() == []
-        assert away in worker.routes.policy.not_taken
-        store.r.srem(keys.SCOPES, away)
-        assert worker.refresh_scopes() == []
-        assert away not in worker.routes.policy.not_taken
-    finally:
-        host.close()
