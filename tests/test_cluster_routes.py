@@ -7,17 +7,23 @@ tests/test_cluster_policy.py."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
+from prometheus_client import REGISTRY
 
 from host import keys
-from host.cluster import Happened
+from host.cluster import Happened, Routes
+from host.metrics import WorkerMetrics
 from host.server import EmbeddedServer
 from host.store import Store
 from host.worker import Worker
 from tests.hostkit import FAST, new_scope
+
+LOGGER = "sfc.host.worker"
 
 
 @pytest.fixture
@@ -55,3 +61,50 @@ def test_a_scope_not_taken_up_that_left_the_registry_is_forgotten(store: Store) 
     policy.step(kept, Happened.MOVED, 2.0)
     assert kept not in worker.refresh_scopes()
     assert kept in policy.moving
+
+
+def parks(scope: str) -> float:
+    """`sfc_worker_scopes_parked_total` of `scope` in this process (WorkerMetrics)."""
+    return REGISTRY.get_sample_value("sfc_worker_scopes_parked_total", {"scope": scope}) or 0.0
+
+
+def test_a_scope_set_aside_for_a_slot_that_moved_whose_new_node_is_away_says_so(
+    valkey_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A slot that moved (MOVED) sets its scope aside alone, at info and not counted: the
+    node answered. When the node it moved to cannot be reached as the scope is tried again,
+    that is an outage: said at warning and counted, as any park, and so is its end."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    scope = new_scope("moved-away")
+    slot, to = 1234, "127.0.0.1:7001"
+    moved = redis.exceptions.MovedError(f"{slot} {to}")
+    away = redis.ConnectionError(f"Error 111 connecting to {to}. Connection refused.")
+    store = Store.from_url(valkey_url)
+    try:
+        routes = Routes(store, 120_000, "c1", lambda: 0.0, metrics=WorkerMetrics())
+        policy = routes.policy
+
+        def step(happened: Happened, now: float, error: Exception | None = None) -> None:
+            routes.say(scope, policy.step(scope, happened, now), error)
+
+        step(Happened.MOVED, 100.0, moved)
+        assert policy.parked[scope].moved
+        said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == LOGGER]
+        line = f"scope {scope}: slot {slot} moved to {to} (a failover or a reshard)"
+        assert said == [(logging.INFO, f"{line}; reading the slots again")], said
+        assert parks(scope) == 0
+        step(Happened.MOVED, 100.5, moved)  # a try of it that answers MOVED again
+        step(Happened.AWAY, 101.0, away)  # a try of it at the node it moved to
+        (line_away,) = [r for r in caplog.records if "its node cannot be reached" in r.getMessage()]
+        assert line_away.levelno == logging.WARNING
+        assert to in line_away.getMessage()
+        assert not policy.parked[scope].moved
+        assert parks(scope) == 1
+        step(Happened.CALL_OK, 104.0)
+        assert scope not in policy.parked
+        (back,) = [r for r in caplog.records if "served again after" in r.getMessage()]
+        assert back.levelno == logging.WARNING
+        said_of = [r.getMessage() for r in caplog.records if getattr(r, "scope", None) == scope]
+        assert sum("reading the slots again" in m for m in said_of) == 1, said_of
+    finally:
+        store.close()

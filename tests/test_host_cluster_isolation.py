@@ -447,60 +447,6 @@ def test_a_jobs_entries_across_a_park_are_applied_in_their_order_and_once(
         host.close()
 
 
-def test_a_scope_set_aside_for_a_slot_that_moved_whose_new_node_is_away_says_so(
-    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A slot that moved (MOVED) sets its scope aside alone, at info and not counted: the
-    node answered. When the node it moved to cannot be reached as the scope is tried again,
-    that is an outage: said at warning and counted, as any park, and so is its end."""
-    caplog.set_level(logging.INFO, logger=LOGGER)
-    moving, other = scope_on(1, "moved"), scope_on(0, "stays")
-    host = Host(cluster.url)
-    try:
-        host.scopes += [moving, other]
-        worker = Worker(host.store(), FAST, [moving, other], metrics=WorkerMetrics())
-        worker.refresh_scopes()
-        worker.store.load_library()  # on every node (`sfc setup`) while all are up
-        slot, port = move_slot(cluster, keys.work(moving))
-        node = cluster.servers[2]
-        assert port == node.port
-        worker.read_once(block_ms=5)
-        assert worker.parked[moving].moved
-        moved = f"scope {moving}: slot {slot} moved to 127.0.0.1:{port} (a failover or a reshard)"
-        said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == LOGGER]
-        assert (logging.INFO, f"{moved}; reading the slots again") in said, said
-        assert parks(moving) == 0
-        node.kill()
-
-        def away() -> bool:
-            return any("its node cannot be reached" in m for m in messages(caplog, moving))
-
-        def step() -> None:  # a round of the loop: the sweep tries a scope set aside for a move
-            worker.sweep_once()
-            worker.read_once(block_ms=5)
-
-        wait_for(away, timeout=20, step=step, what="the park")
-        (line,) = [r for r in caplog.records if "its node cannot be reached" in r.getMessage()]
-        assert line.levelno == logging.WARNING
-        assert f"127.0.0.1:{port}" in line.getMessage()
-        assert not worker.parked[moving].moved
-        assert parks(moving) == 1
-        node.start()
-        partial([node])
-        wait_for(lambda: cluster_ok(cluster), timeout=20, what="node 2 to rejoin")
-        wait_for(
-            lambda: moving not in worker.parked,
-            timeout=20,
-            step=step,
-            what="the scope served again",
-        )
-        (back,) = [r for r in caplog.records if "served again after" in r.getMessage()]
-        assert back.levelno == logging.WARNING
-        assert sum("reading the slots again" in m for m in messages(caplog, moving)) == 1
-    finally:
-        host.close()
-
-
 def test_a_scope_whose_node_is_away_is_taken_up_at_a_later_refresh(
     cluster: LocalCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
