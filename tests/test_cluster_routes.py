@@ -108,3 +108,64 @@ def test_a_scope_set_aside_for_a_slot_that_moved_whose_new_node_is_away_says_so(
         assert sum("reading the slots again" in m for m in said_of) == 1, said_of
     finally:
         store.close()
+
+
+def test_a_slot_stuck_moving_is_said_once_at_warning_then_served_again_at_info(
+    valkey_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reshard stuck half way: the slot's owner answers ASK for the scope's keys for as long
+    as it stays so. The scope is set aside at info as a slot that moved; once that has lasted
+    SFC_OUTAGE_THRESHOLD, one warning names the scope, the slot, the node it points to, since
+    when, and the likely cause; once the reshard ends (a sweep goes through, then a batch),
+    it is served again, at info."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    scope = new_scope("stuck")
+    slot, to = 1234, "127.0.0.1:7002"
+    ask = redis.exceptions.AskError(f"{slot} {to}")
+    store = Store.from_url(valkey_url)
+    now = [1000.0]
+    try:
+        routes = Routes(store, 2000, "c1", lambda: now[0])
+        policy = routes.policy
+
+        def step(happened: Happened, error: Exception | None = None) -> None:
+            routes.say(scope, policy.step(scope, happened, now[0]), error)
+
+        def warned() -> list[logging.LogRecord]:
+            return [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+        def later() -> None:  # a round of the loop: the read's try answers ASK again
+            now[0] += 0.5
+            step(Happened.MOVING, ask)
+
+        step(Happened.MOVING, ask)  # the read's call
+        assert policy.parked[scope].moved
+        line = f"scope {scope}: slot {slot} is moving to {to} (a failover or a reshard)"
+        said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == LOGGER]
+        assert said[-1] == (logging.INFO, f"{line}; reading the slots again"), said
+        assert not warned()
+        while not warned():
+            later()
+        (stuck,) = warned()
+        text = stuck.getMessage()
+        assert text.startswith(f"scope {scope}: slot {slot} has answered ASK (to {to}) for "), text
+        assert now[0] - policy.parked[scope].since >= 2.0
+        assert " since 20" in text and " UTC: a reshard stuck half way" in text, text
+        assert "`CLUSTER SLOTS` and `CLUSTER NODES`" in text, text
+        assert stuck.scope == scope  # type: ignore[attr-defined]
+        for _ in range(20):  # once, not at every try
+            later()
+        assert len(warned()) == 1, warned()
+        assert scope in policy.parked
+        now[0] += 0.5
+        routes.went_through(scope)  # a read goes through: not the move's end
+        assert scope in policy.parked
+        routes.went_through(scope, whole=True)  # the sweep, once the reshard ends
+        assert scope not in policy.parked
+        routes.round_trip(scope)  # a batch of it
+        (back,) = [r for r in caplog.records if "served again after" in r.getMessage()]
+        assert back.levelno == logging.INFO and back.scope == scope  # type: ignore[attr-defined]
+        assert len(warned()) == 1, warned()
+        assert not policy.moving
+    finally:
+        store.close()
