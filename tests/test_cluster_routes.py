@@ -19,7 +19,7 @@ from host import keys
 from host.cluster import Happened, Routes
 from host.metrics import WorkerMetrics
 from host.server import EmbeddedServer
-from host.store import Store
+from host.store import Store, slot_of
 from host.worker import Worker
 from tests.hostkit import FAST, new_scope
 
@@ -167,5 +167,47 @@ def test_a_slot_stuck_moving_is_said_once_at_warning_then_served_again_at_info(
         assert back.levelno == logging.INFO and back.scope == scope  # type: ignore[attr-defined]
         assert len(warned()) == 1, warned()
         assert not policy.moving
+    finally:
+        store.close()
+
+
+def test_a_worker_of_one_scope_says_a_slot_stuck_moving_once_at_warning(
+    valkey_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker of one scope waits out a MOVED (or ASK) in its loop (Routes.loop_move), said
+    at info; one that lasts SFC_OUTAGE_THRESHOLD (a reshard stuck half way) is said once at
+    warning, naming the scope, and its end at info (Routes.loop_move_over)."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    scope = new_scope("stuck-one")
+    slot, to = slot_of(scope), "127.0.0.1:7002"  # the ASK of its slot
+    ask = redis.exceptions.AskError(f"{slot} {to}")
+    store = Store.from_url(valkey_url)
+    now = [1000.0]
+    try:
+        routes = Routes(store, 1000, "c1", lambda: now[0])
+        routes.scopes = [scope]
+
+        def warned() -> list[logging.LogRecord]:
+            return [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+        moving = routes.loop_move(ask, None)  # the loop's first round that answers ASK
+        while not warned():  # its next rounds, each after its backoff
+            now[0] += 0.5
+            moving = routes.loop_move(ask, moving)
+        for _ in range(20):
+            now[0] += 0.5
+            moving = routes.loop_move(ask, moving)
+        (stuck,) = warned()
+        text = stuck.getMessage()
+        assert text.startswith(
+            f"worker c1, scope {scope}: slot {slot} has answered ASK (to {to}) for "
+        ), text
+        assert stuck.scope == scope  # type: ignore[attr-defined]
+        said = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+        assert sum("reading the slots again" in m for m in said) == 1, said
+        routes.loop_move_over(moving)  # a sweep went through
+        (back,) = [r for r in caplog.records if "served again after" in r.getMessage()]
+        assert back.levelno == logging.INFO
+        assert len(warned()) == 1, warned()
     finally:
         store.close()

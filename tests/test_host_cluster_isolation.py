@@ -585,53 +585,6 @@ def test_a_reshard_stuck_with_a_scopes_keys_on_two_nodes_is_a_move_not_an_outage
         host.close()
 
 
-def test_a_worker_of_one_scope_says_a_slot_stuck_moving_once_at_warning(
-    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A worker of one scope waits out a MOVED (or ASK) in its loop, said at info; one that
-    lasts SFC_OUTAGE_THRESHOLD (a reshard stuck half way) is said once at warning, naming
-    the scope, and its end at info."""
-    caplog.set_level(logging.INFO, logger=LOGGER)
-    scope = scope_on(1, "stuck-one")
-    host = Host(cluster.url)
-    stop = threading.Event()
-    try:
-        host.scopes.append(scope)
-        worker = Worker(host.store(), replace(FAST, outage_threshold=1000), [scope])
-        worker.refresh_scopes()
-        slot, port = move_slot(cluster, keys.work(scope), half_way=True)
-        thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
-        thread.start()
-
-        def warned() -> list[logging.LogRecord]:
-            return [r for r in caplog.records if r.levelno >= logging.WARNING]
-
-        wait_for(lambda: bool(warned()), timeout=20, what="the warning")
-        (stuck,) = warned()
-        text = stuck.getMessage()
-        assert text.startswith(
-            f"worker {worker.consumer}, scope {scope}: slot {slot} has answered ASK (to "
-            f"127.0.0.1:{port}) for "
-        ), text
-        assert stuck.scope == scope  # type: ignore[attr-defined]
-        said = [r.getMessage() for r in caplog.records if r.name == LOGGER]
-        assert sum("reading the slots again" in m for m in said) == 1, said
-        end_move(cluster, slot, port)
-        wait_for(
-            lambda: any("served again after" in r.getMessage() for r in caplog.records),
-            timeout=20,
-            what="the scope served again",
-        )
-        stop.set()
-        thread.join(10)
-        (back,) = [r for r in caplog.records if "served again after" in r.getMessage()]
-        assert back.levelno == logging.INFO
-        assert len(warned()) == 1, warned()
-    finally:
-        stop.set()
-        host.close()
-
-
 def test_a_worker_of_one_scope_waits_out_a_reshard_stuck_with_its_keys_on_two_nodes(
     cluster: LocalCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
