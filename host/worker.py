@@ -240,7 +240,10 @@ class Worker:
         if not routes.isolating():
             return self.store.read(self.scopes, count, block_ms)
         rows: list[Row] = []
+        was_parked = set(routes.parked)
         for scope in routes.serving():
+            if scope in routes.parked and scope not in was_parked:
+                continue  # parked with its node by another of its scopes' call just now
             try:
                 got = self._read_scope(scope, count)
             except Exception as e:
@@ -408,7 +411,10 @@ class Worker:
         """`step` of each scope served now; one whose call fails so is parked (Routes.park)."""
         routes = self.routes
         out: list[T] = []
+        was_parked = set(routes.parked)
         for scope in routes.serving(whole):
+            if scope in routes.parked and scope not in was_parked:
+                continue  # parked with its node by another of its scopes' call just now
             try:
                 out.append(step(scope))
             except Exception as e:

@@ -1032,6 +1032,30 @@ def test_every_scope_away_falls_back_to_the_loops_backoff(
         host.close()
 
 
+def test_a_node_away_costs_one_call_in_a_round_not_one_for_each_of_its_scopes(
+    cluster: LocalCluster,
+) -> None:
+    """A round's steps (a read, a claim, a sweep) call each scope served in turn. A call of
+    a node away parks its other scopes too, and the same step calls none of them after it:
+    one real call of the node a round, not one for each of its scopes (a frozen node costs
+    some 10 s a call)."""
+    served = scope_on(0, "one-call")
+    away = [scope_on(1, f"one-call{i}") for i in range(2)]
+    node = cluster.servers[1]
+    host = Host(cluster.url)
+    try:
+        host.scopes += [served, *away]
+        worker = Worker(host.store(), FAST, [served, *away])
+        worker.refresh_scopes()
+        node.kill()
+        for step in (worker.claim_once, worker.sweep_once, lambda: worker.read_once(block_ms=5)):
+            step()
+            assert set(away) <= set(worker.parked), worker.parked
+            assert worker.routes.stalls == {f"127.0.0.1:{node.port}": 1}, worker.routes.stalls
+    finally:
+        host.close()
+
+
 def test_a_node_that_stops_answering_stalls_the_others_once_not_for_each_of_its_scopes(
     cluster: LocalCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
