@@ -8,14 +8,15 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import uvicorn
-from starlette.applications import Starlette
-
-from host.console.app import create_app
 from host.console.auth import Guard
 from host.settings import Settings
 from host.store import Store
+
+if TYPE_CHECKING:  # uvicorn and the app load when a console starts: every sfc command imports this
+    import uvicorn
+    from starlette.applications import Starlette
 
 DEFAULT_ADDR = "127.0.0.1:8780"
 
@@ -80,6 +81,10 @@ def start_console(
     sock.listen(128)
     sock.set_inheritable(False)
     port = sock.getsockname()[1]
+    import uvicorn
+
+    from host.console.app import create_app
+
     app = create_app(open_store, guard, settings)
     config = uvicorn.Config(
         app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2
