@@ -725,7 +725,7 @@ def show_text(d: readmodel.JobDetail) -> str:
     elif d.recipe_problem is not None:
         lines.append(f"The recipe: {d.recipe_problem}")
     else:
-        lines += d.explain
+        lines += _without_sections(d.explain, _SHOWN_BELOW)
     lines += _qualified_lines(d)
     if d.out_since:
         lines += ["", "Out since"]
@@ -778,6 +778,28 @@ def show_text(d: readmodel.JobDetail) -> str:
             )
         )
     return visible("\n".join(lines))  # equipment's errors and operators' comments among them
+
+
+_SHOWN_BELOW = ("Running, not waited for", "Timers that have not fired")
+"""Sections of the explainer's text that `_qualified_lines` says again, on the wall clock."""
+
+
+def _without_sections(lines: list[str], titles: tuple[str, ...]) -> list[str]:
+    """`lines` without the sections (a title line, up to the next blank) whose title starts
+    with one of `titles`, and without the blank line before each."""
+    out: list[str] = []
+    skipping = False
+    for line in lines:
+        if line.startswith(titles):
+            skipping = True
+            if out and out[-1] == "":
+                out.pop()
+            continue
+        if skipping and line == "":
+            skipping = False
+        if not skipping:
+            out.append(line)
+    return out
 
 
 def _qualified_lines(d: readmodel.JobDetail) -> list[str]:
