@@ -27,6 +27,15 @@ AXLE = ROOT / "examples/rear-axle-fitting/recipe.json"
 SIGNALS = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
 
 
+def slow_run(tmp_path: Path) -> list[str]:
+    """`sfc run` args whose equipment answers after 10 minutes: it runs until a signal comes.
+    (With answers at once, 100 jobs end in a fraction of a second on an idle machine: the
+    run was gone before the test's signal.)"""
+    script = tmp_path / "slow.script.json"
+    script.write_text('{"default": "ok@600000"}')
+    return ["run", str(AXLE), "--jobs", "100", "--script", str(script)]
+
+
 def descendants(pid: int) -> dict[int, str]:
     """Every process below `pid` (children, theirs...), with its command line."""
     parents: dict[int, int] = {}
@@ -115,9 +124,7 @@ def servers(started: dict[int, str]) -> list[int]:
 def test_sfc_run_stops_its_workers_and_server_and_removes_its_directory(
     tmp_path: Path, sig: int
 ) -> None:
-    with command(
-        tmp_path, "run", str(AXLE), "--jobs", "100", ignore_sigint=sig == signal.SIGINT
-    ) as proc:
+    with command(tmp_path, *slow_run(tmp_path), ignore_sigint=sig == signal.SIGINT) as proc:
 
         def ready() -> bool:
             running = descendants(proc.pid).values()
@@ -137,7 +144,7 @@ def test_sfc_run_stops_its_workers_and_server_and_removes_its_directory(
 
 
 def test_sfc_run_killed_takes_its_server_with_it(tmp_path: Path) -> None:
-    with command(tmp_path, "run", str(AXLE), "--jobs", "100") as proc:
+    with command(tmp_path, *slow_run(tmp_path)) as proc:
         wait_for(
             lambda: bool(servers(descendants(proc.pid))) or proc.poll() is not None,
             timeout=60,
