@@ -19,7 +19,7 @@ import pytest
 
 from host.serve import _running
 from tests.clikit import SFC, cli_env
-from tests.hostkit import wait_for
+from tests.hostkit import linear_recipe, wait_for
 from tests.test_mqtt import mqtt_broker, mqtt_url  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,13 +27,15 @@ AXLE = ROOT / "examples/rear-axle-fitting/recipe.json"
 SIGNALS = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
 
 
-def slow_run(tmp_path: Path) -> list[str]:
-    """`sfc run` args whose equipment answers after 10 minutes: it runs until a signal comes.
-    (With answers at once, 100 jobs end in a fraction of a second on an idle machine: the
-    run was gone before the test's signal.)"""
-    script = tmp_path / "slow.script.json"
+def patient_run(tmp_path: Path) -> list[str]:
+    """`sfc run` args that run until a signal comes: one action with an hour's deadline,
+    answered after ten minutes (the README's run ends 100 jobs in a fraction of a second
+    on an idle machine, before the test's signal)."""
+    recipe = tmp_path / "patient.json"
+    recipe.write_bytes(linear_recipe(1, timeout_s=3600))
+    script = tmp_path / "patient.script.json"
     script.write_text('{"default": "ok@600000"}')
-    return ["run", str(AXLE), "--jobs", "100", "--script", str(script)]
+    return ["run", str(recipe), "--jobs", "10", "--script", str(script)]
 
 
 def descendants(pid: int) -> dict[int, str]:
@@ -65,8 +67,12 @@ def command(
     what it started if the test fails before it ends."""
     err = open(tmp_path / "stderr", "wb")  # noqa: SIM115 (closed below)
 
-    def ignore() -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    def dispositions() -> None:
+        # SIGHUP as a terminal session has it, whatever the runner has (nohup, a CI runner
+        # ignore it, and sfc keeps an inherited ignore: that is what nohup asks for)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        if ignore_sigint:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     proc = subprocess.Popen(
         [*SFC, *args],
@@ -76,7 +82,7 @@ def command(
         stdout=subprocess.DEVNULL,
         stderr=err,
         start_new_session=True,
-        preexec_fn=ignore if ignore_sigint else None,
+        preexec_fn=dispositions,
     )
     try:
         yield proc
@@ -124,11 +130,13 @@ def servers(started: dict[int, str]) -> list[int]:
 def test_sfc_run_stops_its_workers_and_server_and_removes_its_directory(
     tmp_path: Path, sig: int
 ) -> None:
-    with command(tmp_path, *slow_run(tmp_path), ignore_sigint=sig == signal.SIGINT) as proc:
+    with command(tmp_path, *patient_run(tmp_path), ignore_sigint=sig == signal.SIGINT) as proc:
 
         def ready() -> bool:
             running = descendants(proc.pid).values()
-            workers = [c for c in running if "multiprocessing" in c]
+            workers = [
+                c for c in running if "multiprocessing.spawn" in c
+            ]  # not its resource_tracker
             return len(workers) == 2 and any("valkey-server" in c for c in running)
 
         wait_for(ready, timeout=60, what="the server and both workers")
@@ -144,7 +152,7 @@ def test_sfc_run_stops_its_workers_and_server_and_removes_its_directory(
 
 
 def test_sfc_run_killed_takes_its_server_with_it(tmp_path: Path) -> None:
-    with command(tmp_path, *slow_run(tmp_path)) as proc:
+    with command(tmp_path, *patient_run(tmp_path)) as proc:
         wait_for(
             lambda: bool(servers(descendants(proc.pid))) or proc.poll() is not None,
             timeout=60,
