@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from generated.state_v1_5 import ActionRecord, SfcState
-from sfc.graph import RESERVED_OUTCOMES, ActionSpec, DivergenceSpec, Graph, TransitionSpec, visible
+from sfc.graph import RESERVED_OUTCOMES, DivergenceSpec, Graph, TransitionSpec, visible
 from sfc.render import _interaction, _mark, _status
+from sfc.render import qualifier_field as qualifier
 from sfc.words import when
 
 Status = Literal["idle", "open", "done", "failed", "withdrawn", "held"]
@@ -93,25 +94,6 @@ def action_status(state: SfcState | None, rec: ActionRecord | None) -> Status:
             return "withdrawn"
         return "held" if rec.hold == "held" else "open"
     return "failed" if rec.outcome in RESERVED_OUTCOMES else "done"
-
-
-def iec_time(ms: int) -> str:
-    """A time as IEC 61131-3 writes a TIME literal: `T#5s`, `T#1m30s`, `T#2s500ms`."""
-    parts = []
-    for size, unit in ((86_400_000, "d"), (3_600_000, "h"), (60_000, "m"), (1000, "s")):
-        n, ms = divmod(ms, size)
-        if n:
-            parts.append(f"{n}{unit}")
-    if ms or not parts:
-        parts.append(f"{ms}ms")
-    return "T#" + "".join(parts)
-
-
-def qualifier(spec: ActionSpec) -> str:
-    """The action block's qualifier cell: the qualifier, and the time of a timed one."""
-    if spec.duration_ms is None:
-        return spec.qualifier
-    return f"{spec.qualifier} {iec_time(spec.duration_ms)}"
 
 
 # --------------------------------------------------------------------------- measures

@@ -17,8 +17,9 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension
 from generated.state_v1_5 import SfcState
 from sfc.builder import RECIPE_V1_2_0, build
 from sfc.graph import Graph
+from sfc.render import iec_time
 from sfc.simulation import Simulation, load_script
-from sfc.svg import iec_time, render_svg
+from sfc.svg import render_svg
 from tests.clikit import sfc
 from tests.corehelpers import divergence, graph_of, pull, push, recipe, t
 from tests.strategies import recipe_docs
