@@ -353,8 +353,12 @@ class Routes:
         consumer: str,
         clock: Callable[[], float],
         metrics: WorkerMetrics | None = None,
+        isolate: bool | None = None,
     ) -> None:
         self.store = store
+        self.isolate = isolate
+        """Whether scopes are parked one by one; None: on a cluster (production). True lets
+        the park path be tested on one server."""
         self.policy = ParkPolicy(threshold_ms)
         self.parked = self.policy.parked
         self.moving = self.policy.moving
@@ -377,9 +381,10 @@ class Routes:
         (each waited out a timeout or was refused; a probe's PING is not counted)."""
 
     def isolating(self) -> bool:
-        """Whether a scope that fails so is parked, the others served on: on a cluster,
-        with several scopes (each may live on a node of its own)."""
-        return self.store.cluster is not None and len(self.scopes) > 1
+        """Whether a scope that fails so is parked, the others served on: on a cluster
+        (or `isolate`), with several scopes (each may live on a node of its own)."""
+        isolate = self.store.cluster is not None if self.isolate is None else self.isolate
+        return isolate and len(self.scopes) > 1
 
     def serving(self, whole: bool = False) -> list[str]:
         """The scopes to call now (`ParkPolicy.serving`); a parked node whose try has come

@@ -96,7 +96,10 @@ class Worker:
         clock: Callable[[], float] = time.monotonic,
         metrics: WorkerMetrics | None = None,
         overlap: bool = False,
+        isolate: bool | None = None,
     ) -> None:
+        """`isolate` parks scopes one by one as on a cluster (None: only on a cluster); it
+        exists so that the park path can be tested on one server."""
         self.consumer = consumer or consumer_name()
         self.store = store = store.with_options(
             consumer=self.consumer,
@@ -119,7 +122,9 @@ class Worker:
         self.batches = Batches(store, settings, self.applier, self.scopes, overlap)
         """The entries read ahead, and the batch in flight (`sfc serve` overlaps batches; a
         worker stepped by a test does not, unless it says so)."""
-        self.routes = Routes(store, settings.outage_threshold, self.consumer, clock, metrics)
+        self.routes = Routes(
+            store, settings.outage_threshold, self.consumer, clock, metrics, isolate
+        )
         """Which scopes to serve now on a cluster, and what a failed call means for them."""
         self.routes.scopes = self.scopes
         self.parked = self.routes.parked
