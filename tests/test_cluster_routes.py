@@ -1,14 +1,17 @@
-"""The park-and-move policy as the worker applies it (`Worker`, `Routes`), where one real
-server shows it as well as a cluster: the scopes the refresh takes up and forgets.
+"""The park-and-move policy as the worker applies it (`Worker`, `Routes`), with no cluster:
+a Worker on one real server (`isolate=True` runs its park path there), its Routes stepped
+with the client's own exceptions for the answers a node gives (MOVED, ASK, TRYAGAIN, a
+connection refused) where a cluster's answer is the input.
 
-The cluster's answers themselves (MOVED, ASK, TRYAGAIN, a node away) are checked end to
-end in tests/test_host_cluster_isolation.py; the policy's table in
+The cluster's answers themselves (a real MOVED, ASK, TRYAGAIN, a node away) are checked end
+to end in tests/test_host_cluster_isolation.py; the policy's table in
 tests/test_cluster_policy.py."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,7 @@ import redis
 from prometheus_client import REGISTRY
 
 from host import keys
-from host.cluster import Happened, Routes
+from host.cluster import Happened, Moving, Routes
 from host.metrics import WorkerMetrics
 from host.server import EmbeddedServer
 from host.store import Store, slot_of
@@ -209,5 +212,76 @@ def test_a_worker_of_one_scope_says_a_slot_stuck_moving_once_at_warning(
         (back,) = [r for r in caplog.records if "served again after" in r.getMessage()]
         assert back.levelno == logging.INFO
         assert len(warned()) == 1, warned()
+    finally:
+        store.close()
+
+
+def tryagain() -> redis.exceptions.TryAgainError:
+    """What a node answers a call of several keys of a slot a reshard left with its keys on
+    two nodes, as the client raises it (its parser strips the code)."""
+    return redis.exceptions.TryAgainError(
+        "Multiple keys request during rehashing", status_code="TRYAGAIN"
+    )
+
+
+def test_a_worker_of_several_scopes_names_the_scope_of_a_move_its_loop_waits_out(
+    valkey_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker of two scopes whose slots a reshard has both left migrating, with their keys
+    on the old node: the first scope's sweep answers TRYAGAIN and is set aside, the last
+    one's goes to the loop. The loop said `worker C: a slot is being moved`, and at
+    SFC_OUTAGE_THRESHOLD `worker C: a slot has answered TRYAGAIN ...; new scopes wait
+    meanwhile`, with no scope, though it knew whose call it was and that scope's jobs
+    wait. It names the slot, and the scope (the line's `scope` field, and the warning)."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    first, last = new_scope("loop-move-a"), new_scope("loop-move-b")
+    now = [1000.0]
+    store = Store.from_url(valkey_url)
+    try:
+        settings = replace(FAST, outage_threshold=1000)
+        worker = Worker(store, settings, [first, last], clock=lambda: now[0], isolate=True)
+        assert worker.refresh_scopes() == [first, last]
+        routes = worker.routes
+        who = f"worker {worker.consumer}"
+        moving: Moving | None = None
+
+        def loop_said(level: int) -> list[logging.LogRecord]:
+            return [
+                r
+                for r in caplog.records
+                if r.name == LOGGER and r.levelno == level and r.getMessage().startswith(who)
+            ]
+
+        def loop_round() -> None:
+            """A round of the loop whose sweep (Worker._each_scope) answers TRYAGAIN for each
+            scope it calls: the call Routes.park does not set aside goes to the loop, which
+            waits the move out (Worker._say_unreachable -> Routes.loop_move)."""
+            nonlocal moving
+            now[0] += 0.5
+            for scope in routes.serving(whole=True):
+                error = tryagain()
+                if not routes.park(scope, error):
+                    assert routes.move_left_to_loop == (error, scope)
+                    moving = routes.loop_move(error, moving)
+                    return
+            raise AssertionError(f"no call went to the loop: {routes.serving(whole=True)}")
+
+        loop_round()
+        assert first in worker.parked and last not in worker.parked
+        while not loop_said(logging.WARNING):
+            loop_round()
+        for _ in range(10):  # once, not at every round
+            loop_round()
+        slot = slot_of(last)
+        (info,) = loop_said(logging.INFO)
+        assert info.getMessage().startswith(f"{who}: slot {slot} is being moved (TRYAGAIN"), (
+            info.getMessage()
+        )
+        assert getattr(info, "scope", None) == last
+        (stuck,) = loop_said(logging.WARNING)
+        text = stuck.getMessage()
+        assert text.startswith(f"{who}, scope {last}: slot {slot} has answered TRYAGAIN"), text
+        assert "the scope's jobs wait meanwhile" in text, text
+        assert getattr(stuck, "scope", None) == last
     finally:
         store.close()

@@ -1312,56 +1312,6 @@ def test_a_sweep_through_an_outage_pass_does_not_end_a_move_under_way(
         host.close()
 
 
-def test_a_worker_of_several_scopes_names_the_scope_of_a_move_its_loop_waits_out(
-    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A worker of two scopes whose slots a reshard has both left migrating, with their keys
-    on the old node: the first scope's sweep answers TRYAGAIN and is set aside, the last
-    one's goes to the loop. The loop said `worker C: a slot is being moved`, and at
-    SFC_OUTAGE_THRESHOLD `worker C: a slot has answered TRYAGAIN ...; new scopes wait
-    meanwhile`, with no scope, though it knew whose call it was and that scope's jobs
-    wait. It names the slot, and the scope (the line's `scope` field, and the warning)."""
-    caplog.set_level(logging.INFO, logger=LOGGER)
-    first, last = scope_on(1, "loop-move-a"), scope_on(0, "loop-move-b")
-    host = Host(cluster.url)
-    stop = threading.Event()
-    try:
-        host.scopes += [first, last]
-        worker = Worker(host.store(), replace(FAST, outage_threshold=1000), [first, last])
-        worker.refresh_scopes()
-        # the slots migrating, every key still on the old node (none moved): TRYAGAIN
-        for scope in (first, last):
-            move_slot(cluster, keys.work(scope), only=[keys.probe(scope)])
-        thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
-        thread.start()
-        who = f"worker {worker.consumer}"
-
-        def loop_said(level: int) -> list[logging.LogRecord]:
-            return [
-                r
-                for r in caplog.records
-                if r.name == LOGGER and r.levelno == level and r.getMessage().startswith(who)
-            ]
-
-        wait_for(lambda: bool(loop_said(logging.WARNING)), timeout=20, what="the warning")
-        stop.set()
-        thread.join(10)
-        slot = slot_of(last)
-        (info,) = loop_said(logging.INFO)
-        assert info.getMessage().startswith(f"{who}: slot {slot} is being moved (TRYAGAIN"), (
-            info.getMessage()
-        )
-        assert getattr(info, "scope", None) == last
-        (stuck,) = loop_said(logging.WARNING)
-        text = stuck.getMessage()
-        assert text.startswith(f"{who}, scope {last}: slot {slot} has answered TRYAGAIN"), text
-        assert "the scope's jobs wait meanwhile" in text, text
-        assert getattr(stuck, "scope", None) == last
-    finally:
-        stop.set()
-        host.close()
-
-
 def test_a_scope_set_aside_for_a_moved_is_read_again_before_its_sweep(
     cluster: LocalCluster,
 ) -> None:
