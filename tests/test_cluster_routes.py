@@ -21,24 +21,33 @@ from prometheus_client import REGISTRY
 from host import keys
 from host.cluster import Happened, Moving, Routes
 from host.metrics import WorkerMetrics
+from host.reconnect import Reconnect
 from host.server import EmbeddedServer
 from host.store import Store, slot_of
-from host.worker import Worker
+from host.worker import Timetable, Worker
 from tests.hostkit import FAST, new_scope
 
 LOGGER = "sfc.host.worker"
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    """A server of its own: a worker of the registry takes up every scope registered."""
-    server = EmbeddedServer(tmp_path / "valkey").start()
+def server(tmp_path: Path) -> Iterator[EmbeddedServer]:
+    """A server of the test's own: a worker of the registry takes up every scope registered,
+    and a test may stop it (its one node away) and start it again on its data."""
+    s = EmbeddedServer(tmp_path / "valkey").start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def store(server: EmbeddedServer) -> Iterator[Store]:
     s = Store.from_url(server.url)
     try:
         yield s
     finally:
         s.close()
-        server.stop()
 
 
 def test_a_scope_not_taken_up_that_left_the_registry_is_forgotten(store: Store) -> None:
@@ -285,3 +294,72 @@ def test_a_worker_of_several_scopes_names_the_scope_of_a_move_its_loop_waits_out
         assert getattr(stuck, "scope", None) == last
     finally:
         store.close()
+
+
+def test_a_worker_of_one_scope_says_a_move_after_an_outage(
+    server: EmbeddedServer, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker of one scope whose node goes away while its slot is stuck half way: once the
+    node is back it answers ASK again. Every MOVED or ASK after an outage had started
+    counted as part of it: the end of the outage was never said, nor the move stuck after
+    it. The node's answer ends the outage, and the move is timed from then."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    scope = new_scope("down-moved")
+    now = [1000.0]
+    worker = Worker(store, replace(FAST, outage_threshold=3000), [scope], clock=lambda: now[0])
+    assert worker.refresh_scopes() == [scope]
+    slot, to = slot_of(scope), "127.0.0.1:7002"
+    # the loop of Worker.run, stepped: its outage (Reconnect) and its move (Routes)
+    reconnect = Reconnect(
+        f"worker {worker.consumer}", logging.getLogger(LOGGER), worker.clock, worker._reconnected
+    )
+    due = Timetable(refresh=now[0], sweep=now[0], claim=now[0], trim=now[0])
+    moving: Moving | None = None
+
+    def failed(error: Exception) -> None:
+        """A round of the loop raised `error` (Worker._say_unreachable); the next comes
+        after its backoff."""
+        nonlocal moving
+        moving = worker._say_unreachable(error, reconnect, moving, due)
+        now[0] += 0.5
+
+    def ask() -> redis.exceptions.AskError:
+        """The node's answer for a key of the scope's slot, stuck half way to `to`."""
+        return redis.exceptions.AskError(f"{slot} {to}")
+
+    def said(text: str) -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.name == LOGGER and text in r.getMessage()]
+
+    move = f"worker {worker.consumer}: slot {slot} is moving to {to} "
+    failed(ask())
+    assert len(said(move)) == 1
+    server.stop()  # its node goes away
+    with pytest.raises(redis.ConnectionError) as down:
+        worker.sweep_once()
+    for _ in range(8):  # longer than SFC_OUTAGE_THRESHOLD since the first ASK
+        failed(down.value)
+    (away,) = said("the server is unreachable")
+    assert away.levelno == logging.WARNING
+    server.start()  # back, on its data: still migrating the slot
+    failed(ask())
+    (back,) = said("reconnected after")
+    assert back.levelno == logging.INFO
+    assert not said("has answered ASK")  # the move is timed from the node's answer
+    assert len(said(move)) == 2  # before the outage, and after it
+    while not said("has answered ASK"):
+        failed(ask())
+    (stuck,) = said("has answered ASK")
+    text = stuck.getMessage()
+    assert text.startswith(f"worker {worker.consumer}, scope {scope}: slot {slot} "), text
+    assert stuck.levelno == logging.WARNING
+    for _ in range(10):
+        failed(ask())
+    # the move is over: a round whose sweep goes through (Worker.run)
+    assert worker.sweep_once() == 0
+    reconnect.went_through()
+    assert moving is not None
+    worker.routes.loop_move_over(moving)
+    (over,) = said("served again after")
+    assert over.levelno == logging.INFO
+    assert len(said("has answered")) == 1
+    assert len(said("the server is unreachable")) == 1

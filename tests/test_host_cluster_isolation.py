@@ -784,51 +784,6 @@ def test_sfc_equipment_says_a_reshard_stuck_half_way_once_at_info(
         host.close()
 
 
-def test_a_worker_of_one_scope_says_a_move_after_an_outage(
-    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A worker of one scope whose node goes away while its slot is stuck half way: once the
-    node is back it answers ASK again. Every MOVED or ASK after an outage had started
-    counted as part of it: the end of the outage was never said, nor the move stuck after
-    it. The node's answer ends the outage, and the move is timed from then."""
-    caplog.set_level(logging.INFO, logger=LOGGER)
-    scope = scope_on(1, "down-moved")
-    node = cluster.servers[1]
-    host = Host(cluster.url)
-    stop = threading.Event()
-    try:
-        host.scopes.append(scope)
-        worker = Worker(host.store(), replace(FAST, outage_threshold=3000), [scope])
-        worker.store.load_library()  # on every node (`sfc setup`) while all are up
-        worker.refresh_scopes()
-        slot, port = move_slot(cluster, keys.work(scope), half_way=True)
-        thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
-        thread.start()
-        moving = f"worker {worker.consumer}: slot {slot} is moving to 127.0.0.1:{port} "
-
-        def said(text: str) -> list[logging.LogRecord]:
-            return [r for r in caplog.records if r.name == LOGGER and text in r.getMessage()]
-
-        wait_for(lambda: bool(said(moving)), timeout=20, what="the move")
-        node.kill()
-        wait_for(lambda: bool(said("the server is unreachable")), timeout=20, what="the outage")
-        rejoin(cluster, node)  # still migrating the slot (its nodes.conf says so)
-        wait_for(lambda: bool(said("reconnected after")), timeout=20, what="the outage's end")
-        wait_for(lambda: bool(said("has answered ASK")), timeout=20, what="the stuck warning")
-        (stuck,) = said("has answered ASK")
-        text = stuck.getMessage()
-        assert text.startswith(f"worker {worker.consumer}, scope {scope}: slot {slot} "), text
-        assert len(said(moving)) == 2  # before the outage, and after it
-        end_move(cluster, slot, port)
-        wait_for(lambda: bool(said("served again after")), timeout=20, what="its end")
-        stop.set()
-        thread.join(10)
-        assert len(said("has answered")) == 1
-    finally:
-        stop.set()
-        host.close()
-
-
 def test_a_move_of_every_scope_at_start_up_is_said_once_for_each(
     cluster: LocalCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
