@@ -373,18 +373,20 @@ class Routes:
         self._moves = store.moves
         """Store.moves when the parks last ended on a slot move."""
         self.move_said_per_scope: BaseException | None = None
-        """The move that the refresh raised, said for each scope already."""
+        """The move the refresh raises to the loop (it took up no scope), said for each
+        scope already (`taking_up`)."""
         self.move_left_to_loop: tuple[BaseException, str] | None = None
         """The move left to the loop (no other scope left to serve), and whose call it was."""
         self.stalls: Counter[str] = Counter()
         """Real calls of a scope that failed because its node cannot be reached, by node
         (each waited out a timeout or was refused; a probe's PING is not counted)."""
 
-    def isolating(self) -> bool:
+    def isolating(self, scopes: Sequence[str] | None = None) -> bool:
         """Whether a scope that fails so is parked, the others served on: on a cluster
-        (or `isolate`), with several scopes (each may live on a node of its own)."""
+        (or `isolate`), with several scopes (each may live on a node of its own): those
+        taken up, or `scopes` (those a refresh wants)."""
         isolate = self.store.cluster is not None if self.isolate is None else self.isolate
-        return isolate and len(self.scopes) > 1
+        return isolate and len(self.scopes if scopes is None else scopes) > 1
 
     def serving(self, whole: bool = False) -> list[str]:
         """The scopes to call now (`ParkPolicy.serving`); a parked node whose try has come
@@ -448,7 +450,9 @@ class Routes:
             self.say(scope, self.policy.step(scope, Happened.BATCH_OK, self.clock()))
 
     def taking_up(self, scope: str, error: Exception | None) -> None:
-        """The refresh took `scope` up (`error` None), or its node failed it so."""
+        """The refresh took `scope` up (`error` None), or its node failed it so. While no
+        scope is taken up, the refresh raises its last failure to the loop: a move is said
+        for each scope here, not again by the loop (`move_said_per_scope`)."""
         if error is None:
             self.policy.step(scope, Happened.TAKEN, self.clock(), taken=False)
             return
@@ -456,6 +460,8 @@ class Routes:
         assert happened is not None
         if happened is not Happened.AWAY:
             self.store.refresh_routes()  # routine: the next refresh goes where it went
+        if not self.scopes:
+            self.move_said_per_scope = None if happened is Happened.AWAY else error
         said = self.policy.step(scope, happened, self.clock(), taken=False)
         self.say(scope, said, error)
 

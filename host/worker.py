@@ -152,7 +152,7 @@ class Worker:
                 return []
         routes.policy.forget(wanted, self.scopes)
         new = [s for s in wanted if s not in self.scopes]
-        several = self.store.cluster is not None and len(wanted) > 1
+        several = routes.isolating(wanted)
         taken: list[str] = []
         away: Exception | None = None
         for scope in new:
@@ -170,11 +170,7 @@ class Worker:
             taken.append(scope)
             log.info("serving scope %s (consumer %s)", scope, self.consumer)
         if away is not None and not self.scopes:
-            if slot_moving(away):
-                routes.move_said_per_scope = (
-                    away  # said for each scope: the loop does not say it again
-                )
-            raise away  # none can be reached: the loop's backoff
+            raise away  # none can be reached: the loop's backoff (a move: said for each)
         return taken
 
     def recover(self, scope: str) -> int:

@@ -363,3 +363,30 @@ def test_a_worker_of_one_scope_says_a_move_after_an_outage(
     assert over.levelno == logging.INFO
     assert len(said("has answered")) == 1
     assert len(said("the server is unreachable")) == 1
+
+
+def test_a_refresh_that_takes_up_no_scope_raises_its_last_failure_to_the_loop(
+    server: EmbeddedServer, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker of several scopes whose refresh finds every scope's node away (here its one
+    server): each scope is said not taken up, once, at warning, and the refresh raises its
+    last failure to the loop (its backoff; an outage, so the loop says it, not a move said
+    for each scope). Once the node is back, a refresh takes them all up."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    scopes = [new_scope("none-a"), new_scope("none-b")]
+    worker = Worker(store, FAST, scopes, isolate=True)
+    server.stop()
+    for _ in range(2):  # the loop's rounds
+        with pytest.raises(redis.ConnectionError):
+            worker.refresh_scopes()
+        assert worker.scopes == []
+        assert worker.routes.move_said_per_scope is None
+    lines = [r for r in caplog.records if "not taken up now" in r.getMessage()]
+    assert sorted(getattr(r, "scope", "") for r in lines) == sorted(scopes), lines
+    for line in lines:
+        assert line.levelno == logging.WARNING
+        assert "its node cannot be reached" in line.getMessage()
+        assert "moved to" not in line.getMessage()
+    server.start()
+    assert worker.refresh_scopes() == scopes
+    assert not worker.routes.policy.not_taken
