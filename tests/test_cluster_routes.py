@@ -296,6 +296,39 @@ def test_a_worker_of_several_scopes_names_the_scope_of_a_move_its_loop_waits_out
         store.close()
 
 
+class Loop:
+    """The loop of `Worker.run`, stepped on a clock of the test's (`now`): a round that
+    raised goes to Worker._say_unreachable with a Reconnect built as run builds it (a move
+    to Routes.loop_move, an outage to the Reconnect); the next round comes after 0.5 s."""
+
+    def __init__(self, worker: Worker, now: list[float]) -> None:
+        self.worker = worker
+        self.now = now
+        self.reconnect = Reconnect(
+            f"worker {worker.consumer}", logging.getLogger(LOGGER), worker.clock,
+            worker._reconnected,
+        )  # fmt: skip
+        self.due = Timetable(refresh=now[0], sweep=now[0], claim=now[0], trim=now[0])
+        self.moving: Moving | None = None
+
+    def failed(self, error: Exception) -> None:
+        """A round raised `error`."""
+        self.moving = self.worker._say_unreachable(error, self.reconnect, self.moving, self.due)
+        self.now[0] += 0.5
+
+    def swept(self) -> None:
+        """A round whose sweep went through: a move the loop waited out is over."""
+        self.reconnect.went_through()
+        if self.moving is not None:
+            self.worker.routes.loop_move_over(self.moving)
+            self.moving = None
+
+
+def ask(scope: str, to: str) -> redis.exceptions.AskError:
+    """What a node answers for a key of the slot of `scope`, stuck half way to `to`."""
+    return redis.exceptions.AskError(f"{slot_of(scope)} {to}")
+
+
 def test_a_worker_of_one_scope_says_a_move_after_an_outage(
     server: EmbeddedServer, store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -309,60 +342,88 @@ def test_a_worker_of_one_scope_says_a_move_after_an_outage(
     worker = Worker(store, replace(FAST, outage_threshold=3000), [scope], clock=lambda: now[0])
     assert worker.refresh_scopes() == [scope]
     slot, to = slot_of(scope), "127.0.0.1:7002"
-    # the loop of Worker.run, stepped: its outage (Reconnect) and its move (Routes)
-    reconnect = Reconnect(
-        f"worker {worker.consumer}", logging.getLogger(LOGGER), worker.clock, worker._reconnected
-    )
-    due = Timetable(refresh=now[0], sweep=now[0], claim=now[0], trim=now[0])
-    moving: Moving | None = None
-
-    def failed(error: Exception) -> None:
-        """A round of the loop raised `error` (Worker._say_unreachable); the next comes
-        after its backoff."""
-        nonlocal moving
-        moving = worker._say_unreachable(error, reconnect, moving, due)
-        now[0] += 0.5
-
-    def ask() -> redis.exceptions.AskError:
-        """The node's answer for a key of the scope's slot, stuck half way to `to`."""
-        return redis.exceptions.AskError(f"{slot} {to}")
+    loop = Loop(worker, now)
 
     def said(text: str) -> list[logging.LogRecord]:
         return [r for r in caplog.records if r.name == LOGGER and text in r.getMessage()]
 
     move = f"worker {worker.consumer}: slot {slot} is moving to {to} "
-    failed(ask())
+    loop.failed(ask(scope, to))
     assert len(said(move)) == 1
     server.stop()  # its node goes away
     with pytest.raises(redis.ConnectionError) as down:
         worker.sweep_once()
     for _ in range(8):  # longer than SFC_OUTAGE_THRESHOLD since the first ASK
-        failed(down.value)
+        loop.failed(down.value)
     (away,) = said("the server is unreachable")
     assert away.levelno == logging.WARNING
     server.start()  # back, on its data: still migrating the slot
-    failed(ask())
+    loop.failed(ask(scope, to))
     (back,) = said("reconnected after")
     assert back.levelno == logging.INFO
     assert not said("has answered ASK")  # the move is timed from the node's answer
     assert len(said(move)) == 2  # before the outage, and after it
     while not said("has answered ASK"):
-        failed(ask())
+        loop.failed(ask(scope, to))
     (stuck,) = said("has answered ASK")
     text = stuck.getMessage()
     assert text.startswith(f"worker {worker.consumer}, scope {scope}: slot {slot} "), text
     assert stuck.levelno == logging.WARNING
     for _ in range(10):
-        failed(ask())
-    # the move is over: a round whose sweep goes through (Worker.run)
-    assert worker.sweep_once() == 0
-    reconnect.went_through()
-    assert moving is not None
-    worker.routes.loop_move_over(moving)
+        loop.failed(ask(scope, to))
+    assert worker.sweep_once() == 0  # the move is over: the sweep goes through
+    loop.swept()
     (over,) = said("served again after")
     assert over.levelno == logging.INFO
     assert len(said("has answered")) == 1
     assert len(said("the server is unreachable")) == 1
+
+
+def test_a_move_of_every_scope_at_start_up_is_said_once_for_each(
+    valkey_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every scope a worker serves is in one slot, stuck half way when it starts: none can
+    be taken up. Each scope says the move at info, and at warning once it lasted
+    SFC_OUTAGE_THRESHOLD; the loop, to which the refresh raised, said it a third time."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    a = new_scope("start-a")
+    b = next(f"{a}-{i}" for i in range(1_000_000) if slot_of(f"{a}-{i}") == slot_of(a))
+    to = "127.0.0.1:7002"
+    now = [1000.0]
+    store = Store.from_url(valkey_url)
+    try:
+        settings = replace(FAST, outage_threshold=1000)
+        worker = Worker(store, settings, [a, b], clock=lambda: now[0])
+        loop = Loop(worker, now)
+
+        def said(text: str) -> list[logging.LogRecord]:
+            return [r for r in caplog.records if r.name == LOGGER and text in r.getMessage()]
+
+        def start_up() -> None:
+            """A round whose refresh finds each scope's slot stuck half way: the node
+            answers each scope's call ASK (Routes.taking_up), none is taken up, and the
+            refresh raises the last answer to the loop."""
+            error = None
+            for scope in (a, b):
+                error = ask(scope, to)
+                worker.routes.taking_up(scope, error)
+            assert error is not None and not worker.scopes
+            loop.failed(error)
+
+        while len(said("has answered ASK")) < 2:
+            start_up()
+        for _ in range(10):
+            start_up()
+        assert worker.refresh_scopes() == [a, b]  # the move is over
+        assert len(said("serving scope")) == 2
+        assert worker.sweep_once() == 0
+        loop.swept()
+        for text in ("is moving to", "has answered ASK"):
+            lines = said(text)
+            assert sorted(getattr(r, "scope", "") for r in lines) == sorted([a, b]), lines
+        assert not said(f"worker {worker.consumer}")
+    finally:
+        store.close()
 
 
 def test_a_refresh_that_takes_up_no_scope_raises_its_last_failure_to_the_loop(

@@ -29,7 +29,7 @@ from host.equipment import Responder, always, respond
 from host.metrics import WorkerMetrics
 from host.scripted import ScriptedEquipment, load_host_script
 from host.server import RANGES, EmbeddedServer
-from host.store import Store, slot_moving, slot_of, unreachable
+from host.store import Store, slot_moving, unreachable
 from host.worker import Worker
 from tests.clikit import processes, sfc
 from tests.clusterkit import LocalCluster, end_move, move_slot
@@ -781,45 +781,6 @@ def test_sfc_equipment_says_a_reshard_stuck_half_way_once_at_info(
         stop.set()
         if thread is not None:
             thread.join(10)
-        host.close()
-
-
-def test_a_move_of_every_scope_at_start_up_is_said_once_for_each(
-    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Every scope a worker serves is in one slot, stuck half way when it starts: none can
-    be taken up. Each scope says the move at info, and at warning once it lasted
-    SFC_OUTAGE_THRESHOLD; the loop, to which the refresh raised, said it a third time."""
-    caplog.set_level(logging.INFO, logger=LOGGER)
-    a = scope_on(1, "start-a")
-    b = next(
-        f"{a}-{i}"
-        for i in range(1_000_000)
-        if key_slot(keys.work(f"{a}-{i}").encode()) == slot_of(a)
-    )
-    host = Host(cluster.url)
-    stop = threading.Event()
-    try:
-        host.scopes += [a, b]
-        slot, port = move_slot(cluster, keys.work(a), half_way=True)
-        worker = Worker(host.store(), replace(FAST, outage_threshold=1000), [a, b])
-        thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
-        thread.start()
-
-        def said(text: str) -> list[logging.LogRecord]:
-            return [r for r in caplog.records if r.name == LOGGER and text in r.getMessage()]
-
-        wait_for(lambda: len(said("has answered ASK")) >= 2, timeout=20, what="the warnings")
-        end_move(cluster, slot, port)
-        wait_for(lambda: len(said("serving scope")) == 2, timeout=20, what="both taken up")
-        stop.set()
-        thread.join(10)
-        for text in ("is moving to", "has answered ASK"):
-            lines = said(text)
-            assert sorted(getattr(r, "scope", "") for r in lines) == sorted([a, b]), lines
-        assert not said(f"worker {worker.consumer}")
-    finally:
-        stop.set()
         host.close()
 
 
