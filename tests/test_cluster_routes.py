@@ -451,3 +451,31 @@ def test_a_refresh_that_takes_up_no_scope_raises_its_last_failure_to_the_loop(
     server.start()
     assert worker.refresh_scopes() == scopes
     assert not worker.routes.policy.not_taken
+
+
+def test_a_scope_not_taken_up_for_a_slot_that_moved_says_so_at_info(
+    valkey_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A scope whose slot moved before the worker took it up (its map of the slots read
+    before): the node answered MOVED. It was said at warning as a node that cannot be
+    reached; it is said as what it is, in the words of a parked scope's MOVED, at info, and
+    the scope is taken up at the next refresh, where the slots read again show it."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    moving, other = new_scope("late-moved"), new_scope("late-stays")
+    slot, to = slot_of(moving), "127.0.0.1:7001"
+    store = Store.from_url(valkey_url)
+    try:
+        worker = Worker(store, FAST, [moving, other], isolate=True)
+        # the refresh's call of it, which its node answered MOVED (Routes.taking_up)
+        worker.routes.taking_up(moving, redis.exceptions.MovedError(f"{slot} {to}"))
+        line = f"scope {moving}: slot {slot} moved to {to} (a failover or a reshard)"
+        said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == LOGGER]
+        assert said == [(logging.INFO, f"{line}; reading the slots again")], said
+        assert moving in worker.routes.moving and not worker.routes.policy.not_taken
+        assert worker.refresh_scopes() == [moving, other]  # the next refresh
+        assert moving not in worker.routes.moving
+        said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == LOGGER]
+        assert (logging.INFO, f"serving scope {moving} (consumer {worker.consumer})") in said
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], said
+    finally:
+        store.close()

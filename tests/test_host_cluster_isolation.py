@@ -450,52 +450,37 @@ def test_a_jobs_entries_across_a_park_are_applied_in_their_order_and_once(
 def test_a_scope_whose_node_is_away_is_taken_up_at_a_later_refresh(
     cluster: LocalCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A refresh finds one scope's node away and another's slot moved (its map of the slots
+    read before: MOVED). It takes up the others and goes on; the one away is said once, at
+    warning, and taken up once its node is back; the moved one is said at info, and taken
+    up at the next refresh, where the slots read again show it. (The words of both, with
+    no cluster: tests/test_cluster_routes.py.)"""
     caplog.set_level(logging.INFO, logger=LOGGER)
     scopes = [scope_on(i, f"late{i}") for i in range(3)]
+    moved = scope_on(1, "late-moved")
     away, node = scopes[0], cluster.servers[0]
     host = Host(cluster.url)
     try:
         store = host.store()  # its map of the slots is read while every node is up
+        slot, port = move_slot(cluster, keys.work(moved))
         node.kill()
-        worker = Worker(store, FAST, scopes)
+        worker = Worker(store, FAST, [*scopes, moved])
         assert worker.refresh_scopes() == scopes[1:]
-        assert worker.refresh_scopes() == []
+        assert worker.refresh_scopes() == [moved]
+        assert store.node_name(moved) == f"127.0.0.1:{port}"
         said = messages(caplog, away)
         assert sum("not taken up now: its node cannot be reached" in m for m in said) == 1, said
-        (line,) = [r for r in caplog.records if "not taken up now" in r.getMessage()]
-        assert line.levelno == logging.WARNING  # an outage, not a slot that moved
+        (line,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert "not taken up now" in line.getMessage() and line.scope == away  # type: ignore[attr-defined]
         assert "moved to" not in line.getMessage()
+        (moving,) = [r for r in caplog.records if "moved to" in r.getMessage()]
+        assert moving.levelno == logging.INFO
+        assert moving.getMessage().startswith(f"scope {moved}: slot {slot} moved to "), moving
         node.start()
         partial([node])
         wait_for(lambda: cluster_ok(cluster), timeout=20, what="node 0 to rejoin")
         assert worker.refresh_scopes() == [away]
-        assert worker.scopes == [*scopes[1:], away]
-    finally:
-        host.close()
-
-
-def test_a_scope_not_taken_up_for_a_slot_that_moved_says_so_at_info(
-    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A scope whose slot moved before the worker took it up (its map of the slots read
-    before): the node answered MOVED. It was said at warning as a node that cannot be
-    reached; it is said as what it is, in the words of a parked scope's MOVED, at info, and
-    the scope is taken up at the next refresh, where the slots read again show it."""
-    caplog.set_level(logging.INFO, logger=LOGGER)
-    moving, other = scope_on(1, "late-moved"), scope_on(0, "late-stays")
-    host = Host(cluster.url)
-    try:
-        store = host.store()  # its map of the slots is read before the move
-        slot, port = move_slot(cluster, keys.work(moving))
-        worker = Worker(store, FAST, [moving, other])
-        assert worker.refresh_scopes() == [other]
-        line = f"scope {moving}: slot {slot} moved to 127.0.0.1:{port} (a failover or a reshard)"
-        said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == LOGGER]
-        assert (logging.INFO, f"{line}; reading the slots again") in said, said
-        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], said
-        assert worker.refresh_scopes() == [moving]
-        assert store.node_name(moving) == f"127.0.0.1:{port}"
-        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], said
+        assert worker.scopes == [*scopes[1:], moved, away]
     finally:
         host.close()
 
