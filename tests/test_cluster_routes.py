@@ -25,7 +25,7 @@ from host.reconnect import Reconnect
 from host.server import EmbeddedServer
 from host.store import Store, slot_of
 from host.worker import Timetable, Worker
-from tests.hostkit import FAST, new_scope
+from tests.hostkit import FAST, Host, linear_recipe, new_scope
 
 LOGGER = "sfc.host.worker"
 
@@ -479,3 +479,37 @@ def test_a_scope_not_taken_up_for_a_slot_that_moved_says_so_at_info(
         assert not [r for r in caplog.records if r.levelno >= logging.WARNING], said
     finally:
         store.close()
+
+
+def test_a_registry_whose_node_is_away_leaves_the_scopes_served(
+    server: EmbeddedServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker of every registered scope reads `sfc:scopes` at each refresh: while its node
+    is away, the worker serves the scopes it has."""
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    host = Host(server.url)
+    try:
+        scopes = [host.scope("reg0"), host.scope("reg1")]
+        jobs = {s: host.submit(s, linear_recipe(1), job_id="j").job for s in scopes}
+        responders = [host.responder(s) for s in scopes]
+        worker = Worker(host.store(), FAST, None, isolate=True)
+        assert worker.refresh_scopes() == sorted(scopes)  # the submits registered them
+        lone = Worker(host.store(), FAST, None)  # one server's: its loop waits an outage out
+        assert lone.refresh_scopes() == sorted(scopes)
+        server.stop()  # the registry's node goes away
+        assert worker.refresh_scopes() == []
+        assert worker.scopes == sorted(scopes)
+        (line,) = [r for r in caplog.records if "registry cannot be read" in r.getMessage()]
+        assert line.levelno == logging.DEBUG
+        with pytest.raises(redis.ConnectionError):
+            lone.refresh_scopes()
+        server.start()  # on its data
+        host.run(
+            [worker],
+            responders,
+            lambda: all(host.ended(s, [j])() for s, j in jobs.items()),
+            sweep=False,
+        )
+        assert worker.scopes == sorted(scopes)
+    finally:
+        host.close()

@@ -453,19 +453,27 @@ def test_a_scope_whose_node_is_away_is_taken_up_at_a_later_refresh(
     """A refresh finds one scope's node away and another's slot moved (its map of the slots
     read before: MOVED). It takes up the others and goes on; the one away is said once, at
     warning, and taken up once its node is back; the moved one is said at info, and taken
-    up at the next refresh, where the slots read again show it. (The words of both, with
-    no cluster: tests/test_cluster_routes.py.)"""
+    up at the next refresh, where the slots read again show it. A worker of the registry
+    whose node (of `sfc:scopes`) is away keeps the scopes it has. (The words, and the
+    registry's worker serving on, with no cluster: tests/test_cluster_routes.py.)"""
     caplog.set_level(logging.INFO, logger=LOGGER)
-    scopes = [scope_on(i, f"late{i}") for i in range(3)]
-    moved = scope_on(1, "late-moved")
-    away, node = scopes[0], cluster.servers[0]
+    on = next(i for i, (low, high) in enumerate(RANGES) if low <= key_slot(b"sfc:scopes") <= high)
+    scopes = [scope_on(i, f"late{i}") for i in range(3) if i != on]
+    away, node = scope_on(on, "late-away"), cluster.servers[on]
+    moved = scope_on((on + 1) % 3, "late-moved")  # moves to the next node, which stays
     host = Host(cluster.url)
     try:
         store = host.store()  # its map of the slots is read while every node is up
         slot, port = move_slot(cluster, keys.work(moved))
+        for scope in scopes:
+            store.register_scope(scope)
+        registry = Worker(host.store(), FAST, None)  # (its client reads the map again)
+        assert registry.refresh_scopes() == sorted(scopes)
         node.kill()
-        worker = Worker(store, FAST, [*scopes, moved])
-        assert worker.refresh_scopes() == scopes[1:]
+        assert registry.refresh_scopes() == []  # the registry's node away: it goes on
+        assert registry.scopes == sorted(scopes)
+        worker = Worker(store, FAST, [*scopes, away, moved])
+        assert worker.refresh_scopes() == scopes
         assert worker.refresh_scopes() == [moved]
         assert store.node_name(moved) == f"127.0.0.1:{port}"
         said = messages(caplog, away)
@@ -478,9 +486,9 @@ def test_a_scope_whose_node_is_away_is_taken_up_at_a_later_refresh(
         assert moving.getMessage().startswith(f"scope {moved}: slot {slot} moved to "), moving
         node.start()
         partial([node])
-        wait_for(lambda: cluster_ok(cluster), timeout=20, what="node 0 to rejoin")
+        wait_for(lambda: cluster_ok(cluster), timeout=20, what=f"node {on} to rejoin")
         assert worker.refresh_scopes() == [away]
-        assert worker.scopes == [*scopes[1:], moved, away]
+        assert worker.scopes == [*scopes, moved, away]
     finally:
         host.close()
 
@@ -844,31 +852,6 @@ def test_a_host_starts_while_a_primary_is_down(
             responder = host.responder(scope)
             wait_for(host.ended(scope, [job]), step=responder.pump, what="the job, served by serve")
             assert host.order_path(scope, job).startswith("Ended"), host.order_path(scope, job)
-    finally:
-        host.close()
-
-
-def test_a_registry_whose_node_is_away_leaves_the_scopes_served(cluster: LocalCluster) -> None:
-    """A worker of every registered scope reads `sfc:scopes` at each refresh: while its node
-    is away, the worker serves the scopes it has."""
-    slot = key_slot(keys.SCOPES.encode())
-    on = next(i for i, (low, high) in enumerate(RANGES) if low <= slot <= high)
-    scopes = [scope_on(i, f"reg{i}") for i in range(3) if i != on]
-    host = Host(cluster.url)
-    try:
-        host.scopes += scopes
-        jobs = {s: host.submit(s, linear_recipe(1), job_id="j").job for s in scopes}
-        responders = [host.responder(s) for s in scopes]
-        worker = Worker(host.store(), FAST, None)
-        assert worker.refresh_scopes() == sorted(scopes)  # the submits registered them
-        cluster.servers[on].kill()
-        assert worker.refresh_scopes() == []
-        host.run(
-            [worker],
-            responders,
-            lambda: all(host.ended(s, [j])() for s, j in jobs.items()),
-            sweep=False,
-        )
     finally:
         host.close()
 
