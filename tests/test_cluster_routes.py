@@ -19,13 +19,13 @@ import redis
 from prometheus_client import REGISTRY
 
 from host import keys
-from host.cluster import Happened, Moving, Routes
+from host.cluster import PARK_MAX_S, Happened, Moving, Routes, Status
 from host.metrics import WorkerMetrics
 from host.reconnect import Reconnect
 from host.server import EmbeddedServer
 from host.store import Store, slot_of
 from host.worker import Timetable, Worker
-from tests.hostkit import FAST, Host, linear_recipe, new_scope
+from tests.hostkit import FAST, Host, linear_recipe, new_scope, wait_for
 
 LOGGER = "sfc.host.worker"
 
@@ -513,3 +513,53 @@ def test_a_registry_whose_node_is_away_leaves_the_scopes_served(
         assert worker.scopes == sorted(scopes)
     finally:
         host.close()
+
+
+def test_a_sweep_through_an_outage_pass_does_not_end_a_move_under_way(
+    host: Host, valkey_url: str
+) -> None:
+    """A reshard stuck with one job's hash moved and every key of the sweep on the old node,
+    `sfc:outage:{S}` among them (an outage pass under way): the sweep went through, which
+    ended the scope's set-aside while every commit of the job answered TRYAGAIN, and its
+    entries were read again (a delivery each) at every sweep until they were buried. The
+    sweep names a key never written (`keys.probe`): it answers a move for as long as the
+    slot is being moved, and the scope stays set aside until the move is over."""
+    moving, other = host.scope("stuck-outage"), host.scope("stuck-outage-other")
+    now = [1000.0]
+    worker = Worker(host.store(), FAST, [moving, other], clock=lambda: now[0], isolate=True)
+    worker.refresh_scopes()
+    host.submit(moving, linear_recipe(3), job_id="first")
+    wait_for(
+        lambda: worker.store.unread(moving) == 0,
+        step=lambda: worker.read_once(block_ms=5),
+        what="the first job started",
+    )
+    worker.sweep_once()  # its heartbeat
+    r = worker.store.client(moving)
+    r.zadd(keys.due(moving), {"first": 2**50})
+    r.sadd(keys.outage(moving), "first")  # an outage pass under way
+    routes = worker.routes
+    assert routes.park(moving, tryagain())  # the claim's Store.probe: TRYAGAIN
+    assert worker.parked[moving].status is Status.MOVING
+    # the sweep's call names, with its keys, the one Store.probe names that is never
+    # written: a node answers it with a move while the slot is being moved
+    with (
+        redis.Redis.from_url(valkey_url, socket_timeout=10) as watcher,
+        watcher.monitor() as seen,
+    ):
+        worker.store.sweep(moving, FAST.outage_threshold, FAST.sweep_limit)
+        call: list[str] = []
+        while call[:2] != ["FCALL", "sfc1_sweep"]:  # (the server's calls in order)
+            call = seen.next_command()["command"].split()
+    named = call[3 : 3 + int(call[2])]
+    assert keys.probe(moving) in named and keys.outage(moving) in named, call
+    assert not r.exists(keys.probe(moving))
+    now[0] += PARK_MAX_S  # its next try has come
+    assert moving not in routes.serving()  # not a read's: it waits for a whole call
+    assert moving in routes.serving(whole=True)
+    assert routes.park(moving, tryagain())  # the sweep's call, while the slot is moving
+    routes.went_through(moving)  # a read of it goes through meanwhile
+    assert moving in worker.parked  # the move is not over
+    now[0] += PARK_MAX_S
+    worker.sweep_once()  # the move is over: the sweep goes through
+    assert moving not in worker.parked

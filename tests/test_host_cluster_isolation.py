@@ -29,7 +29,7 @@ from host.equipment import Responder, always, respond
 from host.metrics import WorkerMetrics
 from host.scripted import ScriptedEquipment, load_host_script
 from host.server import RANGES, EmbeddedServer
-from host.store import Store, slot_moving, unreachable
+from host.store import Store, unreachable
 from host.worker import Worker
 from tests.clikit import processes, sfc
 from tests.clusterkit import LocalCluster, end_move, move_slot
@@ -1149,49 +1149,6 @@ def test_workers_of_a_scope_in_a_stuck_reshard_do_not_bury_its_entries(
         routed.close()
         assert not host.store().dead(moving)
         assert sum(w.counters.buried for w in workers) == 0
-    finally:
-        host.close()
-
-
-def test_a_sweep_through_an_outage_pass_does_not_end_a_move_under_way(
-    cluster: LocalCluster,
-) -> None:
-    """A reshard stuck with one job's hash moved and every key of the sweep on the old node,
-    `sfc:outage:{S}` among them (an outage pass under way): the sweep went through, which
-    ended the scope's set-aside while every commit of the job answered TRYAGAIN, and its
-    entries were read again (a delivery each) at every sweep until they were buried. The
-    sweep names a key never written (`keys.probe`): it answers a move for as long as the
-    slot is being moved, and the scope stays set aside until the move is over."""
-    moving, other = scope_on(1, "stuck-outage"), scope_on(0, "stuck-outage-other")
-    host = Host(cluster.url)
-    try:
-        host.scopes += [moving, other]
-        worker = Worker(host.store(), FAST, [moving, other])
-        worker.refresh_scopes()
-        host.submit(moving, linear_recipe(3), job_id="first")
-        wait_for(
-            lambda: worker.store.unread(moving) == 0,
-            step=lambda: worker.read_once(block_ms=5),
-            what="the first job started",
-        )
-        worker.sweep_once()  # its heartbeat
-        r = worker.store.client(moving)
-        r.zadd(keys.due(moving), {"first": 2**50})
-        r.sadd(keys.outage(moving), "first")  # an outage pass under way
-        slot, port = move_slot(cluster, keys.work(moving), only=[keys.job(moving, "first")])
-        worker.claim_once()  # tries the scope with all its keys (Store.probe): TRYAGAIN
-        assert moving in worker.parked
-        with pytest.raises(Exception) as raised:
-            worker.store.sweep(moving, FAST.outage_threshold, FAST.sweep_limit)
-        assert slot_moving(raised.value), raised.value
-        worker.sweep_once()
-        assert moving in worker.parked  # the move is not over
-        end_move(cluster, slot, port)
-        wait_for(
-            lambda: moving not in worker.parked,
-            step=worker.sweep_once,
-            what="the scope served again once the move is over",
-        )
     finally:
         host.close()
 
