@@ -8,13 +8,28 @@ checked end to end in tests/test_host_cluster_isolation.py."""
 
 from __future__ import annotations
 
+import logging
+from dataclasses import replace
+
+import msgspec
+import pytest
 import redis
 
+from host import keys
+from host.cluster import PARK_MAX_S, Happened
+from host.entries import decode_history
 from host.store import slot_of
 from host.worker import Worker
-from tests.hostkit import FAST, Host, linear_recipe
+from tests.faultkit import COMPLETED, check, wide_recipe
+from tests.hostkit import FAST, Host, linear_recipe, wait_for
 
+LOGGER = "sfc.host.worker"
 MOVED_TO = "127.0.0.1:7001"
+SLOW_CLAIM = replace(FAST, autoclaim_idle=60_000)
+"""No claim within the test: what a worker applies of its own pending entries it read
+again itself, not after SFC_AUTOCLAIM_IDLE (a minute)."""
+BOGUS = {"v": "1", "kind": "bogus", "data": "{}"}
+"""A work entry that does not decode (malformed)."""
 
 
 def stream_order(entry_id: str) -> tuple[int, ...]:
@@ -28,6 +43,29 @@ def park_alone(worker: Worker, scope: str) -> None:
     moved = redis.exceptions.MovedError(f"{slot_of(scope)} {MOVED_TO}")
     assert worker.routes.park(scope, moved)
     assert scope in worker.parked and scope in worker.routes.reread
+
+
+def park_away(worker: Worker, scope: str) -> None:
+    """Park `scope` as its call does on a cluster when its node, holding no other scope of
+    the worker, is killed (Routes.park on a ConnectionError): parked AWAY, said at warning,
+    its own pending entries read first when it is served again. Its node is back once its
+    try comes: the probe's PING (Store.answers) finds the one server answering."""
+    routes = worker.routes
+    node = routes.store.node_name(scope)
+    away = redis.ConnectionError(f"Error 111 connecting to {node}. Connection refused.")
+    assert routes.isolating()
+    routes.stalls[node] += 1
+    routes.reread[scope] = "0"
+    routes.say(scope, routes.policy.step(scope, Happened.AWAY, routes.clock()), away)
+    assert scope in worker.parked and not worker.parked[scope].moved
+
+
+def messages(caplog: pytest.LogCaptureFixture, scope: str) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == LOGGER and getattr(r, "scope", None) == scope
+    ]
 
 
 def test_a_worker_told_to_isolate_reads_each_scope_and_its_own_pending_entries_first(
@@ -62,3 +100,181 @@ def test_a_worker_told_to_isolate_reads_each_scope_and_its_own_pending_entries_f
     (late,) = worker._read(None)
     assert late[0] == a and stream_order(late[1]) > stream_order(pending[-1])
     assert a not in worker.routes.reread
+
+
+def test_an_own_pending_entry_delivered_too_often_is_buried_when_read_again_after_a_park(
+    host: Host, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The claim buries an entry delivered more than SFC_MAX_DELIVERIES times, so that one
+    that makes the worker fail each time cannot block its job for ever. The re-read of a
+    worker's own pending entries once their scope is served again counts a delivery each
+    time too, and applied them without that check: it buries them the same way."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    served, away = host.scope("spent-a"), host.scope("spent-b")
+    poisoned = host.submit(away, linear_recipe(1), job_id="poisoned").job
+    fine = host.submit(away, linear_recipe(1), job_id="fine").job
+    now = [100.0]
+    worker = Worker(host.store(), SLOW_CLAIM, [served, away], clock=lambda: now[0], isolate=True)
+    worker.refresh_scopes()
+    # the poisoned job's start, read as the worker reads it, then its node dies
+    ((_, entry, _),) = worker.store.read([away], 1, None)
+    park_away(worker, away)
+    worker.read_once(block_ms=5)
+    assert away in worker.parked  # not tried before its backoff
+    # delivered again and not acked up to SFC_MAX_DELIVERIES: as by a worker that read
+    # it and failed each time (the server counts every read of it)
+    assert worker.store.deliveries(away, entry) >= 1
+    while worker.store.deliveries(away, entry) < FAST.max_deliveries:
+        worker.store.read([away], 1, None, after="0")
+    now[0] += PARK_MAX_S  # its node is back, and its try has come
+
+    def commanded(job: str) -> bool:
+        return any(data.job == job for _, _, data in host.equipment(away))
+
+    wait_for(
+        lambda: commanded(fine),
+        timeout=20,
+        step=lambda: worker.read_once(block_ms=5),
+        what="the job after the poisoned one",
+    )
+    assert away not in worker.parked
+    assert not commanded(poisoned)  # its start was not applied
+    ((_, dead),) = worker.store.dead(away)
+    assert dead[b"entry"].decode() == entry
+    reason = (
+        f"failed {FAST.max_deliveries} deliveries (SFC_MAX_DELIVERIES is {FAST.max_deliveries})"
+    )
+    assert dead[b"reason"].decode() == reason
+    assert int(dead[b"deliveries"]) == FAST.max_deliveries + 1
+    said = f"scope {away}: entry {entry} of job poisoned is dead: {reason}"
+    assert said in messages(caplog, away)
+    assert worker.store.deliveries(away, entry) == 0  # no longer pending
+
+
+def test_an_own_pending_entry_buried_when_read_again_after_a_park_records_its_deliveries(
+    host: Host,
+) -> None:
+    """An own pending entry read again after a park, under SFC_MAX_DELIVERIES, and buried
+    for another reason (malformed) records the server's delivery count in its dead entry:
+    it was applied as delivered once, and its dead entry said 1."""
+    served, away = host.scope("count-a"), host.scope("count-b")
+    now = [100.0]
+    worker = Worker(host.store(), SLOW_CLAIM, [served, away], clock=lambda: now[0], isolate=True)
+    worker.refresh_scopes()
+    entry = worker.store.add_work(away, {k: v.encode() for k, v in BOGUS.items()})
+    ((_, read, _),) = worker.store.read([away], 1, None)  # as the worker reads it
+    assert read == entry
+    park_away(worker, away)
+    worker.read_once(block_ms=5)
+    assert away in worker.parked
+    # read again once more, as by a worker that failed: the re-read after the park is
+    # its third delivery, within SFC_MAX_DELIVERIES (3)
+    worker.store.read([away], 1, None, after="0")
+    assert worker.store.deliveries(away, entry) == FAST.max_deliveries - 1
+    now[0] += PARK_MAX_S  # its node is back, and its try has come
+    wait_for(
+        lambda: bool(worker.store.dead(away)),
+        timeout=20,
+        step=lambda: worker.read_once(block_ms=5),
+        what="the malformed entry buried",
+    )
+    ((_, dead),) = worker.store.dead(away)
+    assert dead[b"entry"].decode() == entry
+    assert dead[b"reason"].startswith(b"malformed: "), dead
+    assert int(dead[b"deliveries"]) == FAST.max_deliveries, dead
+    assert worker.store.deliveries(away, entry) == 0  # no longer pending
+    assert not worker._delivered
+
+
+def test_own_entries_read_again_and_not_applied_are_read_again_with_the_servers_count(
+    host: Host,
+) -> None:
+    """A scope's own pending entries, read again as it is served after a park, then a later
+    scope's read raises (its group is gone here: NOGROUP) and the batch is not applied. The
+    worker kept their delivery counts, which a later delivery used (its dead entry said
+    fewer deliveries than it had), and had moved past them: they waited for
+    SFC_AUTOCLAIM_IDLE, behind the scope's new entries. They are read again first, and
+    counted as the server counts them."""
+    away, served = host.scope("lost-a"), host.scope("lost-b")
+    now = [100.0]
+    worker = Worker(host.store(), SLOW_CLAIM, [away, served], clock=lambda: now[0], isolate=True)
+    worker.refresh_scopes()
+    entry = worker.store.add_work(away, {k: v.encode() for k, v in BOGUS.items()})
+    worker.store.read([away], 1, None)  # as the worker reads it: delivered once
+    park_away(worker, away)
+    worker.read_once(block_ms=5)
+    assert away in worker.parked
+    now[0] += PARK_MAX_S  # its node is back, and its try has come
+    worker.store.client(served).xgroup_destroy(keys.work(served), keys.GROUP)
+    raised: list[Exception] = []
+
+    def step() -> None:
+        try:
+            worker.read_once(block_ms=5)
+        except redis.ResponseError as e:  # the served scope's group is gone
+            assert "NOGROUP" in str(e), e
+            raised.append(e)
+
+    wait_for(
+        lambda: worker.store.deliveries(away, entry) == 2,
+        timeout=20,
+        step=step,
+        what="its entry read again",
+    )
+    assert raised and away not in worker.parked
+    assert not worker._delivered
+    worker.store.create_group(served)
+    wait_for(
+        lambda: bool(worker.store.dead(away)),
+        timeout=20,
+        step=lambda: worker.read_once(block_ms=5),
+        what="the malformed entry buried",
+    )
+    ((_, dead),) = worker.store.dead(away)
+    assert dead[b"entry"].decode() == entry
+    assert int(dead[b"deliveries"]) == 3, dead  # the server's count: read three times
+
+
+def test_a_jobs_entries_across_a_park_are_applied_in_their_order_and_once(host: Host) -> None:
+    """A job whose answers straddle a park of its scope: two the worker had read when the
+    node went away (pending for it), two queued before and not read yet, and those that come
+    once it is back. They are applied in the order of the stream, each once, and not after
+    SFC_AUTOCLAIM_IDLE (a minute here)."""
+    served, away = host.scope("order-a"), host.scope("order-b")
+    job = host.submit(away, wide_recipe(4, 2), job_id="wide").job
+    other = host.submit(served, linear_recipe(1), job_id="other").job
+    now = [100.0]
+    worker = Worker(host.store(), SLOW_CLAIM, [served, away], clock=lambda: now[0], isolate=True)
+    worker.refresh_scopes()
+    responders = {served: host.responder(served), away: host.responder(away)}
+    wait_for(
+        lambda: len(host.equipment(away)) == 4,
+        step=lambda: worker.read_once(block_ms=5),
+        what="the first step's four commands",
+    )
+    wait_for(
+        lambda: worker.store.unread(away) == 4,
+        step=responders[away].pump,
+        what="their four answers",
+    )
+    read = [row[1] for row in worker.store.read([away], 2, None)]  # as the worker reads
+    assert len(read) == 2
+    park_away(worker, away)
+
+    def step() -> None:
+        worker.read_once(block_ms=5)
+        for scope, r in responders.items():
+            if scope not in worker.parked:  # the node away: its commands wait
+                r.pump()
+
+    wait_for(host.ended(served, [other]), timeout=20, step=step, what="the other scope's job")
+    assert away in worker.parked
+    now[0] += PARK_MAX_S  # its node is back, and its try has come
+    wait_for(host.ended(away, [job]), timeout=20, step=step, what="the job across the park")
+    history = [decode_history(f) for _, f in worker.store.history(away, job, count=100)]
+    applied = [h.entry for h in history if h.entry is not msgspec.UNSET]
+    assert len(applied) == 1 + 4 + 4, history  # its start, then four answers a step
+    assert applied == sorted(applied, key=lambda i: tuple(map(int, i.split("-")))), history
+    assert applied[1:3] == read, (applied, read)
+    for s, j in ((served, other), (away, job)):
+        check(worker.store, s, {j: COMPLETED})

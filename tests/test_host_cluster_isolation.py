@@ -17,14 +17,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import msgspec
 import pytest
 import redis
 from prometheus_client import REGISTRY
 from redis.crc import key_slot
 
 from host import keys
-from host.entries import decode_history
 from host.equipment import Responder, always, respond
 from host.metrics import WorkerMetrics
 from host.scripted import ScriptedEquipment, load_host_script
@@ -33,7 +31,7 @@ from host.store import Store, unreachable
 from host.worker import Worker
 from tests.clikit import processes, sfc
 from tests.clusterkit import LocalCluster, end_move, move_slot
-from tests.faultkit import COMPLETED, check, wide_recipe
+from tests.faultkit import COMPLETED, check
 from tests.hostkit import FAST, Host, linear_recipe, new_scope, wait_for
 from tests.test_host_scripted import wait_recipe
 
@@ -222,229 +220,9 @@ def test_entries_read_before_the_node_went_away_are_applied_when_it_is_back(
         host.close()
 
 
-def synced(node: EmbeddedServer) -> None:
-    """Every write of `node` on disk before its reply (`appendfsync always`) until it is
-    started again, whose command line sets `everysec` back: what a test reads (the entry's
-    delivery) before it kills the node is there once it is back. A WAITAOF after the read
-    guarded nothing: it waits for the writes of its own connection only, and the store read
-    on the connection it keeps (Store._lease), the WAITAOF went on another of the pool."""
-    with Store.from_url(node.url, cluster=False).r as r:
-        r.config_set("appendfsync", "always")
-        assert r.config_get("appendfsync") == {"appendfsync": "always"}
-
-
 def parks(scope: str) -> float:
     """`sfc_worker_scopes_parked_total` of `scope` in this process (WorkerMetrics)."""
     return REGISTRY.get_sample_value("sfc_worker_scopes_parked_total", {"scope": scope}) or 0.0
-
-
-def test_an_own_pending_entry_delivered_too_often_is_buried_when_read_again_after_a_park(
-    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The claim buries an entry delivered more than SFC_MAX_DELIVERIES times, so that one
-    that makes the worker fail each time cannot block its job for ever. The re-read of a
-    worker's own pending entries once their scope is served again counts a delivery each
-    time too, and applied them without that check: it buries them the same way."""
-    caplog.set_level(logging.INFO, logger=LOGGER)
-    served, away = scope_on(0, "spent-a"), scope_on(1, "spent-b")
-    node = cluster.servers[1]
-    host = Host(cluster.url)
-    try:
-        host.scopes += [served, away]
-        poisoned = host.submit(away, linear_recipe(1), job_id="poisoned").job
-        fine = host.submit(away, linear_recipe(1), job_id="fine").job
-        worker = Worker(host.store(), replace(FAST, autoclaim_idle=60_000), [served, away])
-        worker.refresh_scopes()
-        synced(node)
-        # the poisoned job's start, read as the worker reads it, then its node dies
-        ((_, entry, _),) = worker.store.read([away], 1, None)
-        node.kill()
-        worker.read_once(block_ms=5)
-        assert away in worker.parked
-        rejoin(cluster, node)
-        # delivered again and not acked up to SFC_MAX_DELIVERIES: as by a worker that read
-        # it and failed each time (the server counts every read of it)
-        assert worker.store.deliveries(away, entry) >= 1
-        while worker.store.deliveries(away, entry) < FAST.max_deliveries:
-            worker.store.read([away], 1, None, after="0")
-
-        def commanded(job: str) -> bool:
-            return any(data.job == job for _, _, data in host.equipment(away))
-
-        wait_for(
-            lambda: commanded(fine),
-            timeout=20,
-            step=lambda: worker.read_once(block_ms=5),
-            what="the job after the poisoned one",
-        )
-        assert away not in worker.parked
-        assert not commanded(poisoned)  # its start was not applied
-        ((_, dead),) = worker.store.dead(away)
-        assert dead[b"entry"].decode() == entry
-        reason = (
-            f"failed {FAST.max_deliveries} deliveries (SFC_MAX_DELIVERIES is {FAST.max_deliveries})"
-        )
-        assert dead[b"reason"].decode() == reason
-        assert int(dead[b"deliveries"]) == FAST.max_deliveries + 1
-        said = f"scope {away}: entry {entry} of job poisoned is dead: {reason}"
-        assert said in messages(caplog, away)
-        assert worker.store.deliveries(away, entry) == 0  # no longer pending
-    finally:
-        host.close()
-
-
-def test_an_own_pending_entry_buried_when_read_again_after_a_park_records_its_deliveries(
-    cluster: LocalCluster,
-) -> None:
-    """An own pending entry read again after a park, under SFC_MAX_DELIVERIES, and buried
-    for another reason (malformed) records the server's delivery count in its dead entry:
-    it was applied as delivered once, and its dead entry said 1."""
-    served, away = scope_on(0, "count-a"), scope_on(1, "count-b")
-    node = cluster.servers[1]
-    host = Host(cluster.url)
-    try:
-        host.scopes += [served, away]
-        worker = Worker(host.store(), replace(FAST, autoclaim_idle=60_000), [served, away])
-        worker.refresh_scopes()
-        bogus = {"v": "1", "kind": "bogus", "data": "{}"}
-        entry = worker.store.client(away).xadd(keys.work(away), bogus).decode()  # type: ignore[arg-type]
-        synced(node)
-        ((_, read, _),) = worker.store.read([away], 1, None)  # as the worker reads it
-        assert read == entry
-        node.kill()
-        worker.read_once(block_ms=5)
-        assert away in worker.parked
-        rejoin(cluster, node)
-        # read again once more, as by a worker that failed: the re-read after the park is
-        # its third delivery, within SFC_MAX_DELIVERIES (3)
-        worker.store.read([away], 1, None, after="0")
-        assert worker.store.deliveries(away, entry) == FAST.max_deliveries - 1
-        wait_for(
-            lambda: bool(worker.store.dead(away)),
-            timeout=20,
-            step=lambda: worker.read_once(block_ms=5),
-            what="the malformed entry buried",
-        )
-        ((_, dead),) = worker.store.dead(away)
-        assert dead[b"entry"].decode() == entry
-        assert dead[b"reason"].startswith(b"malformed: "), dead
-        assert int(dead[b"deliveries"]) == FAST.max_deliveries, dead
-        assert worker.store.deliveries(away, entry) == 0  # no longer pending
-        assert not worker._delivered
-    finally:
-        host.close()
-
-
-def test_own_entries_read_again_and_not_applied_are_read_again_with_the_servers_count(
-    cluster: LocalCluster,
-) -> None:
-    """A scope's own pending entries, read again as it is served after a park, then a later
-    scope's read raises (its group is gone here: NOGROUP) and the batch is not applied. The
-    worker kept their delivery counts, which a later delivery used (its dead entry said
-    fewer deliveries than it had), and had moved past them: they waited for
-    SFC_AUTOCLAIM_IDLE, behind the scope's new entries. They are read again first, and
-    counted as the server counts them."""
-    away, served = scope_on(1, "lost-a"), scope_on(0, "lost-b")
-    node = cluster.servers[1]
-    host = Host(cluster.url)
-    try:
-        host.scopes += [away, served]
-        worker = Worker(host.store(), replace(FAST, autoclaim_idle=60_000), [away, served])
-        worker.refresh_scopes()
-        bogus = {"v": "1", "kind": "bogus", "data": "{}"}
-        entry = worker.store.client(away).xadd(keys.work(away), bogus).decode()  # type: ignore[arg-type]
-        synced(node)
-        worker.store.read([away], 1, None)  # as the worker reads it: delivered once
-        node.kill()
-        worker.read_once(block_ms=5)
-        assert away in worker.parked
-        rejoin(cluster, node)
-        worker.store.client(served).xgroup_destroy(keys.work(served), keys.GROUP)
-        raised: list[Exception] = []
-
-        def step() -> None:
-            try:
-                worker.read_once(block_ms=5)
-            except redis.ResponseError as e:  # the served scope's group is gone
-                assert "NOGROUP" in str(e), e
-                raised.append(e)
-
-        wait_for(
-            lambda: worker.store.deliveries(away, entry) == 2,
-            timeout=20,
-            step=step,
-            what="its entry read again",
-        )
-        assert raised and away not in worker.parked
-        assert not worker._delivered
-        worker.store.create_group(served)
-        wait_for(
-            lambda: bool(worker.store.dead(away)),
-            timeout=20,
-            step=lambda: worker.read_once(block_ms=5),
-            what="the malformed entry buried",
-        )
-        ((_, dead),) = worker.store.dead(away)
-        assert dead[b"entry"].decode() == entry
-        assert int(dead[b"deliveries"]) == 3, dead  # the server's count: read three times
-    finally:
-        host.close()
-
-
-def test_a_jobs_entries_across_a_park_are_applied_in_their_order_and_once(
-    cluster: LocalCluster,
-) -> None:
-    """A job whose answers straddle a park of its scope: two the worker had read when the
-    node went away (pending for it), two queued before and not read yet, and those that come
-    once it is back. They are applied in the order of the stream, each once, and not after
-    SFC_AUTOCLAIM_IDLE (a minute here)."""
-    served, away = scope_on(0, "order-a"), scope_on(1, "order-b")
-    node = cluster.servers[1]
-    host = Host(cluster.url)
-    try:
-        host.scopes += [served, away]
-        job = host.submit(away, wide_recipe(4, 2), job_id="wide").job
-        other = host.submit(served, linear_recipe(1), job_id="other").job
-        worker = Worker(host.store(), replace(FAST, autoclaim_idle=60_000), [served, away])
-        worker.refresh_scopes()
-        responders = [host.responder(served), host.responder(away)]
-        wait_for(
-            lambda: len(host.equipment(away)) == 4,
-            step=lambda: worker.read_once(block_ms=5),
-            what="the first step's four commands",
-        )
-        wait_for(
-            lambda: worker.store.unread(away) == 4,
-            step=responders[1].pump,
-            what="their four answers",
-        )
-        read = [row[1] for row in worker.store.read([away], 2, None)]  # as the worker reads
-        assert len(read) == 2
-        node.kill()
-
-        def step() -> None:
-            worker.read_once(block_ms=5)
-            for r in responders:
-                try:
-                    r.pump()
-                except Exception as e:
-                    if not unreachable(e):  # the node away: its commands wait
-                        raise
-
-        wait_for(host.ended(served, [other]), timeout=20, step=step, what="the other scope's job")
-        assert away in worker.parked
-        rejoin(cluster, node)
-        wait_for(host.ended(away, [job]), timeout=20, step=step, what="the job across the park")
-        history = [decode_history(f) for _, f in worker.store.history(away, job, count=100)]
-        applied = [h.entry for h in history if h.entry is not msgspec.UNSET]
-        assert len(applied) == 1 + 4 + 4, history  # its start, then four answers a step
-        assert applied == sorted(applied, key=lambda i: tuple(map(int, i.split("-")))), history
-        assert applied[1:3] == read, (applied, read)
-        for s, j in ((served, other), (away, job)):
-            check(host.store(), s, {j: COMPLETED})
-        host.check_exactly_once()
-    finally:
-        host.close()
 
 
 def test_a_scope_whose_node_is_away_is_taken_up_at_a_later_refresh(
