@@ -278,3 +278,29 @@ def test_a_jobs_entries_across_a_park_are_applied_in_their_order_and_once(host: 
     assert applied[1:3] == read, (applied, read)
     for s, j in ((served, other), (away, job)):
         check(worker.store, s, {j: COMPLETED})
+
+
+def test_own_pending_entries_come_before_new_ones_even_past_deleted_ones(host: Host) -> None:
+    """A scope served again reads its own pending entries first. When a whole batch of them
+    had been deleted meanwhile, the read found nothing to apply, and the blocking read took
+    the scope's new entries before the own ones after that batch."""
+    a, b = host.scope("own-a"), host.scope("own-b")
+    for i in range(4):
+        host.submit(a, linear_recipe(1), job_id=f"j{i}", start=True)
+    worker = Worker(host.store(), replace(SLOW_CLAIM, read_count=2), [a, b], isolate=True)
+    worker.refresh_scopes()
+    pending = [row[1] for row in worker.store.read([a], 100, None)]
+    assert len(pending) == 4
+    worker.store.client(a).xdel(keys.work(a), pending[0], pending[1])  # by hand
+    worker.routes.reread[a] = "0"  # as a park leaves it
+    host.submit(a, linear_recipe(1), job_id="late")
+    while worker.store.next_turn([a, b]) != b:
+        pass  # the next blocking read is a's
+    got: list[str] = []
+    wait_for(
+        lambda: len(got) >= 3,
+        step=lambda: got.extend(row[1] for row in worker._read(50) if row[0] == a),
+        what="its two own entries left and the new one",
+    )
+    assert got[:2] == pending[2:], (got, pending)  # the own ones first, in order
+    assert a not in worker.routes.reread

@@ -778,36 +778,6 @@ def test_a_node_that_stops_answering_stalls_the_others_once_not_for_each_of_its_
         host.close()
 
 
-def test_own_pending_entries_come_before_new_ones_even_past_deleted_ones(
-    cluster: LocalCluster,
-) -> None:
-    """A scope served again reads its own pending entries first. When a whole batch of them
-    had been deleted meanwhile, the read found nothing to apply, and the blocking read took
-    the scope's new entries before the own ones after that batch."""
-    a, b = scope_on(0, "own-a"), scope_on(1, "own-b")
-    host = Host(cluster.url)
-    try:
-        host.scopes += [a, b]
-        for i in range(4):
-            host.submit(a, linear_recipe(1), job_id=f"j{i}", start=True)
-        worker = Worker(host.store(), replace(FAST, autoclaim_idle=60_000, read_count=2), [a, b])
-        worker.refresh_scopes()
-        pending = [row[1] for row in worker.store.read([a], 100, None)]
-        assert len(pending) == 4
-        worker.store.client(a).xdel(keys.work(a), pending[0], pending[1])  # by hand
-        worker.routes.reread[a] = "0"  # as a park leaves it
-        host.submit(a, linear_recipe(1), job_id="late")
-        while worker.store.next_turn([a, b]) != b:
-            pass  # the next blocking read is a's
-        got: list[str] = []
-        while len(got) < 3:
-            got += [row[1] for row in worker._read(50) if row[0] == a]
-        assert got[:2] == pending[2:], (got, pending)  # the own ones first, in order
-        assert a not in worker.routes.reread
-    finally:
-        host.close()
-
-
 def test_a_worker_waits_out_a_cluster_down_as_a_whole(
     cluster: LocalCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
