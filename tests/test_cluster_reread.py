@@ -9,7 +9,10 @@ checked end to end in tests/test_host_cluster_isolation.py."""
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -18,7 +21,9 @@ import redis
 from host import keys
 from host.cluster import PARK_MAX_S, Happened
 from host.entries import decode_history
-from host.store import slot_of
+from host.equipment import Responder, always
+from host.server import EmbeddedServer
+from host.store import slot_of, unreachable
 from host.worker import Worker
 from tests.faultkit import COMPLETED, check, wide_recipe
 from tests.hostkit import FAST, Host, linear_recipe, wait_for
@@ -58,6 +63,29 @@ def park_away(worker: Worker, scope: str) -> None:
     routes.reread[scope] = "0"
     routes.say(scope, routes.policy.step(scope, Happened.AWAY, routes.clock()), away)
     assert scope in worker.parked and not worker.parked[scope].moved
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[EmbeddedServer]:
+    """A server of the test's own, to kill and start again on its directory and port (it
+    keeps its data, as a cluster's node does). Every write is on disk before its reply
+    (`appendfsync always`): what a test read before the kill is pending once it is back."""
+    s = EmbeddedServer(tmp_path / "valkey", fsync="always").start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def pump_until(responder: Responder, stop: threading.Event) -> None:
+    """Answer the scope's commands until `stop`, waiting out the server while it is away."""
+    while not stop.is_set():
+        try:
+            responder.pump(block_ms=50)
+        except Exception as e:
+            if not unreachable(e):
+                raise
+            stop.wait(0.1)
 
 
 def messages(caplog: pytest.LogCaptureFixture, scope: str) -> list[str]:
@@ -304,3 +332,63 @@ def test_own_pending_entries_come_before_new_ones_even_past_deleted_ones(host: H
     )
     assert got[:2] == pending[2:], (got, pending)  # the own ones first, in order
     assert a not in worker.routes.reread
+
+
+def test_every_scope_away_falls_back_to_the_loops_backoff(
+    server: EmbeddedServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two scopes on one node, which dies: no scope of another node is left to serve, so
+    none is parked, and the loop waits the node out as on one server. What the worker had
+    read of both is applied once the node is back, before SFC_AUTOCLAIM_IDLE (a minute
+    here)."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    host = Host(server.url)
+    scopes = [host.scope("all-a"), host.scope("all-b")]
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    try:
+        jobs = {
+            s: [host.submit(s, linear_recipe(1), job_id=f"j{i}").job for i in range(3)]
+            for s in scopes
+        }
+        responders = [host.responder(s, always("ok")) for s in scopes]
+        worker = Worker(host.store(), SLOW_CLAIM, scopes, isolate=True)
+        worker.refresh_scopes()
+        assert len(worker.store.read(scopes, 100, None)) == 6  # read, as the worker reads
+        server.kill()  # the node of every scope: the whole store
+        threads.append(threading.Thread(target=worker.run, args=(stop,), daemon=True))
+        threads += [threading.Thread(target=pump_until, args=(r, stop)) for r in responders]
+        for t in threads:
+            t.start()
+        wait_for(
+            lambda: any("the server is unreachable" in r.getMessage() for r in caplog.records),
+            timeout=20,
+            what="the worker to wait the node out",
+        )
+        server.start()
+        for s in scopes:
+            wait_for(host.ended(s, jobs[s]), timeout=20, what=f"the jobs of {s}")
+        stop.set()
+        for t in threads:
+            t.join(10)
+        said = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+        assert sum("its node cannot be reached" in m for m in said) == 0, said
+        assert sum("the server is unreachable" in m for m in said) == 1, said
+        assert sum("reconnected after" in m for m in said) == 1, said
+        assert sum("served again after" in m for m in said) == 0, said
+        (down,) = [r for r in caplog.records if "the server is unreachable" in r.getMessage()]
+        assert down.levelno == logging.WARNING  # an outage, not a slot that moved
+        assert down.getMessage().startswith(
+            f"worker {worker.consumer}: the server is unreachable ("
+        )
+        assert down.getMessage().endswith("); reconnecting with backoff")
+        assert "moved to" not in down.getMessage()
+        assert not worker.parked
+        for s in scopes:
+            check(host.store(), s, dict.fromkeys(jobs[s], COMPLETED))
+        host.check_exactly_once()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+        host.close()

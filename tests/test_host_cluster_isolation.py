@@ -634,66 +634,6 @@ def test_a_host_starts_while_a_primary_is_down(
         host.close()
 
 
-def test_every_scope_away_falls_back_to_the_loops_backoff(
-    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Two scopes on one node, which dies: no scope of another node is left to serve, so
-    none is parked, and the loop waits the node out as on one server. What the worker had
-    read of both is applied once the node is back, before SFC_AUTOCLAIM_IDLE (a minute
-    here)."""
-    caplog.set_level(logging.INFO, logger=LOGGER)
-    scopes = [scope_on(1, "all-a"), scope_on(1, "all-b")]
-    node = cluster.servers[1]
-    host = Host(cluster.url)
-    stop = threading.Event()
-    threads: list[threading.Thread] = []
-    try:
-        host.scopes += scopes
-        jobs = {
-            s: [host.submit(s, linear_recipe(1), job_id=f"j{i}").job for i in range(3)]
-            for s in scopes
-        }
-        responders = [host.responder(s, always("ok")) for s in scopes]
-        worker = Worker(host.store(), replace(FAST, autoclaim_idle=60_000), scopes)
-        worker.refresh_scopes()
-        assert len(worker.store.read(scopes, 100, None)) == 6  # read, as the worker reads
-        node.kill()
-        threads.append(threading.Thread(target=worker.run, args=(stop,), daemon=True))
-        threads += [threading.Thread(target=pump_until, args=(r, stop)) for r in responders]
-        for t in threads:
-            t.start()
-        wait_for(
-            lambda: any("the server is unreachable" in r.getMessage() for r in caplog.records),
-            timeout=20,
-            what="the worker to wait the node out",
-        )
-        rejoin(cluster, node)
-        for s in scopes:
-            wait_for(host.ended(s, jobs[s]), timeout=20, what=f"the jobs of {s}")
-        stop.set()
-        for t in threads:
-            t.join(10)
-        said = [r.getMessage() for r in caplog.records if r.name == LOGGER]
-        assert sum("its node cannot be reached" in m for m in said) == 0, said
-        assert sum("the server is unreachable" in m for m in said) == 1, said
-        assert sum("reconnected after" in m for m in said) == 1, said
-        assert sum("served again after" in m for m in said) == 0, said
-        (down,) = [r for r in caplog.records if "the server is unreachable" in r.getMessage()]
-        assert down.levelno == logging.WARNING  # an outage, not a slot that moved
-        assert down.getMessage().startswith(
-            f"worker {worker.consumer}: the server is unreachable ("
-        )
-        assert down.getMessage().endswith("); reconnecting with backoff")
-        assert "moved to" not in down.getMessage()
-        for s in scopes:
-            check(host.store(), s, dict.fromkeys(jobs[s], COMPLETED))
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(10)
-        host.close()
-
-
 def test_a_node_away_costs_one_call_in_a_round_not_one_for_each_of_its_scopes(
     cluster: LocalCluster,
 ) -> None:
