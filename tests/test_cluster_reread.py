@@ -2,9 +2,10 @@
 scope served again after a park (its own pending entries first), and what it buries.
 
 On one server every scope has the same node, so a test that parks one scope alone steps
-`worker.routes` as a failed call of that scope does (`park_alone`); a killed server is every
-scope away. The cluster's own answers (a real kill, MOVED, ASK) making `Routes.park` run are
-checked end to end in tests/test_host_cluster_isolation.py."""
+`worker.routes` as a failed call of that scope does (`park_alone`, `park_away`); a killed
+server is every scope away. A whole cluster down is one server in cluster mode killed
+(`one_node_cluster`). The cluster's own answers (a real kill, MOVED, ASK) making
+`Routes.park` run are checked end to end in tests/test_host_cluster_isolation.py."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from host import keys
 from host.cluster import PARK_MAX_S, Happened
 from host.entries import decode_history
 from host.equipment import Responder, always
-from host.server import EmbeddedServer
-from host.store import slot_of, unreachable
+from host.server import EmbeddedServer, free_cluster_port
+from host.store import Store, slot_of, unreachable
 from host.worker import Worker
 from tests.faultkit import COMPLETED, check, wide_recipe
 from tests.hostkit import FAST, Host, linear_recipe, wait_for
@@ -75,6 +76,37 @@ def server(tmp_path: Path) -> Iterator[EmbeddedServer]:
         yield s
     finally:
         s.stop()
+
+
+def cluster_ok(node: EmbeddedServer) -> bool:
+    """The one node answers and says `cluster_state:ok` (it serves every slot)."""
+    try:
+        with Store.from_url(node.url, cluster=False).r as r:
+            info = r.execute_command("CLUSTER", "INFO")
+    except Exception as e:
+        if unreachable(e):
+            return False
+        raise
+    return "cluster_state:ok" in (info.decode() if isinstance(info, bytes) else str(info))
+
+
+@pytest.fixture
+def one_node_cluster(tmp_path: Path) -> Iterator[EmbeddedServer]:
+    """One server in cluster mode serving every slot: a Store on it is a cluster's (its
+    client reads the slots), and killing it is every node away. It keeps its slots
+    (nodes.conf) when started again on its directory and port."""
+    node = EmbeddedServer(
+        tmp_path / "node",
+        port=free_cluster_port(),
+        extra=["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"],
+    ).start()
+    try:
+        with Store.from_url(node.url, cluster=False).r as r:
+            r.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+        wait_for(lambda: cluster_ok(node), what="the one-node cluster to be ok")
+        yield node
+    finally:
+        node.stop()
 
 
 def pump_until(responder: Responder, stop: threading.Event) -> None:
@@ -391,4 +423,57 @@ def test_every_scope_away_falls_back_to_the_loops_backoff(
         stop.set()
         for t in threads:
             t.join(10)
+        host.close()
+
+
+def test_a_worker_waits_out_a_cluster_down_as_a_whole(
+    one_node_cluster: EmbeddedServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every node away: the worker's wait-it-out branch reads the slots again, and redis-py
+    raised "Redis Cluster cannot be connected" (no RedisError), which escaped and ended the
+    worker (under serve: every worker, a crash loop, and serve). It waits, and goes on
+    once the nodes are back."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    node = one_node_cluster
+    host = Host(node.url)
+    scopes = [host.scope("whole-a"), host.scope("whole-b")]
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    try:
+        worker = Worker(host.store(), FAST, scopes)
+        assert worker.store.cluster is not None  # a cluster's client, which reads the slots
+        threads.append(threading.Thread(target=worker.run, args=(stop,), daemon=True))
+        threads += [
+            threading.Thread(
+                target=pump_until, args=(host.responder(s, always("ok")), stop), daemon=True
+            )
+            for s in scopes
+        ]
+        for t in threads:
+            t.start()
+        for s in scopes:
+            job = host.submit(s, linear_recipe(1), job_id="before").job
+            wait_for(host.ended(s, [job]), timeout=20, what=f"a job of {s}")
+        assert worker.routes.isolating()
+        node.kill()  # every node of the cluster
+        wait_for(
+            lambda: any("the server is unreachable" in r.getMessage() for r in caplog.records),
+            timeout=20,
+            what="the worker to wait the cluster out",
+        )
+        mark = worker.store.routes_read_at  # the worker reads the slots again while all are away
+        wait_for(lambda: worker.store.routes_read_at > mark, timeout=20, what="a read of the slots")
+        wait_for(lambda: worker.store.routes_read_at > mark + 1, timeout=20, what="another read")
+        node.start()
+        wait_for(lambda: cluster_ok(node), timeout=30, what="the cluster to come back")
+        assert threads[0].is_alive()
+        for s in scopes:
+            job = host.submit(s, linear_recipe(1), job_id="after").job
+            wait_for(host.ended(s, [job]), timeout=30, what=f"a job of {s} after")
+        assert threads[0].is_alive()
+        host.check_exactly_once()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(15)
         host.close()

@@ -718,59 +718,6 @@ def test_a_node_that_stops_answering_stalls_the_others_once_not_for_each_of_its_
         host.close()
 
 
-def test_a_worker_waits_out_a_cluster_down_as_a_whole(
-    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Every node away: the worker's wait-it-out branch reads the slots again, and redis-py
-    raised "Redis Cluster cannot be connected" (no RedisError), which escaped and ended the
-    worker (under serve: every worker, a crash loop, and serve). It waits, and goes on
-    once the nodes are back."""
-    caplog.set_level(logging.INFO, logger=LOGGER)
-    scopes = [scope_on(0, "whole-a"), scope_on(2, "whole-b")]
-    host = Host(cluster.url)
-    stop = threading.Event()
-    threads: list[threading.Thread] = []
-    try:
-        host.scopes += scopes
-        worker = Worker(host.store(), FAST, scopes)
-        threads.append(threading.Thread(target=worker.run, args=(stop,), daemon=True))
-        threads += [
-            threading.Thread(
-                target=pump_until, args=(host.responder(s, always("ok")), stop), daemon=True
-            )
-            for s in scopes
-        ]
-        for t in threads:
-            t.start()
-        for s in scopes:
-            job = host.submit(s, linear_recipe(1), job_id="before").job
-            wait_for(host.ended(s, [job]), timeout=20, what=f"a job of {s}")
-        for node in cluster.servers:
-            node.kill()
-        wait_for(
-            lambda: any("the server is unreachable" in r.getMessage() for r in caplog.records),
-            timeout=20,
-            what="the worker to wait the cluster out",
-        )
-        mark = worker.store.routes_read_at  # the worker reads the slots again while all are away
-        wait_for(lambda: worker.store.routes_read_at > mark, timeout=20, what="a read of the slots")
-        wait_for(lambda: worker.store.routes_read_at > mark + 1, timeout=20, what="another read")
-        for node in cluster.servers:
-            node.start()
-        partial(cluster.servers)
-        wait_for(lambda: cluster_ok(cluster), timeout=30, what="the cluster to come back")
-        assert threads[0].is_alive()
-        for s in scopes:
-            job = host.submit(s, linear_recipe(1), job_id="after").job
-            wait_for(host.ended(s, [job]), timeout=30, what=f"a job of {s} after")
-        assert threads[0].is_alive()
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(15)
-        host.close()
-
-
 def test_workers_of_a_scope_in_a_stuck_reshard_do_not_bury_its_entries(
     cluster: LocalCluster,
 ) -> None:
