@@ -39,8 +39,11 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The whole test suite; it includes the codegen staleness check."""
-    session.run(PY, "-m", "pytest", *session.posargs, external=True)
+    """The whole test suite; it includes the codegen staleness check. It runs on every
+    core (pytest-xdist); `nox -s tests -- -n 0` runs it in one process."""
+    session.run(
+        PY, "-m", "pytest", "-n", "auto", "--dist", "worksteal", *session.posargs, external=True
+    )
 
 
 @nox.session

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,6 +69,14 @@ def pytest_configure(config: pytest.Config) -> None:
     fail the collection: unused snapshots are reported only when tests ran."""
     if config.option.collectonly:
         config.option.disable_unused_snapshots = True
+    if os.environ.get("CI") == "true" and not hasattr(config, "workerinput"):
+        # drawn once, here: pytest-xdist's workers inherit it and so take the same share
+        os.environ.setdefault("SFC_FAULTS_SEED", str(int(time.time()) // 60))
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    seed = os.environ.get("SFC_FAULTS_SEED")
+    return f"faults_long: SFC_FAULTS_SEED={seed}" if seed else None
 
 
 LONG_SHARE = 4
@@ -78,9 +88,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The long fault tests: all with `-m faults_long` or SFC_FAULTS_LONG=1; in CI (CI=true)
     a share of LONG_SHARE of them, drawn by SFC_FAULTS_SEED or the clock, said at the start;
     skipped otherwise."""
-    import os
     import random
-    import time
 
     if os.environ.get("SFC_FAULTS_LONG") == "1" or "faults_long" in (config.option.markexpr or ""):
         return

@@ -41,7 +41,8 @@ def _chromium() -> str | None:
     if Path(CHROMIUM).exists():
         return CHROMIUM
     if os.geteuid() == 0 and shutil.which("apt-get"):
-        install = ["apt-get", "install", "-y", "chromium"]
+        # another test process may be installing it too: wait for its lock
+        install = ["apt-get", "-o", "DPkg::Lock::Timeout=600", "install", "-y", "chromium"]
         if subprocess.run(install, check=False, timeout=900).returncode != 0:
             # a fresh image has no package lists yet
             subprocess.run(["apt-get", "update"], check=False, timeout=900)
