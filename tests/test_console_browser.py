@@ -8,6 +8,7 @@ docs/console-job.png (the README's tour shows it).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -41,12 +42,15 @@ def _chromium() -> str | None:
     if Path(CHROMIUM).exists():
         return CHROMIUM
     if os.geteuid() == 0 and shutil.which("apt-get"):
-        # another test process may be installing it too: wait for its lock
-        install = ["apt-get", "-o", "DPkg::Lock::Timeout=600", "install", "-y", "chromium"]
-        if subprocess.run(install, check=False, timeout=900).returncode != 0:
-            # a fresh image has no package lists yet
-            subprocess.run(["apt-get", "update"], check=False, timeout=900)
-            subprocess.run(install, check=False, timeout=900)
+        # one install at a time: pytest-xdist's workers may each reach this set-up
+        with open("/tmp/sfc-chromium-install.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not Path(CHROMIUM).exists():
+                install = ["apt-get", "install", "-y", "chromium"]
+                if subprocess.run(install, check=False, timeout=900).returncode != 0:
+                    # a fresh image has no package lists yet
+                    subprocess.run(["apt-get", "update"], check=False, timeout=900)
+                    subprocess.run(install, check=False, timeout=900)
     return CHROMIUM if Path(CHROMIUM).exists() else None
 
 
