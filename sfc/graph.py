@@ -172,10 +172,21 @@ class Graph:
     min_ms: dict[str, int] = field(default_factory=dict)
     """Step -> its MinSeconds in ms: the step is not done before entry + this. Only steps
     that have MinSeconds have an entry."""
+    step_gating: dict[str, tuple[ActionSpec, ...]] = field(default_factory=dict)
+    """The gating (N) action blocks of each step, in recipe order (every step has an entry)."""
+    step_non_gating: dict[str, tuple[ActionSpec, ...]] = field(default_factory=dict)
+    """The non-gating action blocks of each step, in recipe order; only steps that have
+    some have an entry."""
+    uses_qualifiers: bool = False
+    """Whether the recipe uses a qualifier feature: a non-gating block, an R, a MinSeconds.
+    Without one, evolve (and a host) can skip every qualifier rule."""
+    has_timers: bool = False
+    """Whether a state of this recipe can hold a process timer (L, D, SD, DS, SL) or a dwell
+    (MinSeconds); without one, no process timer or dwell is ever due."""
 
     def gating_actions(self, step: str) -> tuple[ActionSpec, ...]:
         """The action blocks of a step whose outcomes it waits for (N), in recipe order."""
-        return tuple(a for a in self.step_actions[step] if a.gating)
+        return self.step_gating[step]
 
     def sequence_actions(self, divergence: str, sequences: list[int]) -> list[ActionSpec]:
         """The action blocks of the given sequences of a divergence, in sequence order."""
@@ -295,6 +306,14 @@ def index(recipe: Recipe, recipe_hash: str, dataschema: str) -> Graph:
         for a in actions.values()
         if (a.step if a.step not in position else position[a.step].divergence) in on_cycle
     )
+    non_gating = {
+        s: rest
+        for s, specs in step_actions.items()
+        if (rest := tuple(a for a in specs if not a.gating))
+    }
+    min_ms = {
+        s.name: seconds_to_ms(s.min_seconds) for s in recipe.steps if s.min_seconds is not UNSET
+    }
     return Graph(
         recipe_hash=recipe_hash,
         dataschema=dataschema,
@@ -310,9 +329,12 @@ def index(recipe: Recipe, recipe_hash: str, dataschema: str) -> Graph:
         cyclic=cyclic,
         divergence_actions=divergence_actions,
         resets={step: tuple(names) for step, names in resets.items()},
-        min_ms={
-            s.name: seconds_to_ms(s.min_seconds) for s in recipe.steps if s.min_seconds is not UNSET
-        },
+        min_ms=min_ms,
+        step_gating={s: tuple(a for a in specs if a.gating) for s, specs in step_actions.items()},
+        step_non_gating=non_gating,
+        uses_qualifiers=bool(non_gating or resets or min_ms),
+        has_timers=bool(min_ms)
+        or any(a.duration_ms is not None for specs in non_gating.values() for a in specs),
     )
 
 
