@@ -280,7 +280,8 @@ def evolve(graph: Graph, state: SfcState, snapshot: Snapshot | None, event: Any)
     try:
         overdue: list[str] = []
         if (
-            type(event) in _AFTER_TIMERS
+            graph.has_timers  # (no process timer nor dwell can be due otherwise)
+            and type(event) in _AFTER_TIMERS
             and state.status == "running"
             and state.held_at is None
             and _overdue(state, event.at)
@@ -493,8 +494,8 @@ class _Evaluation:
                 continue
             # A step is done when all its gating action blocks are and its dwell passed (a
             # plain loop: all() with a generator costs a frame on the hot path).
-            for spec in self.g.step_actions[step]:
-                if spec.gating and self.actions[spec.name].status != "done":
+            for spec in self.g.step_gating[step]:
+                if self.actions[spec.name].status != "done":
                     break
             else:
                 if step not in self.dwells:
@@ -518,16 +519,14 @@ class _Evaluation:
 
     def clear(self, step: str) -> None:
         """A done step: follow its sequence, or fire one of its transitions."""
-        specs = self.g.step_actions[step]
+        specs = self.g.step_gating[step]
         outcomes, failure = self.outcomes_of(specs)
         if step not in self.g.position:  # not in a sequence
             self.fire(step, self.g.outgoing[step], outcomes, failure)
             return
         pos = self.g.position[step]
         if failure is not None:
-            failed = next(
-                s.name for s in specs if s.gating and self.actions[s.name].outcome == failure
-            )
+            failed = next(s.name for s in specs if self.actions[s.name].outcome == failure)
             self.fault_job(
                 failure,
                 f"action {failed} in step {step} ended with {failure}"
@@ -656,9 +655,7 @@ class _Evaluation:
         """The step leaves the active steps: P0 starts, L and D are withdrawn, a D or DS
         timer still running is dropped (QUALIFIERS.md, "exit")."""
         self.active.pop(step, None)
-        for spec in self.g.step_actions.get(step, ()):
-            if spec.gating:
-                continue
+        for spec in self.g.step_non_gating.get(step, ()):
             rule = _RULES[spec.qualifier]
             if rule.start_at_exit:
                 self.start_action(spec)
@@ -716,6 +713,13 @@ class _Evaluation:
         if self.entered > PROPAGATION_LIMIT:
             raise _PropagationLimit
         self.active[step] = None
+        if not self.g.uses_qualifiers:  # N blocks only: no R, no non-gating block, no dwell
+            specs = self.g.step_actions[step]
+            for spec in specs:
+                self.start_action(spec)
+            if not specs:  # done at once; a step with actions waits for their outcomes
+                self.worklist.append(step)
+            return
         resets = self.g.resets.get(step)
         if resets:
             for name in resets:
