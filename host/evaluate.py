@@ -466,10 +466,6 @@ class Evaluator:
         snapshot = Snapshot(max_attempts=config.max_attempts, live_work=live)
         result = evolve(graph, state, snapshot, event)
         decisions = [d.decision for d in result.decisions]
-        if result.disposition == "applied":  # (each is O(the records or the commands))
-            tally.timer_late += overdue_timers(state, at, isinstance(event, Tick))
-            for key in non_gating_outcomes(graph, event, result):
-                tally.non_gating[key] = tally.non_gating.get(key, 0) + 1
         if result.disposition != "applied":
             return (
                 state,
@@ -477,6 +473,13 @@ class Evaluator:
                 note(result.disposition, result.reason, decisions),
                 result.disposition,
             )
+        # a recipe without timers or non-gating blocks skips their scans (each O(the
+        # records or the commands)): they would find nothing
+        if graph.has_timers:
+            tally.timer_late += overdue_timers(state, at, isinstance(event, Tick))
+        if graph.step_non_gating:
+            for key in non_gating_outcomes(graph, event, result):
+                tally.non_gating[key] = tally.non_gating.get(key, 0) + 1
         sent = self._append(result.commands, state, job, at, graph, config, equipment)
         if not isinstance(result.continuation, Defer) and not joborder.ended(order):
             order = joborder.finish(order, result.continuation, at)

@@ -16,12 +16,19 @@ from msgspec.structs import replace
 
 from generated.command_v1_0 import CancelWork, StartWork
 from generated.equipment_entry_v1_0 import CommandData, WithdrawData
+from generated.event_v1_0 import Tick
+from generated.snapshot_v1_0 import Snapshot
+from generated.work_entry_v1_0 import StartData, TickData
 from host import keys
-from host.entries import decode_equipment, decode_work
+from host.entries import Entry, decode_equipment, decode_work
+from host.evaluate import Evaluator, GraphCache, ScopeConfig
 from host.jobs import submit
+from host.outcome import Outcome
 from host.scripted import ScriptedEquipment, load_host_script
+from host.settings import Settings
+from host.store import JobRecord
 from sfc.builder import build
-from sfc.evolution import evolve, new_state, non_gating_outcomes
+from sfc.evolution import evolve, new_state, non_gating_outcomes, overdue_timers
 from sfc.graph import Graph
 from sfc.migrate import read_state
 from sfc.simulation import Simulation, load_script
@@ -367,3 +374,65 @@ def test_mqtt_carries_the_qualifier_and_stop_at_and_the_device_stops_withdrawn_w
         assert device._due == [] and device.counters.stopped == 1
     finally:
         device.close()
+
+
+@pytest.mark.parametrize("qualifier", ["N", "L"])
+def test_the_evaluator_counts_the_lateness_the_core_names(host: Host, qualifier: str) -> None:
+    """sfc_timer_lateness and sfc_non_gating_outcomes as the core's helpers name them: a
+    dwell (MinSeconds) is late in a recipe of N blocks only too, an L's limit beside it."""
+    action: dict[str, Any] = {
+        "Name": "a1",
+        "Step": "S1",
+        "Qualifier": qualifier,
+        "Interaction": "push_command",
+        "TypeId": "com.example.press.v1",
+        "TimeoutSeconds": 30,
+    }
+    if qualifier == "L":
+        action["DurationSeconds"] = 0.5
+    recipe = {
+        "Steps": [{"Name": "S1", "Initial": True, "MinSeconds": 1}, {"Name": "S2"}],
+        "Transitions": [{"Source": "S1", "Target": "S2", "Condition": "true"}],
+        "Actions": [
+            action,
+            {
+                "Name": "a2",
+                "Step": "S2",
+                "Qualifier": "N",
+                "Interaction": "push_command",
+                "TypeId": "com.example.unload.v1",
+                "TimeoutSeconds": 30,
+            },
+        ],
+    }
+    store = host.store()
+    scope = host.scope("lateness")
+    assert submit(store, scope, json.dumps(recipe).encode(), job_id="job-1").ok
+    record = store.load(scope, ["job-1"])[1]["job-1"]
+    assert record is not None
+    settings = Settings()
+    evaluator = Evaluator(GraphCache(store), settings)
+    config = ScopeConfig.of({}, settings)
+    started = evaluator.evaluate(
+        scope,
+        "job-1",
+        record,
+        [Entry("", "start", StartData(job="job-1"))],
+        1000,
+        config,
+        Outcome(),
+    )
+    state = read_state(started.state)
+    assert state.dwells == {"S1": 2000}
+    tally = Outcome()
+    tick = Entry("2200-0", "tick", TickData(job="job-1"))
+    record = JobRecord(record.version, started.state, started.order, "")
+    ticked = evaluator.evaluate(scope, "job-1", record, [tick], 5000, config, tally)
+    assert tally.applied == 1
+    graph = graph_of(json.dumps(recipe).encode())
+    assert tally.timer_late == overdue_timers(state, 2200, True)
+    assert sorted(tally.timer_late) == ([200, 700] if qualifier == "L" else [200])
+    result = evolve(graph, state, Snapshot(max_attempts=settings.max_attempts), Tick(at=2200))
+    assert read_state(ticked.state) == result.state
+    expected = {key: 1 for key in non_gating_outcomes(graph, Tick(at=2200), result)}
+    assert tally.non_gating == expected == ({("L", "done"): 1} if qualifier == "L" else {})
