@@ -278,7 +278,7 @@ def evolve(graph: Graph, state: SfcState, snapshot: Snapshot | None, event: Any)
 
     ev = _Evaluation(graph, state, snapshot, event.at)
     try:
-        overdue: list[str] = []
+        overdue: list[str] | None = None
         if (
             graph.has_timers  # (no process timer nor dwell can be due otherwise)
             and type(event) in _AFTER_TIMERS
@@ -348,7 +348,8 @@ class _Evaluation:
         self.status = state.status
         self.active: dict[str, None] = dict.fromkeys(state.active_steps)
         self.divergences = {d.name: d for d in state.divergences} if state.divergences else {}
-        self.dwells = dict(state.dwells) if state.dwells else {}
+        # Shared while empty unless a step has MinSeconds: nothing else adds a dwell.
+        self.dwells = dict(state.dwells) if state.dwells or graph.min_ms else state.dwells
         self.actions = dict(state.actions)
         self.rounds = state.rounds  # copied on the first change (it grows with the recipe)
         self.rounds_copied = False
@@ -502,12 +503,11 @@ class _Evaluation:
                     self.clear(step)
 
     def outcomes_of(self, specs: Iterable[ActionSpec]) -> tuple[list[str], str | None]:
-        """The outcome set of some action blocks, in recipe order, and the first failure."""
+        """The outcome set of some gating action blocks (a non-gating outcome is recorded,
+        never routed), in recipe order, and the first failure."""
         outcomes: list[str] = []
         failure: str | None = None
         for spec in specs:
-            if not spec.gating:  # recorded, never routed
-                continue
             outcome = self.actions[spec.name].outcome
             if outcome is None:
                 continue
@@ -534,7 +534,9 @@ class _Evaluation:
                 f"a sequence of divergence {pos.divergence}, and a sequence cannot route a failure",
             )
             return
-        self.exit_step(step)
+        del self.active[step]
+        if step in self.g.step_non_gating:
+            self.exit_step(step)
         spec = self.g.divergences[pos.divergence]
         if not pos.last:
             nxt = spec.sequences[pos.sequence][pos.index + 1]
@@ -621,11 +623,12 @@ class _Evaluation:
         An action block's record is forgotten; one on a cycle keeps the round it was in. A
         non-gating record whose work is open or whose timer is pending outlives its step.
         """
+        self.active.pop(node, None)
         if self.divergences.pop(node, None) is not None:
-            self.active.pop(node, None)
             specs = self.g.divergence_actions[node]
         else:
-            self.exit_step(node)
+            if node in self.g.step_non_gating:
+                self.exit_step(node)
             specs = self.g.step_actions.get(node, ())
         actions, cyclic = self.actions, self.g.cyclic
         for spec in specs:
@@ -652,10 +655,9 @@ class _Evaluation:
         return pos is not None and pos.divergence in self.divergences
 
     def exit_step(self, step: str) -> None:
-        """The step leaves the active steps: P0 starts, L and D are withdrawn, a D or DS
-        timer still running is dropped (QUALIFIERS.md, "exit")."""
-        self.active.pop(step, None)
-        for spec in self.g.step_non_gating.get(step, ()):
+        """A step with non-gating blocks was left (taken off the active steps): P0 starts, L
+        and D are withdrawn, a D or DS timer still running is dropped (QUALIFIERS.md, "exit")."""
+        for spec in self.g.step_non_gating[step]:
             rule = _RULES[spec.qualifier]
             if rule.start_at_exit:
                 self.start_action(spec)
@@ -1422,16 +1424,18 @@ _HANDLERS: dict[type, Any] = {
 def _command_number(command_id: str, action_key: str) -> int | None:
     """The sequence number n of `{action_key}#{n}[:hold]`, or None when it is not of that form."""
     head, sep, number = command_id.removesuffix(":hold").rpartition("#")
-    if head != action_key or sep != "#" or not _digits(number) or len(number) > 19:
+    # ASCII digits only: `str.isdigit` alone takes "²" (which `int` refuses) and other
+    # scripts' digits, which no command id the host wrote has.
+    if (
+        head != action_key
+        or sep != "#"
+        or not number.isascii()
+        or not number.isdigit()
+        or len(number) > 19
+    ):
         return None
     n = int(number)
     return n if n > 0 else None
-
-
-def _digits(text: str) -> bool:
-    """Whether `text` is ASCII digits: `str.isdigit` takes "²" (which `int` refuses) and
-    other scripts' digits, which no command id the host wrote has."""
-    return text.isascii() and text.isdigit()
 
 
 def _short(command_id: str | None, job: str) -> str:
@@ -1536,7 +1540,7 @@ def misfit(graph: Graph, state: SfcState) -> str | None:
     for d in state.divergences:
         if d.name not in graph.divergences:
             return f"divergence {d.name} is not in the recipe"
-    for step in state.dwells:
+    for step in state.dwells if state.dwells else ():
         if step not in graph.step_actions:
             return f"the dwell of step {step} is not in the recipe"
     return None

@@ -189,9 +189,10 @@ class Graph:
         return self.step_gating[step]
 
     def sequence_actions(self, divergence: str, sequences: list[int]) -> list[ActionSpec]:
-        """The action blocks of the given sequences of a divergence, in sequence order."""
+        """The gating action blocks of the given sequences of a divergence, in sequence order
+        (those whose outcomes the convergence sees)."""
         spec = self.divergences[divergence]
-        return [a for i in sequences for step in spec.sequences[i] for a in self.step_actions[step]]
+        return [a for i in sequences for step in spec.sequences[i] for a in self.step_gating[step]]
 
 
 def _opt(value: Any, default: Any = None) -> Any:
