@@ -297,7 +297,7 @@ def evolve(graph: Graph, state: SfcState, snapshot: Snapshot | None, event: Any)
         return _propagation_fault(graph, state, event.at)
     return StepResult(
         state=ev.result_state(),
-        continuation=_continuation(ev),
+        continuation=_DEFER if ev.status == "running" else _continuation(ev),  # (ended jobs only)
         commands=ev.commands,
         disposition="applied",
         reason=reason,
@@ -412,7 +412,7 @@ class _Evaluation:
         self.commands.append(
             StartWork(
                 work=work,  # type: ignore[arg-type]
-                action_key=self.key(spec.name),
+                action_key=f"{self.job}:{spec.name}",  # self.key, inlined
                 command_id=command_id,
                 type_id=type_id,
                 attempt=rec.attempt,
@@ -1222,9 +1222,9 @@ def _on_answer(ev: _Evaluation, event: ActionCompleted | ActionFailed) -> Handle
 
     if command_id is not None and command_id.endswith(":hold"):
         return _on_hold_answer(ev, spec, rec, command_id, outcome)
-    if rec.status == "done":
-        return "absorbed", f"{name} already has outcome {rec.outcome}: duplicate or late answer"
-    if rec.status == "pending":
+    if rec.status != "open":  # done, or pending (one test for the common case, open)
+        if rec.status == "done":
+            return "absorbed", f"{name} already has outcome {rec.outcome}: duplicate or late answer"
         return (
             "absorbed",
             f"{_label(spec)} has not started: its timer runs until {when(rec.timer or 0)}",
