@@ -235,9 +235,16 @@ def next_deadline(state: SfcState) -> int | None:
     held = state.held_at is not None
     best: int | None = None
     for rec in state.actions.values():
-        for d in _due(rec, held):
-            if d is not None and (best is None or d < best):
-                best = d
+        # `_due`, inlined (the host asks after every evaluation): an open hold command's
+        # deadline, else the open work's unless the job is held.
+        if rec.hold == "open":
+            d = rec.hold_deadline
+        elif held or rec.status != "open":
+            d = None
+        else:
+            d = rec.deadline
+        if d is not None and (best is None or d < best):
+            best = d
         # A process timer waits for the release, like a work deadline.
         if rec.timer is not None and not held and (best is None or rec.timer < best):
             best = rec.timer
@@ -1519,11 +1526,17 @@ def overdue_timers(state: SfcState, at: int, inclusive: bool) -> list[int]:
     """How late (ms) each process timer and dwell of a running, not held job is at `at`: those
     due at or before it (`inclusive`, a tick) or before it (another event, which fires them
     first). The host's lateness histogram."""
+    late: list[int] = []
     if state.status != "running" or state.held_at is not None:
-        return []
-    dues = [r.timer for r in state.actions.values() if r.timer is not None]
-    dues += state.dwells.values()
-    return [at - d for d in dues if d < at or (inclusive and d == at)]
+        return late
+    for rec in state.actions.values():
+        d = rec.timer
+        if d is not None and (d < at or (inclusive and d == at)):
+            late.append(at - d)
+    for d in state.dwells.values() if state.dwells else ():
+        if d < at or (inclusive and d == at):
+            late.append(at - d)
+    return late
 
 
 def misfit(graph: Graph, state: SfcState) -> str | None:
