@@ -1533,7 +1533,7 @@ def overdue_timers(state: SfcState, at: int, inclusive: bool) -> list[int]:
         d = rec.timer
         if d is not None and (d < at or (inclusive and d == at)):
             late.append(at - d)
-    for d in state.dwells.values() if state.dwells else ():
+    for d in state.dwells.values():
         if d < at or (inclusive and d == at):
             late.append(at - d)
     return late
@@ -1553,7 +1553,7 @@ def misfit(graph: Graph, state: SfcState) -> str | None:
     for d in state.divergences:
         if d.name not in graph.divergences:
             return f"divergence {d.name} is not in the recipe"
-    for step in state.dwells if state.dwells else ():
+    for step in state.dwells:
         if step not in graph.step_actions:
             return f"the dwell of step {step} is not in the recipe"
     return None
