@@ -480,6 +480,8 @@ class _Evaluation:
     def end_work(self, reason: str) -> None:
         """The job completed: every open non-pulse work is withdrawn (`ended`), and the
         state forgets every non-gating record."""
+        if not self.g.step_non_gating and not self.dwells:  # N blocks only: nothing to do
+            return
         for name, rec in self.open_work():
             spec = self.g.actions[name]
             if not spec.gating and not _RULES[spec.qualifier].pulse:
@@ -631,7 +633,7 @@ class _Evaluation:
         non-gating record whose work is open or whose timer is pending outlives its step.
         """
         self.active.pop(node, None)
-        if self.divergences.pop(node, None) is not None:
+        if self.divergences and self.divergences.pop(node, None) is not None:
             specs = self.g.divergence_actions[node]
         else:
             if node in self.g.step_non_gating:
@@ -817,7 +819,8 @@ class _Evaluation:
             if last_round:
                 self.set_round(spec.name, None)  # the record carries it from now on
         work: Literal["push", "await"] = "push" if spec.push else "await"
-        command_id = self.new_command_id(spec.name)
+        self.sequence += 1  # new_command_id, inlined: every step entry runs this
+        command_id = f"{self.job}:{spec.name}#{self.sequence}"
         limit = (
             self.at + spec.duration_ms
             if not spec.gating and spec.duration_ms is not None and _RULES[spec.qualifier].limited
