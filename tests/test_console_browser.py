@@ -8,10 +8,7 @@ docs/console-job.png (the README's tour shows it).
 
 from __future__ import annotations
 
-import fcntl
 import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +16,7 @@ from typing import Any
 import pytest
 from playwright import sync_api as playwright
 
+from tests.aptkit import installed
 from tests.consolekit import TOKEN, Console, console
 from tests.hostkit import Host, linear_recipe
 
@@ -39,19 +37,8 @@ WAIT_MS = 15_000
 
 
 def _chromium() -> str | None:
-    if Path(CHROMIUM).exists():
-        return CHROMIUM
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        # one install at a time: pytest-xdist's workers may each reach this set-up
-        with open("/tmp/sfc-chromium-install.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not Path(CHROMIUM).exists():
-                install = ["apt-get", "install", "-y", "chromium"]
-                if subprocess.run(install, check=False, timeout=900).returncode != 0:
-                    # a fresh image has no package lists yet
-                    subprocess.run(["apt-get", "update"], check=False, timeout=900)
-                    subprocess.run(install, check=False, timeout=900)
-    return CHROMIUM if Path(CHROMIUM).exists() else None
+    path = installed("chromium", "chromium")
+    return CHROMIUM if path is not None and Path(CHROMIUM).exists() else None
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,7 @@
-"""Rendering the chart: Mermaid and DOT snapshots, IEC elements, and Graphviz when installed."""
+"""Rendering the chart: Mermaid and DOT snapshots, IEC elements, and Graphviz parsing the DOT."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -15,11 +14,11 @@ from sfc.builder import build
 from sfc.graph import Graph
 from sfc.render import render
 from sfc.simulation import Simulation, load_script
+from tests.aptkit import installed
 from tests.corehelpers import divergence, graph_of, pull, push, recipe, t
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 NAMES = sorted(p.parent.name for p in EXAMPLES.glob("*/recipe.json"))
-DOT = shutil.which("dot")
 
 
 class MermaidSnapshot(SingleFileSnapshotExtension):
@@ -44,14 +43,23 @@ def state_at(name: str, script: str, until_ms: int) -> SfcState:
     return sim.state
 
 
-def graphviz(source: str) -> subprocess.CompletedProcess[str]:
-    assert DOT is not None
+@pytest.fixture(scope="module")
+def dot() -> str:
+    """Graphviz's `dot`: never a skip, a test of the dot output that does not run proves
+    nothing (tests/aptkit.py installs it as root)."""
+    path = installed("dot", "graphviz")
+    if path is None:
+        pytest.fail(
+            "Graphviz is missing and could not be installed (as root: apt-get install -y "
+            "graphviz): the tests of the dot output need its `dot`"
+        )
+    return path
+
+
+def graphviz(dot: str, source: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [DOT, "-Tsvg"], input=source, capture_output=True, text=True, timeout=60, check=False
+        [dot, "-Tsvg"], input=source, capture_output=True, text=True, timeout=60, check=False
     )
-
-
-needs_graphviz = pytest.mark.skipif(DOT is None, reason="Graphviz (dot) is not installed")
 
 
 # --------------------------------------------------------------------------- snapshots
@@ -84,19 +92,17 @@ def test_dot_with_a_state(snapshot: SnapshotAssertion) -> None:
 # --------------------------------------------------------------------------- Graphviz
 
 
-@needs_graphviz
 @pytest.mark.parametrize("name", NAMES)
-def test_graphviz_parses_the_dot_output(name: str) -> None:
-    done = graphviz(render(example(name), fmt="dot"))
+def test_graphviz_parses_the_dot_output(dot: str, name: str) -> None:
+    done = graphviz(dot, render(example(name), fmt="dot"))
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert "<svg" in done.stdout
 
 
-@needs_graphviz
-def test_graphviz_parses_the_dot_output_with_a_state() -> None:
+def test_graphviz_parses_the_dot_output_with_a_state(dot: str) -> None:
     state = state_at("rear-axle-fitting", "retry", 30_000)
-    done = graphviz(render(example("rear-axle-fitting"), state, "dot"))
+    done = graphviz(dot, render(example("rear-axle-fitting"), state, "dot"))
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
 
@@ -197,7 +203,7 @@ def test_work_of_a_faulted_job_is_marked_withdrawn_not_open() -> None:
     assert "open," not in mermaid
 
 
-def test_names_are_escaped() -> None:
+def test_names_are_escaped(dot: str) -> None:
     graph = graph_of(
         recipe(
             ['Fill "A" <1>#2', "B & C", "D"],
@@ -208,12 +214,11 @@ def test_names_are_escaped() -> None:
     )
     mermaid = render(graph)
     assert '  s0[["Fill #quot;A#quot; #lt;1#gt;#35;2<br/>N x#quot;y · push 10 s"]]\n' in mermaid
-    dot = render(graph, fmt="dot")
-    assert "Fill &quot;A&quot; &lt;1&gt;#2" in dot
-    assert "B &amp; C" in dot
-    if DOT is not None:
-        done = graphviz(dot)
-        assert done.returncode == 0, done.stderr
+    text = render(graph, fmt="dot")
+    assert "Fill &quot;A&quot; &lt;1&gt;#2" in text
+    assert "B &amp; C" in text
+    done = graphviz(dot, text)
+    assert done.returncode == 0, done.stderr
 
 
 def test_the_output_is_deterministic() -> None:
