@@ -1949,6 +1949,8 @@ def test_the_device_stops_work_withdrawn_at_its_limit_and_by_a_reset(rig: Rig) -
             return out
 
         wait_for(lambda: len(by_kind().get("withdraw", [])) == 2, timeout=10, what="withdraws")
+        # the device's answers reach the watcher through the broker, after the device counts
+        wait_for(lambda: len(by_kind().get("response", [])) >= 3, timeout=10, what="answers")
         got = by_kind()
         withdraws = [(cid, json.loads(data)["reason"]) for cid, _, data in got["withdraw"]]
         assert withdraws == expected
