@@ -10,11 +10,13 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 import redis
 
 from host import keys
@@ -22,7 +24,7 @@ from host.entries import decode_equipment
 from host.equipment import Answer, Responder, always
 from host.jobs import MethodResult, submit
 from host.settings import Settings
-from host.store import Loaded, ReadAhead, Store
+from host.store import Loaded, ReadAhead, Store, unreachable
 from host.worker import Worker
 
 _counter = itertools.count(1)
@@ -257,3 +259,23 @@ def pending_of(r: redis.Redis, scope: str) -> list[tuple[str, str, int]]:
 def started(host: Host, scope: str, job: str) -> bool:
     """Whether the job's order is Running (its start was applied)."""
     return host.order_path(scope, job).startswith("Running")
+
+
+def pump_until(responder: Responder, stop: threading.Event) -> None:
+    """Answer the scope's commands until `stop`, waiting out its node while it is away."""
+    while not stop.is_set():
+        try:
+            responder.pump(block_ms=50)
+        except Exception as e:
+            if not unreachable(e):
+                raise
+            stop.wait(0.1)
+
+
+def messages(caplog: pytest.LogCaptureFixture, scope: str) -> list[str]:
+    """What the worker's logger said with `scope` in its record."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "sfc.host.worker" and getattr(r, "scope", None) == scope
+    ]

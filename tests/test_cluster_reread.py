@@ -22,12 +22,12 @@ import redis
 from host import keys
 from host.cluster import PARK_MAX_S, Happened
 from host.entries import decode_history
-from host.equipment import Responder, always
+from host.equipment import always
 from host.server import EmbeddedServer, free_cluster_port
 from host.store import Store, slot_of, unreachable
 from host.worker import Worker
 from tests.faultkit import COMPLETED, check, wide_recipe
-from tests.hostkit import FAST, Host, linear_recipe, wait_for
+from tests.hostkit import FAST, Host, linear_recipe, messages, pump_until, wait_for
 
 LOGGER = "sfc.host.worker"
 MOVED_TO = "127.0.0.1:7001"
@@ -107,25 +107,6 @@ def one_node_cluster(tmp_path: Path) -> Iterator[EmbeddedServer]:
         yield node
     finally:
         node.stop()
-
-
-def pump_until(responder: Responder, stop: threading.Event) -> None:
-    """Answer the scope's commands until `stop`, waiting out the server while it is away."""
-    while not stop.is_set():
-        try:
-            responder.pump(block_ms=50)
-        except Exception as e:
-            if not unreachable(e):
-                raise
-            stop.wait(0.1)
-
-
-def messages(caplog: pytest.LogCaptureFixture, scope: str) -> list[str]:
-    return [
-        r.getMessage()
-        for r in caplog.records
-        if r.name == LOGGER and getattr(r, "scope", None) == scope
-    ]
 
 
 def test_a_worker_told_to_isolate_reads_each_scope_and_its_own_pending_entries_first(

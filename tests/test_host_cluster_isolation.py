@@ -23,7 +23,7 @@ from prometheus_client import REGISTRY
 from redis.crc import key_slot
 
 from host import keys
-from host.equipment import Responder, always, respond
+from host.equipment import always, respond
 from host.metrics import WorkerMetrics
 from host.scripted import ScriptedEquipment, load_host_script
 from host.server import RANGES, EmbeddedServer
@@ -32,7 +32,7 @@ from host.worker import Worker
 from tests.clikit import processes, sfc
 from tests.clusterkit import LocalCluster, end_move, move_slot
 from tests.faultkit import COMPLETED, check
-from tests.hostkit import FAST, Host, linear_recipe, new_scope, wait_for
+from tests.hostkit import FAST, Host, linear_recipe, messages, new_scope, pump_until, wait_for
 from tests.test_host_scripted import wait_recipe
 
 pytestmark = pytest.mark.cluster
@@ -90,25 +90,6 @@ def cluster_ok(cluster: LocalCluster) -> bool:
         if "cluster_state:ok" not in text or "cluster_known_nodes:3" not in text:
             return False
     return True
-
-
-def pump_until(responder: Responder, stop: threading.Event) -> None:
-    """Answer the scope's commands until `stop`, waiting out its node while it is away."""
-    while not stop.is_set():
-        try:
-            responder.pump(block_ms=50)
-        except Exception as e:
-            if not unreachable(e):
-                raise
-            stop.wait(0.1)
-
-
-def messages(caplog: pytest.LogCaptureFixture, scope: str) -> list[str]:
-    return [
-        r.getMessage()
-        for r in caplog.records
-        if r.name == LOGGER and getattr(r, "scope", None) == scope
-    ]
 
 
 def test_a_node_away_parks_its_scope_and_the_others_run_to_the_end(
